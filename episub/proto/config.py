@@ -1,0 +1,140 @@
+"""Protocol parameters. Every default says where it came from.
+
+Sources: "draft" = libp2p's Episub draft (pubsub/gossipsub/episub.md, 2018);
+"HyParView" = Leitão et al., DSN 2007; "Plumtree" = Leitão et al., SRDS 2007;
+"GoCast" = Tang et al., DSN 2005; "iroh" = iroh-gossip's proto config;
+"tuned" = chosen with the simulator (docs/simulation.md says which runs);
+"guess" = no source, a reasoned starting point.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from episub.proto import messages as m
+
+
+def _positive(name: str, value: float) -> None:
+    if not value > 0:
+        raise ValueError(f"{name} must be > 0, not {value!r}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MembershipConfig:
+    c_rand: int = 4  # draft: C_rand = log(N) for N = 10,000
+    c_near: int = 3  # draft
+    passive_size: int = 42  # draft: P = 6 * A (HyParView's k = 6)
+    join_ttl: int = 6  # HyParView: ARWL = 6
+    forward_join_ttl: int = 3  # HyParView: PRWL = 3 (each hop of the walk learns the joiner)
+    shuffle_ttl: int = 6  # iroh: shuffle_random_walk_length = 6
+    shuffle_active: int = 3  # HyParView: k_a = 3
+    shuffle_passive: int = 4  # HyParView: k_p = 4
+    leave_ttl: int = 2  # guess: two rings of eager diffusion reach ~A^2 nodes
+    shuffle_interval: float = 30.0  # guess: iroh uses 60 s; halved for faster churn recovery
+    stabilize_interval: float = 2.0  # guess: GoCast maintains every second or so
+    optimize_interval: float = 5.0  # guess: slower than stabilisation so swaps settle
+    ping_interval: float = 5.0  # guess: five RTT samples per neighbour in 25 s
+    passive_probe_interval: float = 1.0  # guess: one passive peer probed per second
+    passive_probes_per_tick: int = 1  # guess
+    ping_timeout: float = 5.0  # guess: far above any RTT we serve
+    neighbor_request_timeout: float = 2.0  # guess: iroh waits 500 ms; we allow slow links
+    join_retry_interval: float = 3.0  # guess
+    timer_jitter: float = 0.25  # guess: +-25% so periodic work does not synchronise
+    alpha: float = 2.0  # tuned: a passive peer must be this many times closer to replace
+    rtt_smoothing: float = 0.125  # RFC 6298's alpha for SRTT
+    left_memory: float = 60.0  # guess: how long a LEAVE keeps a peer out of our views
+    max_left_memory: int = 4096  # bound on remembered departures
+    recent_reject_memory: float = 10.0  # guess: don't re-ask a peer that just refused
+    max_pending_requests: int = 4  # guess: neighbour requests in flight at once
+
+    def __post_init__(self) -> None:
+        if self.c_rand < 1:
+            raise ValueError(f"c_rand must be >= 1 (the overlay needs random links), not {self.c_rand}")
+        if self.c_near < 0:
+            raise ValueError(f"c_near must be >= 0, not {self.c_near}")
+        if self.passive_size < 1:
+            raise ValueError(f"passive_size must be >= 1, not {self.passive_size}")
+        for name in ("join_ttl", "forward_join_ttl", "shuffle_ttl", "leave_ttl"):
+            value = getattr(self, name)
+            if not 0 <= value <= m.MAX_TTL:
+                raise ValueError(f"{name} must be in 0..{m.MAX_TTL}, not {value}")
+        for name in (
+            "shuffle_interval",
+            "stabilize_interval",
+            "optimize_interval",
+            "ping_interval",
+            "passive_probe_interval",
+            "ping_timeout",
+            "neighbor_request_timeout",
+            "join_retry_interval",
+        ):
+            _positive(name, getattr(self, name))
+        if not self.alpha >= 1.0:
+            raise ValueError(f"alpha must be >= 1, not {self.alpha}")
+        if not 0.0 < self.rtt_smoothing <= 1.0:
+            raise ValueError(f"rtt_smoothing must be in (0, 1], not {self.rtt_smoothing}")
+        if not 0.0 <= self.timer_jitter < 1.0:
+            raise ValueError(f"timer_jitter must be in [0, 1), not {self.timer_jitter}")
+
+    @property
+    def active_size(self) -> int:
+        """A = C_rand + C_near (draft)."""
+        return self.c_rand + self.c_near
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BroadcastConfig:
+    ihave_interval: float = 0.1  # draft: "a period in the order of 0.1s"
+    missing_check_interval: float = 0.2  # tuned: a message is grafted 1-2 ticks after its IHAVE
+    missing_give_up_ticks: int = 25  # guess: ~5 s of grafting before giving an id up
+    optimization_threshold: int = 7  # iroh's default; draft: "closer to the diameter"
+    eager_repair: bool = False  # Plumtree's advice; the draft offers it as an option
+    cache_ttl: float = 120.0  # guess: payloads kept for GRAFT and PULL answers
+    cache_max_messages: int = 100_000  # guess: bounds memory with cache_max_bytes
+    cache_max_bytes: int = 256 * 1024 * 1024  # guess
+    seen_ttl: float = 600.0  # guess: must exceed the longest time a copy can wander
+    seen_max: int = 1_000_000  # guess
+    max_missing: int = 10_000  # guess: ids we track as announced but not received
+    max_announcers: int = 8  # guess: whom we may GRAFT from, per missing id
+    max_ihave_ids: int = 1024  # guess: ids per IHAVE frame
+    max_graft_ids: int = 256  # guess: ids per GRAFT
+    gap_timeout: float = 1.0  # guess: let the tree and IHAVE repair a gap before pulling
+    gap_retry_interval: float = 0.5  # guess
+    gap_max_attempts: int = 6  # guess: then the gap is reported as DataLost
+    max_gap: int = 4096  # = messages.MAX_PULL_SPAN; a bigger jump is resynchronised
+    max_held_per_publisher: int = 4096  # out-of-order messages held for in-order delivery
+    max_publishers: int = 100_000  # guess: per-publisher state entries per topic
+    max_message_size: int = 1024 * 1024  # issue: 1 MiB default, configurable
+
+    def __post_init__(self) -> None:
+        for name in (
+            "ihave_interval",
+            "missing_check_interval",
+            "cache_ttl",
+            "seen_ttl",
+            "gap_timeout",
+            "gap_retry_interval",
+        ):
+            _positive(name, getattr(self, name))
+        if not 1 <= self.max_ihave_ids <= m.MAX_IDS_PER_MESSAGE:
+            raise ValueError(f"max_ihave_ids must be in 1..{m.MAX_IDS_PER_MESSAGE}")
+        if not 1 <= self.max_graft_ids <= m.MAX_IDS_PER_MESSAGE:
+            raise ValueError(f"max_graft_ids must be in 1..{m.MAX_IDS_PER_MESSAGE}")
+        if not 1 <= self.max_gap <= m.MAX_PULL_SPAN:
+            raise ValueError(f"max_gap must be in 1..{m.MAX_PULL_SPAN}")
+        if self.max_message_size < 1:
+            raise ValueError(f"max_message_size must be >= 1, not {self.max_message_size}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NodeConfig:
+    membership: MembershipConfig = field(default_factory=MembershipConfig)
+    broadcast: BroadcastConfig = field(default_factory=BroadcastConfig)
+    max_topics: int = 1024  # guess: per node
+    id_key: bytes | None = None  # deployment key: message ids use keyed blake3 when set
+
+    def __post_init__(self) -> None:
+        if self.id_key is not None and len(self.id_key) != 32:
+            raise ValueError(f"id_key must be 32 bytes (blake3 keyed mode), not {len(self.id_key)}")
+        if not 1 <= self.max_topics <= m.MAX_TOPICS_PER_MESSAGE:
+            raise ValueError(f"max_topics must be in 1..{m.MAX_TOPICS_PER_MESSAGE}")

@@ -1,0 +1,168 @@
+"""What goes into the core and what comes out of it.
+
+There is one way in, `NodeState.handle(event, now)`, and it returns a list of outputs
+(iroh-gossip's InEvent/OutEvent; h11's "bytes in, events out"). The caller (the trio
+runtime or the simulator) carries out the outputs: sends, timers, deliveries.
+
+`now` is seconds on any monotonic clock the caller likes; the core only subtracts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from dataclasses import dataclass
+from typing import TypeAlias
+
+from episub.proto.messages import (
+    Envelope,
+    LinkKind,
+    Message,
+    MessageId,
+    PeerId,
+)
+
+# -- in ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Received:
+    """A decoded message from `peer`; `topic` is None for node-level messages."""
+
+    peer: PeerId
+    topic: str | None
+    message: Message
+
+
+@dataclass(frozen=True, slots=True)
+class TimerFired:
+    """A timer the core asked for with `ScheduleTimer` has expired."""
+
+    token: Hashable
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionLost:
+    """The connection to `peer` closed, or dialling it failed: the peer is unreachable."""
+
+    peer: PeerId
+
+
+@dataclass(frozen=True, slots=True)
+class JoinTopic:
+    """Command: subscribe to `topic`, entering through any of the `bootstrap` peers.
+
+    An empty `bootstrap` starts a new overlay that others may join through us.
+    """
+
+    topic: str
+    bootstrap: tuple[PeerId, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class LeaveTopic:
+    """Command: unsubscribe, telling the neighbours (LEAVE) so they forget us at once."""
+
+    topic: str
+
+
+@dataclass(frozen=True, slots=True)
+class Publish:
+    """Command: publish one message; the core stamps publisher, sequence and timestamp."""
+
+    topic: str
+    payload: bytes
+    key: bytes | None = None
+    headers: tuple[tuple[str, bytes], ...] = ()
+
+
+InEvent: TypeAlias = Received | TimerFired | ConnectionLost | JoinTopic | LeaveTopic | Publish
+
+# -- out --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Send:
+    """Send `message` to `peer` (dialling it if there is no connection yet)."""
+
+    peer: PeerId
+    topic: str | None
+    message: Message
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleTimer:
+    """Call `handle(TimerFired(token))` after `delay` seconds. Timers are never cancelled:
+    a stale one finds nothing to do when it fires."""
+
+    delay: float
+    token: Hashable
+
+
+@dataclass(frozen=True, slots=True)
+class Deliver:
+    """A message for the application: each id at most once, each publisher in order."""
+
+    topic: str
+    id: MessageId
+    envelope: Envelope
+    hops: int
+
+
+@dataclass(frozen=True, slots=True)
+class Published:
+    """Our own publish was accepted: the id and sequence number it was given."""
+
+    topic: str
+    id: MessageId
+    envelope: Envelope
+
+
+@dataclass(frozen=True, slots=True)
+class NeighborUp:
+    topic: str
+    peer: PeerId
+    kind: LinkKind
+
+
+@dataclass(frozen=True, slots=True)
+class NeighborDown:
+    topic: str
+    peer: PeerId
+
+
+@dataclass(frozen=True, slots=True)
+class ClosePeer:
+    """No topic needs `peer` any more: the runtime may close the connection."""
+
+    peer: PeerId
+
+
+@dataclass(frozen=True, slots=True)
+class DataLost:
+    """Messages first_seq..last_seq of `publisher` were given up on: nobody we asked had them."""
+
+    topic: str
+    publisher: PeerId
+    first_seq: int
+    last_seq: int
+
+
+@dataclass(frozen=True, slots=True)
+class PeerMisbehaved:
+    """`peer` sent something the protocol forbids; it was ignored. For logs and counters."""
+
+    peer: PeerId
+    reason: str
+
+
+OutEvent: TypeAlias = (
+    Send
+    | ScheduleTimer
+    | Deliver
+    | Published
+    | NeighborUp
+    | NeighborDown
+    | ClosePeer
+    | DataLost
+    | PeerMisbehaved
+)

@@ -1,0 +1,316 @@
+"""The messages two episub nodes exchange, as validated immutable values.
+
+One class per message of libp2p's Episub draft (plus PING/PONG for RTT and PULL for
+per-publisher gap repair). Every message but GETTOPICS/TOPICS belongs to one topic; the
+topic travels beside the message (see `events.Received` and `events.Send`), never inside.
+
+Constructors validate, the h11 way: a message that exists is well formed. Peer-controlled
+counts are bounded here by `MAX_*` so that the codec and the state machines can rely on it;
+the wire decoder turns a `ValueError` from these constructors into a dropped frame.
+
+A peer is named by a `PeerId`: an opaque hashable value (`int` in the simulator, `bytes`
+on the network). Addresses are not the core's business: the runtime keeps them beside ids.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Hashable
+from dataclasses import dataclass
+from typing import TypeAlias
+
+PeerId: TypeAlias = Hashable
+MessageId: TypeAlias = bytes
+
+MESSAGE_ID_SIZE = 32  # blake3's default digest size.
+
+# Hard ceilings on what one message may carry, whatever a node is configured to send.
+# They exist so a hostile peer cannot make us allocate without bound; the configured
+# (smaller) limits live in config.py.
+MAX_TTL = 64  # walks longer than this only cost traffic; the draft's walks are ~6
+MAX_PEERS_PER_MESSAGE = 256  # SHUFFLE/NODES/PONG lists; views are 7 + 42 by default
+MAX_IDS_PER_MESSAGE = 4096  # IHAVE summaries and GRAFT ids
+MAX_TOPICS_PER_MESSAGE = 1024
+MAX_PULL_SPAN = 4096  # sequence numbers one PULL may ask for
+MAX_HOPS = 1 << 16
+MAX_HEADERS = 64
+
+
+class LinkKind(enum.IntEnum):
+    """GoCast's two kinds of active link (C_rand random + C_near nearest by RTT)."""
+
+    RAND = 0
+    NEAR = 1
+
+
+class NeighborOp(enum.IntEnum):
+    REQUEST = 0  # "be my neighbour"
+    ACCEPT = 1  # the answer that makes the link; a refusal is a DISCONNECT
+
+
+def _check_ttl(ttl: int) -> None:
+    if not 0 <= ttl <= MAX_TTL:
+        raise ValueError(f"ttl must be in 0..{MAX_TTL}, not {ttl!r}")
+
+
+def _check_peers(peers: tuple[PeerId, ...]) -> None:
+    if len(peers) > MAX_PEERS_PER_MESSAGE:
+        raise ValueError(f"at most {MAX_PEERS_PER_MESSAGE} peers per message, not {len(peers)}")
+
+
+def _check_id(message_id: bytes) -> None:
+    if len(message_id) != MESSAGE_ID_SIZE:
+        raise ValueError(f"message id must be {MESSAGE_ID_SIZE} bytes, not {len(message_id)}")
+
+
+# -- node level ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GetTopics:
+    """Which topics are you in? (draft: topic querying)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Topics:
+    topics: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        if len(self.topics) > MAX_TOPICS_PER_MESSAGE:
+            raise ValueError(f"at most {MAX_TOPICS_PER_MESSAGE} topics, not {len(self.topics)}")
+
+
+# -- membership (HyParView + GoCast) -----------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GetNodes:
+    """Ask a contact for peers of the topic before joining (draft: initial discovery)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Nodes:
+    peers: tuple[PeerId, ...]
+
+    def __post_init__(self) -> None:
+        _check_peers(self.peers)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Join:
+    """Random walk looking for a node that will take `peer` as a random neighbour."""
+
+    peer: PeerId
+    ttl: int
+
+    def __post_init__(self) -> None:
+        _check_ttl(self.ttl)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ForwardJoin:
+    """Random walk that adds `peer` to the passive view of every node it visits."""
+
+    peer: PeerId
+    ttl: int
+
+    def __post_init__(self) -> None:
+        _check_ttl(self.ttl)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Neighbor:
+    """Ask for, or grant, an active link.
+
+    `high_priority` on a REQUEST means the requester holds fewer than C_rand links (or
+    is answering our JOIN) and must be accepted. `rtt` is the requester's smoothed RTT
+    to us, in seconds, if it has one: the receiver uses it to judge a NEAR request.
+    `active_count`/`rand_count` describe the sender's view, so each side knows whether
+    dropping the link later is safe.
+    """
+
+    op: NeighborOp
+    kind: LinkKind
+    high_priority: bool = False
+    rtt: float | None = None
+    active_count: int = 0
+    rand_count: int = 0
+
+    def __post_init__(self) -> None:
+        if self.rtt is not None and not (0.0 <= self.rtt < 3600.0):
+            raise ValueError(f"rtt must be seconds in [0, 3600), not {self.rtt!r}")
+        if not (0 <= self.rand_count <= self.active_count <= MAX_PEERS_PER_MESSAGE):
+            raise ValueError(
+                f"need 0 <= rand_count <= active_count <= {MAX_PEERS_PER_MESSAGE}, "
+                f"not {self.rand_count!r}, {self.active_count!r}"
+            )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Disconnect:
+    """Drop the active link. `alive` says the sender stays in the overlay (keep it passive)."""
+
+    alive: bool = True
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Leave:
+    """`peer` left the topic: forget it everywhere; diffused eagerly with a TTL."""
+
+    peer: PeerId
+    ttl: int
+
+    def __post_init__(self) -> None:
+        _check_ttl(self.ttl)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Shuffle:
+    """Passive-view exchange started by `origin`, carried by a random walk."""
+
+    origin: PeerId
+    ttl: int
+    peers: tuple[PeerId, ...]
+
+    def __post_init__(self) -> None:
+        _check_ttl(self.ttl)
+        _check_peers(self.peers)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ShuffleReply:
+    peers: tuple[PeerId, ...]
+
+    def __post_init__(self) -> None:
+        _check_peers(self.peers)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Ping:
+    """RTT probe and liveness check; `want_view` asks the Pong to list the active view."""
+
+    nonce: int
+    want_view: bool = False
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.nonce < 1 << 64:
+            raise ValueError(f"nonce must fit in 64 bits, not {self.nonce!r}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Pong:
+    """Answer to a Ping. `subscribed` is False when the sender is not in the topic."""
+
+    nonce: int
+    subscribed: bool = True
+    active_count: int = 0
+    rand_count: int = 0
+    active: tuple[PeerId, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.nonce < 1 << 64:
+            raise ValueError(f"nonce must fit in 64 bits, not {self.nonce!r}")
+        _check_peers(self.active)
+        if not (0 <= self.rand_count <= self.active_count <= MAX_PEERS_PER_MESSAGE):
+            raise ValueError("need 0 <= rand_count <= active_count")
+
+
+# -- broadcast (Plumtree) ----------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Envelope:
+    """What a publisher signs off: the message id is blake3 of `envelope.encode()`."""
+
+    publisher: PeerId
+    seq: int
+    timestamp_ms: int
+    payload: bytes
+    key: bytes | None = None
+    headers: tuple[tuple[str, bytes], ...] = ()
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.seq < 1 << 63:
+            raise ValueError(f"seq must be a non-negative 63-bit int, not {self.seq!r}")
+        if not 0 <= self.timestamp_ms < 1 << 63:
+            raise ValueError(f"timestamp_ms must be a non-negative int, not {self.timestamp_ms!r}")
+        if len(self.headers) > MAX_HEADERS:
+            raise ValueError(f"at most {MAX_HEADERS} headers, not {len(self.headers)}")
+
+    @property
+    def size(self) -> int:
+        """Bytes the application put in (payload, key, headers): what size limits apply to."""
+        size = len(self.payload) + (len(self.key) if self.key is not None else 0)
+        return size + sum(len(k) + len(v) for k, v in self.headers)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Gossip:
+    """Eager push of one message. `hops` counts links travelled: 1 from the publisher."""
+
+    id: MessageId
+    envelope: Envelope
+    hops: int
+
+    def __post_init__(self) -> None:
+        _check_id(self.id)
+        if not 0 <= self.hops <= MAX_HOPS:
+            raise ValueError(f"hops must be in 0..{MAX_HOPS}, not {self.hops!r}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class IHave:
+    """Batched lazy-push summaries: (id, hops at which the announcer received it)."""
+
+    summaries: tuple[tuple[MessageId, int], ...]
+
+    def __post_init__(self) -> None:
+        if not 0 < len(self.summaries) <= MAX_IDS_PER_MESSAGE:
+            raise ValueError(f"IHAVE carries 1..{MAX_IDS_PER_MESSAGE} ids, not {len(self.summaries)}")
+        for message_id, hops in self.summaries:
+            _check_id(message_id)
+            if not 0 <= hops <= MAX_HOPS:
+                raise ValueError(f"hops must be in 0..{MAX_HOPS}, not {hops!r}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Prune:
+    """Move me to your lazy set."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Graft:
+    """Move me to your eager set and send me these messages (empty: only the move)."""
+
+    ids: tuple[MessageId, ...] = ()
+
+    def __post_init__(self) -> None:
+        if len(self.ids) > MAX_IDS_PER_MESSAGE:
+            raise ValueError(f"GRAFT carries at most {MAX_IDS_PER_MESSAGE} ids, not {len(self.ids)}")
+        for message_id in self.ids:
+            _check_id(message_id)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Pull:
+    """Per-publisher gap repair: send me `publisher`'s messages first_seq..last_seq."""
+
+    publisher: PeerId
+    first_seq: int
+    last_seq: int
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.first_seq <= self.last_seq < 1 << 63:
+            raise ValueError(f"bad range {self.first_seq!r}..{self.last_seq!r}")
+        if self.last_seq - self.first_seq + 1 > MAX_PULL_SPAN:
+            raise ValueError(f"a PULL spans at most {MAX_PULL_SPAN} sequence numbers")
+
+
+MembershipMessage: TypeAlias = (
+    GetNodes | Nodes | Join | ForwardJoin | Neighbor | Disconnect | Leave | Shuffle | ShuffleReply
+    | Ping | Pong
+)
+BroadcastMessage: TypeAlias = Gossip | IHave | Prune | Graft | Pull
+TopicMessage: TypeAlias = MembershipMessage | BroadcastMessage
+NodeMessage: TypeAlias = GetTopics | Topics
+Message: TypeAlias = TopicMessage | NodeMessage
