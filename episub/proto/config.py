@@ -23,6 +23,8 @@ def _positive(name: str, value: float) -> None:
 class MembershipConfig:
     c_rand: int = 4  # draft: C_rand = log(N) for N = 10,000
     c_near: int = 3  # draft
+    proximity: bool = True  # GoCast's near links; False = plain HyParView (random links only)
+    max_active_factor: float = 2.0  # guess: a view may oversubscribe to 2A, never more
     passive_size: int = 42  # draft: P = 6 * A (HyParView's k = 6)
     join_ttl: int = 6  # HyParView: ARWL = 6
     forward_join_ttl: int = 3  # HyParView: PRWL = 3 (each hop of the walk learns the joiner)
@@ -46,10 +48,15 @@ class MembershipConfig:
     max_left_memory: int = 4096  # bound on remembered departures
     recent_reject_memory: float = 10.0  # guess: don't re-ask a peer that just refused
     max_pending_requests: int = 4  # guess: neighbour requests in flight at once
+    near_candidates: int = 16  # guess: peers of near neighbours kept as near candidates
+    max_shuffle_intake: int = 16  # guess: passive entries one SHUFFLE may bring (k_a+k_p+1=8)
+    initial_probes: int = 8  # guess: RTT probes sent to fresh contacts when joining
 
     def __post_init__(self) -> None:
         if self.c_rand < 1:
-            raise ValueError(f"c_rand must be >= 1 (the overlay needs random links), not {self.c_rand}")
+            raise ValueError(
+                f"c_rand must be >= 1 (the overlay needs random links), not {self.c_rand}"
+            )
         if self.c_near < 0:
             raise ValueError(f"c_near must be >= 0, not {self.c_near}")
         if self.passive_size < 1:
@@ -80,6 +87,11 @@ class MembershipConfig:
     def active_size(self) -> int:
         """A = C_rand + C_near (draft)."""
         return self.c_rand + self.c_near
+
+    @property
+    def max_active(self) -> int:
+        """The hard cap on the active view, oversubscription included."""
+        return max(self.active_size + 1, int(self.active_size * self.max_active_factor))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -34,6 +34,15 @@ MAX_TOPICS_PER_MESSAGE = 1024
 MAX_PULL_SPAN = 4096  # sequence numbers one PULL may ask for
 MAX_HOPS = 1 << 16
 MAX_HEADERS = 64
+MAX_TOPIC_NAME = 256  # bytes of UTF-8; Kafka caps topic names at 249 characters
+
+
+def check_topic_name(topic: str) -> None:
+    """Topic names are 1..MAX_TOPIC_NAME bytes of UTF-8."""
+    if not isinstance(topic, str) or not 0 < len(topic.encode()) <= MAX_TOPIC_NAME:
+        raise ValueError(
+            f"topic name must be a str of 1..{MAX_TOPIC_NAME} bytes of UTF-8, not {topic!r}"
+        )
 
 
 class LinkKind(enum.IntEnum):
@@ -59,7 +68,7 @@ def _check_peers(peers: tuple[PeerId, ...]) -> None:
 
 
 def _check_id(message_id: bytes) -> None:
-    if len(message_id) != MESSAGE_ID_SIZE:
+    if not isinstance(message_id, bytes) or len(message_id) != MESSAGE_ID_SIZE:
         raise ValueError(f"message id must be {MESSAGE_ID_SIZE} bytes, not {len(message_id)}")
 
 
@@ -78,6 +87,8 @@ class Topics:
     def __post_init__(self) -> None:
         if len(self.topics) > MAX_TOPICS_PER_MESSAGE:
             raise ValueError(f"at most {MAX_TOPICS_PER_MESSAGE} topics, not {len(self.topics)}")
+        for topic in self.topics:
+            check_topic_name(topic)
 
 
 # -- membership (HyParView + GoCast) -----------------------------------------------------
@@ -212,7 +223,10 @@ class Pong:
             raise ValueError(f"nonce must fit in 64 bits, not {self.nonce!r}")
         _check_peers(self.active)
         if not (0 <= self.rand_count <= self.active_count <= MAX_PEERS_PER_MESSAGE):
-            raise ValueError("need 0 <= rand_count <= active_count")
+            raise ValueError(
+                f"need 0 <= rand_count <= active_count <= {MAX_PEERS_PER_MESSAGE}, "
+                f"not {self.rand_count!r}, {self.active_count!r}"
+            )
 
 
 # -- broadcast (Plumtree) ----------------------------------------------------------------
@@ -220,7 +234,7 @@ class Pong:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Envelope:
-    """What a publisher signs off: the message id is blake3 of `envelope.encode()`."""
+    """What a publisher stamps: the id is blake3 of `envelope.encode_envelope(topic, self)`."""
 
     publisher: PeerId
     seq: int
@@ -266,7 +280,9 @@ class IHave:
 
     def __post_init__(self) -> None:
         if not 0 < len(self.summaries) <= MAX_IDS_PER_MESSAGE:
-            raise ValueError(f"IHAVE carries 1..{MAX_IDS_PER_MESSAGE} ids, not {len(self.summaries)}")
+            raise ValueError(
+                f"IHAVE carries 1..{MAX_IDS_PER_MESSAGE} ids, not {len(self.summaries)}"
+            )
         for message_id, hops in self.summaries:
             _check_id(message_id)
             if not 0 <= hops <= MAX_HOPS:
@@ -286,7 +302,9 @@ class Graft:
 
     def __post_init__(self) -> None:
         if len(self.ids) > MAX_IDS_PER_MESSAGE:
-            raise ValueError(f"GRAFT carries at most {MAX_IDS_PER_MESSAGE} ids, not {len(self.ids)}")
+            raise ValueError(
+                f"GRAFT carries at most {MAX_IDS_PER_MESSAGE} ids, not {len(self.ids)}"
+            )
         for message_id in self.ids:
             _check_id(message_id)
 
@@ -307,8 +325,17 @@ class Pull:
 
 
 MembershipMessage: TypeAlias = (
-    GetNodes | Nodes | Join | ForwardJoin | Neighbor | Disconnect | Leave | Shuffle | ShuffleReply
-    | Ping | Pong
+    GetNodes
+    | Nodes
+    | Join
+    | ForwardJoin
+    | Neighbor
+    | Disconnect
+    | Leave
+    | Shuffle
+    | ShuffleReply
+    | Ping
+    | Pong
 )
 BroadcastMessage: TypeAlias = Gossip | IHave | Prune | Graft | Pull
 TopicMessage: TypeAlias = MembershipMessage | BroadcastMessage

@@ -1,38 +1,210 @@
 """NodeState: the sans-IO core of one episub node, many topics over one peer table.
 
-Being written; the interface below is fixed (the simulator and runtime code against it).
+The one way in is `handle(event, now)`; it returns the outputs to carry out, in order.
+The node routes each event to its topic, answers node-level queries, answers messages
+for topics it is not in (so that peers can clean their views), and tells the runtime
+when a connection is no longer used by any topic (`ClosePeer`).
+
+Timer tokens are `(topic, generation, name)`: leaving and re-joining a topic starts a
+new generation, so timers of the old one find nothing when they fire.
 """
 
 from __future__ import annotations
 
-from typing import Protocol
+from collections.abc import Hashable
 
+from episub.proto import messages as m
 from episub.proto.config import NodeConfig
-from episub.proto.events import InEvent, OutEvent
+from episub.proto.errors import LocalProtocolError
+from episub.proto.events import (
+    ClosePeer,
+    ConnectionLost,
+    InEvent,
+    JoinTopic,
+    LeaveTopic,
+    NeighborDown,
+    OutEvent,
+    PeerMisbehaved,
+    Publish,
+    Received,
+    Send,
+    TimerFired,
+)
 from episub.proto.messages import LinkKind, PeerId
+from episub.proto.peers import Rng, RttTable
+from episub.proto.topic import Topic
 
-
-class Rng(Protocol):
-    """What the core needs of a random number generator (a `random.Random` fits)."""
-
-    def random(self) -> float: ...
-    def randrange(self, stop: int, /) -> int: ...
-    def getrandbits(self, k: int, /) -> int: ...
+__all__ = ["NodeState"]
 
 
 class NodeState:
     def __init__(self, peer_id: PeerId, config: NodeConfig, rng: Rng) -> None:
-        raise NotImplementedError
+        self.me = peer_id
+        self.config = config
+        self.rng = rng
+        self.rtts = RttTable(smoothing=config.membership.rtt_smoothing)
+        self._topics: dict[str, Topic] = {}
+        self._generations: dict[str, int] = {}
+        self._next_generation = 0
+        self.misbehaved = 0
 
     def handle(self, event: InEvent, now: float) -> list[OutEvent]:
         """The one way in. Returns what the caller must carry out, in order."""
-        raise NotImplementedError
+        out: list[OutEvent] = []
+        match event:
+            case Received(peer=peer, topic=topic, message=message):
+                self._on_received(peer, topic, message, now, out)
+            case TimerFired(token=token):
+                self._on_timer(token, now, out)
+            case ConnectionLost(peer=peer):
+                for t in self._topics.values():
+                    t.on_connection_lost(peer, now, out)
+            case JoinTopic(topic=topic, bootstrap=bootstrap):
+                self._join(topic, bootstrap, now, out)
+            case LeaveTopic(topic=topic):
+                t = self._topic_or_raise(topic)
+                t.leave(now, out)
+                del self._topics[topic]
+            case Publish(topic=topic, payload=payload, key=key, headers=headers):
+                self._topic_or_raise(topic).publish(payload, key, headers, now, out)
+            case _:
+                raise LocalProtocolError(f"not an input event: {event!r}")
+        self._release_unused(out)
+        return out
 
-    # queries: no side effects
-    def topics(self) -> list[str]: ...
-    def active_view(self, topic: str) -> dict[PeerId, LinkKind]: ...
-    def passive_view(self, topic: str) -> list[PeerId]: ...
-    def eager_peers(self, topic: str) -> list[PeerId]: ...
-    def lazy_peers(self, topic: str) -> list[PeerId]: ...
-    def rtt(self, peer: PeerId) -> float | None: ...
-    def stats(self) -> dict[str, int]: ...
+    # -- commands -----------------------------------------------------------------------
+
+    def _join(
+        self, topic: str, bootstrap: tuple[PeerId, ...], now: float, out: list[OutEvent]
+    ) -> None:
+        try:
+            m.check_topic_name(topic)
+        except ValueError as exc:
+            raise LocalProtocolError(str(exc)) from None
+        if topic in self._topics:
+            raise LocalProtocolError(f"already joined topic {topic!r}")
+        if len(self._topics) >= self.config.max_topics:
+            raise LocalProtocolError(f"a node joins at most {self.config.max_topics} topics")
+        generation = self._next_generation
+        self._next_generation += 1
+        self._generations[topic] = generation
+        t = Topic(
+            name=topic,
+            me=self.me,
+            config=self.config,
+            rng=self.rng,
+            rtts=self.rtts,
+            timer_prefix=(topic, generation),
+        )
+        self._topics[topic] = t
+        t.join(tuple(bootstrap), now, out)
+
+    def _topic_or_raise(self, topic: str) -> Topic:
+        t = self._topics.get(topic)
+        if t is None:
+            raise LocalProtocolError(f"not joined to topic {topic!r}")
+        return t
+
+    # -- inputs -------------------------------------------------------------------------
+
+    def _on_received(
+        self, peer: PeerId, topic: str | None, message: m.Message, now: float, out: list[OutEvent]
+    ) -> None:
+        if topic is None:
+            match message:
+                case m.GetTopics():
+                    names = tuple(self._topics)[: m.MAX_TOPICS_PER_MESSAGE]
+                    out.append(Send(peer, None, m.Topics(topics=names)))
+                case m.Topics():
+                    pass  # answers are read by whoever asked, through the runtime
+                case _:
+                    self._misbehaved(peer, f"{type(message).__name__} needs a topic", out)
+            return
+        if isinstance(message, m.GetTopics | m.Topics):
+            self._misbehaved(
+                peer, f"{type(message).__name__} is node-level, got topic {topic!r}", out
+            )
+            return
+        t = self._topics.get(topic)
+        if t is None:
+            self._not_subscribed(peer, topic, message, out)
+            return
+        t.on_message(peer, message, now, out)
+
+    def _not_subscribed(
+        self, peer: PeerId, topic: str, message: m.Message, out: list[OutEvent]
+    ) -> None:
+        """Answer so the asker can drop us from its views of a topic we are not in."""
+        match message:
+            case m.Ping(nonce=nonce):
+                out.append(Send(peer, topic, m.Pong(nonce=nonce, subscribed=False)))
+            case m.GetNodes():
+                out.append(Send(peer, topic, m.Nodes(peers=())))
+            case m.Join() | m.Neighbor(op=m.NeighborOp.REQUEST) | m.Shuffle() | m.Graft():
+                out.append(Send(peer, topic, m.Disconnect(alive=False)))
+            case _:
+                pass
+
+    def _on_timer(self, token: Hashable, now: float, out: list[OutEvent]) -> None:
+        if not (isinstance(token, tuple) and len(token) == 3):
+            raise LocalProtocolError(f"not a timer token of ours: {token!r}")
+        topic, generation, name = token
+        t = self._topics.get(topic)
+        if t is None or self._generations.get(topic) != generation:
+            return  # a timer of a topic we left: stale, nothing to do
+        t.on_timer(name, now, out)
+
+    def _misbehaved(self, peer: PeerId, reason: str, out: list[OutEvent]) -> None:
+        self.misbehaved += 1
+        out.append(PeerMisbehaved(peer, reason))
+
+    def _release_unused(self, out: list[OutEvent]) -> None:
+        downs = [e.peer for e in out if isinstance(e, NeighborDown)]
+        if not downs:
+            return
+        released: set[PeerId] = set()
+        for peer in downs:
+            if peer in released or self._uses(peer):
+                continue
+            released.add(peer)
+            out.append(ClosePeer(peer))
+
+    def _uses(self, peer: PeerId) -> bool:
+        return any(
+            peer in t.membership.active or peer in t.membership.pending
+            for t in self._topics.values()
+        )
+
+    # -- queries: no side effects ----------------------------------------------------------
+
+    def topics(self) -> list[str]:
+        return list(self._topics)
+
+    def active_view(self, topic: str) -> dict[PeerId, LinkKind]:
+        t = self._topics.get(topic)
+        return {} if t is None else {p: link.kind for p, link in t.membership.active.items()}
+
+    def passive_view(self, topic: str) -> list[PeerId]:
+        t = self._topics.get(topic)
+        return [] if t is None else list(t.membership.passive)
+
+    def eager_peers(self, topic: str) -> list[PeerId]:
+        t = self._topics.get(topic)
+        return [] if t is None else list(t.broadcast.eager)
+
+    def lazy_peers(self, topic: str) -> list[PeerId]:
+        t = self._topics.get(topic)
+        return [] if t is None else list(t.broadcast.lazy)
+
+    def rtt(self, peer: PeerId) -> float | None:
+        return self.rtts.get(peer)
+
+    def stats(self) -> dict[str, int]:
+        totals: dict[str, int] = {"topics": len(self._topics), "misbehaved": self.misbehaved}
+        for t in self._topics.values():
+            for source in (t.membership.counters, t.broadcast.counters):
+                for name in source.__slots__:
+                    value = getattr(source, name)
+                    if isinstance(value, int):
+                        totals[name] = totals.get(name, 0) + value
+        return totals

@@ -1,0 +1,501 @@
+"""Plumtree broadcast for one topic, with the Episub draft's batching and per-publisher order.
+
+Rules this machine keeps:
+- `eager` and `lazy` are disjoint and their union is exactly the active view that
+  membership reported through neighbor_up/neighbor_down.
+- A message id is accepted once (the `seen` cache); its id must be blake3 of its envelope.
+- The application gets each publisher's messages in sequence order, each once: a message
+  that arrives early is held until the gap before it is filled or given up (DataLost).
+- Every table a peer can grow is bounded: cache (count, bytes, age), seen (count, age),
+  missing ids, announcers per id, held messages per publisher, publishers.
+
+Rules from the draft (and Plumtree):
+- publish / first receipt: GOSSIP to eager peers with hops + 1, id queued for IHAVE.
+- duplicate GOSSIP: PRUNE the sender, which moves to lazy.
+- every `ihave_interval` the queue is flushed as IHAVE batches to lazy peers.
+- IHAVE of an unknown id: the id is missing; one periodic timer marks it on its first tick
+  and from the second tick on GRAFTs it (batched per peer) from the next announcer.
+- GRAFT: the sender becomes eager and gets the ids it asked for from the cache.
+- tree optimisation: a lazy path shorter than the eager one by `optimization_threshold`
+  hops swaps the two (GRAFT the lazy announcer, PRUNE the eager sender).
+- optional eager repair when an eager neighbour goes down (empty GRAFT to lazy peers).
+- per-publisher gaps are pulled (PULL first..last) from neighbours in turn.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Hashable
+from dataclasses import dataclass, field
+
+from episub.proto import messages as m
+from episub.proto.config import BroadcastConfig
+from episub.proto.envelope import message_id
+from episub.proto.errors import MessageTooLarge
+from episub.proto.events import (
+    DataLost,
+    Deliver,
+    OutEvent,
+    PeerMisbehaved,
+    Published,
+    ScheduleTimer,
+    Send,
+)
+from episub.proto.messages import Envelope, MessageId, PeerId
+
+
+@dataclass(slots=True)
+class Cached:
+    envelope: Envelope
+    hops: int  # hops at which we received it (0: we published it)
+    received_at: float
+    sender: PeerId | None  # who sent it to us (None: we published it)
+    size: int
+
+
+@dataclass(slots=True)
+class Missing:
+    """An id announced by IHAVE that we have not received."""
+
+    announcers: list[tuple[PeerId, int]]  # (peer, hops it announced), first come first
+    ticks: int = 0
+
+
+@dataclass(slots=True)
+class PublisherStream:
+    """Ordered delivery state for one publisher."""
+
+    next_seq: int  # the next sequence number the application gets
+    held: dict[int, tuple[MessageId, Envelope, int]] = field(default_factory=dict)
+    gap_since: float | None = None
+    pull_attempts: int = 0
+
+
+@dataclass(slots=True)
+class BroadcastCounters:
+    published: int = 0
+    gossip_received: int = 0
+    duplicates_received: int = 0
+    delivered: int = 0
+    prunes_sent: int = 0
+    grafts_sent: int = 0
+    graft_ids_sent: int = 0
+    ihave_ids_sent: int = 0
+    pulls_sent: int = 0
+    bad_ids: int = 0
+    data_lost: int = 0
+    optimizations: int = 0
+
+
+class Broadcast:
+    def __init__(
+        self,
+        *,
+        me: PeerId,
+        topic: str,
+        config: BroadcastConfig,
+        timer_prefix: tuple[Hashable, ...],
+        id_key: bytes | None = None,
+    ) -> None:
+        self.me = me
+        self.topic = topic
+        self.config = config
+        self.id_key = id_key
+        self._timer_prefix = timer_prefix
+        self.eager: dict[PeerId, None] = {}
+        self.lazy: dict[PeerId, None] = {}
+        self.cache: OrderedDict[MessageId, Cached] = OrderedDict()
+        self.cache_bytes = 0
+        self.by_seq: dict[tuple[PeerId, int], MessageId] = {}
+        self.seen: OrderedDict[MessageId, float] = OrderedDict()  # id -> when first seen
+        self.lazy_queue: list[tuple[MessageId, int, PeerId | None]] = []
+        self.missing: dict[MessageId, Missing] = {}
+        self.streams: dict[PeerId, PublisherStream] = {}
+        self.next_seq = 0
+        self._ihave_armed = False
+        self._missing_armed = False
+        self._gap_armed = False
+        self.counters = BroadcastCounters()
+
+    # -- neighbours ---------------------------------------------------------------------
+
+    def neighbor_up(self, peer: PeerId) -> None:
+        self.lazy.pop(peer, None)
+        self.eager[peer] = None
+
+    def neighbor_down(self, peer: PeerId, out: list[OutEvent]) -> None:
+        was_eager = peer in self.eager
+        self.eager.pop(peer, None)
+        self.lazy.pop(peer, None)
+        if was_eager and self.config.eager_repair:
+            for lazy_peer in list(self.lazy):
+                out.append(Send(lazy_peer, self.topic, m.Graft(ids=())))
+                self._make_eager(lazy_peer)
+
+    def _make_eager(self, peer: PeerId) -> None:
+        if peer in self.lazy:
+            del self.lazy[peer]
+            self.eager[peer] = None
+
+    def _make_lazy(self, peer: PeerId) -> None:
+        if peer in self.eager:
+            del self.eager[peer]
+            self.lazy[peer] = None
+
+    def _is_neighbor(self, peer: PeerId) -> bool:
+        return peer in self.eager or peer in self.lazy
+
+    # -- publishing ---------------------------------------------------------------------
+
+    def publish(
+        self,
+        payload: bytes,
+        key: bytes | None,
+        headers: tuple[tuple[str, bytes], ...],
+        now: float,
+        out: list[OutEvent],
+    ) -> MessageId:
+        envelope = Envelope(
+            publisher=self.me,
+            seq=self.next_seq,
+            timestamp_ms=int(now * 1000),
+            payload=payload,
+            key=key,
+            headers=headers,
+        )
+        if envelope.size > self.config.max_message_size:
+            raise MessageTooLarge(
+                f"message of {envelope.size} bytes exceeds max_message_size "
+                f"({self.config.max_message_size} bytes) on topic {self.topic!r}"
+            )
+        self.next_seq += 1
+        mid = message_id(self.topic, envelope, self.id_key)
+        self.counters.published += 1
+        self._remember(mid, envelope, hops=0, sender=None, now=now)
+        out.append(Published(self.topic, mid, envelope))
+        gossip = m.Gossip(id=mid, envelope=envelope, hops=1)
+        for peer in self.eager:
+            out.append(Send(peer, self.topic, gossip))
+        self._queue_ihave(mid, 0, None, out)
+        return mid
+
+    # -- messages -----------------------------------------------------------------------
+
+    def on_message(
+        self, peer: PeerId, msg: m.BroadcastMessage, now: float, out: list[OutEvent]
+    ) -> None:
+        match msg:
+            case m.Gossip():
+                self._on_gossip(peer, msg, now, out)
+            case m.IHave(summaries=summaries):
+                self._on_ihave(peer, summaries, now, out)
+            case m.Prune():
+                self._make_lazy(peer)
+            case m.Graft(ids=ids):
+                self._on_graft(peer, ids, out)
+            case m.Pull(publisher=publisher, first_seq=first, last_seq=last):
+                self._on_pull(peer, publisher, first, last, out)
+
+    def _on_gossip(self, peer: PeerId, msg: m.Gossip, now: float, out: list[OutEvent]) -> None:
+        envelope = msg.envelope
+        if envelope.size > self.config.max_message_size:
+            out.append(
+                PeerMisbehaved(peer, f"GOSSIP of {envelope.size} bytes exceeds max_message_size")
+            )
+            return
+        mid = msg.id
+        if mid in self.seen:
+            self.counters.duplicates_received += 1
+            if peer in self.eager:
+                self._make_lazy(peer)
+                self.counters.prunes_sent += 1
+                out.append(Send(peer, self.topic, m.Prune()))
+            return
+        if message_id(self.topic, envelope, self.id_key) != mid:
+            self.counters.bad_ids += 1
+            out.append(PeerMisbehaved(peer, "GOSSIP id does not match its envelope"))
+            return
+        self.counters.gossip_received += 1
+        self._remember(mid, envelope, hops=msg.hops, sender=peer, now=now)
+        missing = self.missing.pop(mid, None)
+        if self._is_neighbor(peer):
+            self._make_eager(peer)
+            if missing is not None:
+                self._maybe_optimize(peer, msg.hops, missing.announcers, out)
+        forward = m.Gossip(id=mid, envelope=envelope, hops=msg.hops + 1)
+        for eager_peer in self.eager:
+            if eager_peer != peer:
+                out.append(Send(eager_peer, self.topic, forward))
+        self._queue_ihave(mid, msg.hops, peer, out)
+        if envelope.publisher != self.me:
+            self._deliver_in_order(mid, envelope, msg.hops, now, out)
+
+    def _maybe_optimize(
+        self,
+        eager_sender: PeerId,
+        hops: int,
+        announcers: list[tuple[PeerId, int]],
+        out: list[OutEvent],
+    ) -> None:
+        """Plumtree's optimisation: a lazy path `threshold` hops shorter replaces the eager one."""
+        best = min(
+            ((h, p) for p, h in announcers if p in self.lazy),
+            default=None,
+            key=lambda item: item[0],
+        )
+        if best is None:
+            return
+        lazy_hops, lazy_peer = best
+        if hops - (lazy_hops + 1) >= self.config.optimization_threshold:
+            self.counters.optimizations += 1
+            out.append(Send(lazy_peer, self.topic, m.Graft(ids=())))
+            self._make_eager(lazy_peer)
+            out.append(Send(eager_sender, self.topic, m.Prune()))
+            self._make_lazy(eager_sender)
+
+    def _on_ihave(
+        self,
+        peer: PeerId,
+        summaries: tuple[tuple[MessageId, int], ...],
+        now: float,
+        out: list[OutEvent],
+    ) -> None:
+        if not self._is_neighbor(peer):
+            return  # IHAVE is lazy push along active links only
+        c = self.config
+        for mid, hops in summaries:
+            if mid in self.seen:
+                continue
+            entry = self.missing.get(mid)
+            if entry is None:
+                if len(self.missing) >= c.max_missing:
+                    continue
+                self.missing[mid] = Missing(announcers=[(peer, hops)])
+            elif len(entry.announcers) < c.max_announcers and all(
+                p != peer for p, _ in entry.announcers
+            ):
+                entry.announcers.append((peer, hops))
+        if self.missing and not self._missing_armed:
+            self._missing_armed = True
+            out.append(ScheduleTimer(c.missing_check_interval, (*self._timer_prefix, "missing")))
+
+    def _on_graft(self, peer: PeerId, ids: tuple[MessageId, ...], out: list[OutEvent]) -> None:
+        if self._is_neighbor(peer):
+            self._make_eager(peer)
+        for mid in ids:
+            cached = self.cache.get(mid)
+            if cached is not None:
+                out.append(
+                    Send(
+                        peer,
+                        self.topic,
+                        m.Gossip(id=mid, envelope=cached.envelope, hops=cached.hops + 1),
+                    )
+                )
+
+    def _on_pull(
+        self, peer: PeerId, publisher: PeerId, first: int, last: int, out: list[OutEvent]
+    ) -> None:
+        for seq in range(first, last + 1):
+            mid = self.by_seq.get((publisher, seq))
+            cached = self.cache.get(mid) if mid is not None else None
+            if cached is not None:
+                out.append(
+                    Send(
+                        peer,
+                        self.topic,
+                        m.Gossip(id=mid, envelope=cached.envelope, hops=cached.hops + 1),
+                    )
+                )
+
+    # -- timers -------------------------------------------------------------------------
+
+    def on_timer(self, name: str, now: float, out: list[OutEvent]) -> None:
+        if name == "ihave":
+            self._ihave_armed = False
+            self._flush_ihave(out)
+        elif name == "missing":
+            self._missing_armed = False
+            self._check_missing(out)
+        elif name == "gap":
+            self._gap_armed = False
+            self._check_gaps(now, out)
+
+    def _queue_ihave(
+        self, mid: MessageId, hops: int, exclude: PeerId | None, out: list[OutEvent]
+    ) -> None:
+        self.lazy_queue.append((mid, hops, exclude))
+        if not self._ihave_armed:
+            self._ihave_armed = True
+            out.append(ScheduleTimer(self.config.ihave_interval, (*self._timer_prefix, "ihave")))
+
+    def _flush_ihave(self, out: list[OutEvent]) -> None:
+        queue, self.lazy_queue = self.lazy_queue, []
+        limit = self.config.max_ihave_ids
+        for peer in self.lazy:
+            summaries = [(mid, hops) for mid, hops, exclude in queue if exclude != peer]
+            for start in range(0, len(summaries), limit):
+                chunk = tuple(summaries[start : start + limit])
+                self.counters.ihave_ids_sent += len(chunk)
+                out.append(Send(peer, self.topic, m.IHave(summaries=chunk)))
+
+    def _check_missing(self, out: list[OutEvent]) -> None:
+        """The draft's single heartbeat: mark on the first tick, GRAFT from the second, one
+        announcer per tick in the order they announced, give up after enough ticks."""
+        c = self.config
+        grafts: dict[PeerId, list[MessageId]] = {}
+        for mid in list(self.missing):
+            entry = self.missing[mid]
+            entry.ticks += 1
+            if entry.ticks > c.missing_give_up_ticks:
+                del self.missing[mid]  # the per-publisher gap pull may still recover it
+                continue
+            if entry.ticks < 2:
+                continue
+            live = [p for p, _ in entry.announcers if self._is_neighbor(p)]
+            if not live:
+                del self.missing[mid]
+                continue
+            peer = live[(entry.ticks - 2) % len(live)]
+            grafts.setdefault(peer, []).append(mid)
+        for peer, ids in grafts.items():
+            self._make_eager(peer)
+            for start in range(0, len(ids), c.max_graft_ids):
+                chunk = tuple(ids[start : start + c.max_graft_ids])
+                self.counters.grafts_sent += 1
+                self.counters.graft_ids_sent += len(chunk)
+                out.append(Send(peer, self.topic, m.Graft(ids=chunk)))
+        if self.missing:
+            self._missing_armed = True
+            out.append(ScheduleTimer(c.missing_check_interval, (*self._timer_prefix, "missing")))
+
+    # -- caches -------------------------------------------------------------------------
+
+    def _remember(
+        self, mid: MessageId, envelope: Envelope, *, hops: int, sender: PeerId | None, now: float
+    ) -> None:
+        c = self.config
+        self.seen[mid] = now
+        while self.seen and (
+            len(self.seen) > c.seen_max or next(iter(self.seen.values())) + c.seen_ttl <= now
+        ):
+            self.seen.popitem(last=False)
+        size = envelope.size
+        self.cache[mid] = Cached(
+            envelope=envelope, hops=hops, received_at=now, sender=sender, size=size
+        )
+        self.cache_bytes += size
+        self.by_seq[(envelope.publisher, envelope.seq)] = mid
+        while self.cache and (
+            len(self.cache) > c.cache_max_messages
+            or self.cache_bytes > c.cache_max_bytes
+            or next(iter(self.cache.values())).received_at + c.cache_ttl <= now
+        ):
+            old_id, old = self.cache.popitem(last=False)
+            self.cache_bytes -= old.size
+            key = (old.envelope.publisher, old.envelope.seq)
+            if self.by_seq.get(key) == old_id:
+                del self.by_seq[key]
+
+    # -- ordered delivery and gap repair -------------------------------------------------
+
+    def _deliver_in_order(
+        self, mid: MessageId, envelope: Envelope, hops: int, now: float, out: list[OutEvent]
+    ) -> None:
+        c = self.config
+        stream = self.streams.get(envelope.publisher)
+        if stream is None:
+            if len(self.streams) >= c.max_publishers:
+                out.append(PeerMisbehaved(envelope.publisher, "too many publishers on this topic"))
+                return
+            # The first message we see of a publisher sets where its stream starts for us.
+            stream = self.streams[envelope.publisher] = PublisherStream(next_seq=envelope.seq)
+        seq = envelope.seq
+        if seq < stream.next_seq or seq in stream.held:
+            return  # delivered already, or from before we joined
+        if seq - stream.next_seq > c.max_gap:
+            # Too far ahead to pull what lies between: report it lost and resynchronise.
+            self._give_up(envelope.publisher, stream, seq - c.max_gap, out)
+        if seq == stream.next_seq:
+            self._emit(mid, envelope, hops, out)
+            stream.next_seq += 1
+            self._release_held(envelope.publisher, stream, out)
+            return
+        if len(stream.held) >= c.max_held_per_publisher:
+            self._give_up(envelope.publisher, stream, min(stream.held), out)
+            self._release_held(envelope.publisher, stream, out)
+            if seq < stream.next_seq:
+                return
+            if seq == stream.next_seq:
+                self._emit(mid, envelope, hops, out)
+                stream.next_seq += 1
+                self._release_held(envelope.publisher, stream, out)
+                return
+        stream.held[seq] = (mid, envelope, hops)
+        if stream.gap_since is None:
+            stream.gap_since = now
+            stream.pull_attempts = 0
+        self._arm_gap_timer(out)
+
+    def _emit(self, mid: MessageId, envelope: Envelope, hops: int, out: list[OutEvent]) -> None:
+        self.counters.delivered += 1
+        out.append(Deliver(self.topic, mid, envelope, hops))
+
+    def _release_held(
+        self, publisher: PeerId, stream: PublisherStream, out: list[OutEvent]
+    ) -> None:
+        while stream.next_seq in stream.held:
+            mid, envelope, hops = stream.held.pop(stream.next_seq)
+            self._emit(mid, envelope, hops, out)
+            stream.next_seq += 1
+        if not stream.held:
+            stream.gap_since = None
+            stream.pull_attempts = 0
+
+    def _give_up(
+        self, publisher: PeerId, stream: PublisherStream, upto: int, out: list[OutEvent]
+    ) -> None:
+        """Declare publisher's messages next_seq..upto-1 lost and move past them."""
+        if upto <= stream.next_seq:
+            return
+        self.counters.data_lost += upto - stream.next_seq
+        out.append(DataLost(self.topic, publisher, stream.next_seq, upto - 1))
+        stream.next_seq = upto
+        stream.gap_since = None
+        stream.pull_attempts = 0
+
+    def _arm_gap_timer(self, out: list[OutEvent]) -> None:
+        if not self._gap_armed:
+            self._gap_armed = True
+            out.append(ScheduleTimer(self.config.gap_retry_interval, (*self._timer_prefix, "gap")))
+
+    def _check_gaps(self, now: float, out: list[OutEvent]) -> None:
+        c = self.config
+        neighbors = [*self.eager, *self.lazy]
+        pending = False
+        for publisher, stream in self.streams.items():
+            if not stream.held:
+                continue
+            pending = True
+            if stream.gap_since is None:
+                stream.gap_since = now
+            if now - stream.gap_since < c.gap_timeout:
+                continue
+            first_held = min(stream.held)
+            if stream.pull_attempts >= c.gap_max_attempts or not neighbors:
+                self._give_up(publisher, stream, first_held, out)
+                self._release_held(publisher, stream, out)
+                continue
+            peer = neighbors[stream.pull_attempts % len(neighbors)]
+            stream.pull_attempts += 1
+            last = min(first_held - 1, stream.next_seq + m.MAX_PULL_SPAN - 1)
+            self.counters.pulls_sent += 1
+            out.append(
+                Send(
+                    peer,
+                    self.topic,
+                    m.Pull(publisher=publisher, first_seq=stream.next_seq, last_seq=last),
+                )
+            )
+        if pending:
+            self._arm_gap_timer(out)

@@ -1,0 +1,690 @@
+"""HyParView membership with GoCast proximity, for one topic, as the Episub draft has it.
+
+Rules this machine keeps (checked by tests and by the simulator):
+- `active` and `passive` are disjoint, never contain ourselves, and `passive` never holds
+  more than `passive_size` peers; `active` never holds more than `max_active` (= 2A).
+- A peer enters `active` only once it has answered: we asked and it sent NEIGHBOR(ACCEPT),
+  or it asked and we accepted. Every entry and exit is reported as NeighborUp/NeighborDown,
+  and a link we drop is announced to the peer with DISCONNECT, so that after quiescence
+  active views are symmetric.
+- Each active link is RAND or NEAR (GoCast); both ends agree on the kind, because the
+  acceptor decides it and the requester adopts it from the ACCEPT.
+- A departed peer (LEAVE) is kept out of both views for `left_memory` seconds.
+
+Rules from the draft, in the order a node meets them:
+- join: GETNODES to the contacts, then JOIN(ttl) to C_rand of the peers learned.
+- JOIN: accept (NEIGHBOR request of high priority to the joiner, FORWARDJOIN to one random
+  neighbour) when ttl is 0 or our view is below A; otherwise walk on to a random neighbour.
+- FORWARDJOIN: add the joiner to the passive view; walk on while ttl > 0.
+- NEIGHBOR request: accept while below A; accept a peer with fewer than C_rand links as
+  RAND; accept a NEAR request closer than our farthest near neighbour by a factor alpha,
+  evicting that neighbour if it has enough links; otherwise refuse with DISCONNECT.
+- stabilisation: above A, drop links whose other end is oversubscribed too, then links
+  closing a triangle; below A, request links from the passive view (random ones until
+  C_rand RAND links, then the nearest by RTT).
+- optimisation: replace the farthest near neighbour by a known peer closer by alpha.
+- SHUFFLE: a random walk that exchanges a sample of views; passive peers are probed
+  (PING) for liveness, membership and RTT.
+- LEAVE: eager diffusion, forwarded when it removed the peer or its ttl is not spent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from dataclasses import dataclass, field
+
+from episub.proto import messages as m
+from episub.proto.config import MembershipConfig
+from episub.proto.events import (
+    NeighborDown,
+    NeighborUp,
+    OutEvent,
+    PeerMisbehaved,
+    ScheduleTimer,
+    Send,
+)
+from episub.proto.messages import LinkKind, NeighborOp, PeerId
+from episub.proto.peers import Rng, RttTable, choice, jittered, sample
+
+# Periodic timers; each re-arms itself when it fires.
+PERIODIC_TIMERS = ("stabilize", "optimize", "shuffle", "ping", "probe")
+
+
+@dataclass(slots=True)
+class Link:
+    """One active link and what we last heard of the peer's own view."""
+
+    kind: LinkKind
+    since: float
+    peer_active: int = 0
+    peer_rand: int = 0
+    peer_view: tuple[PeerId, ...] = ()
+
+
+@dataclass(slots=True)
+class PendingRequest:
+    kind: LinkKind
+    sent_at: float
+    replaces: PeerId | None = None  # optimisation: the near neighbour this one displaces
+
+
+@dataclass(slots=True)
+class PendingPing:
+    peer: PeerId
+    sent_at: float
+
+
+@dataclass(slots=True)
+class MembershipCounters:
+    joins_accepted: int = 0
+    joins_forwarded: int = 0
+    neighbor_accepted: int = 0
+    neighbor_refused: int = 0
+    evictions: int = 0
+    stabilize_drops: int = 0
+    optimize_swaps: int = 0
+    shuffles: int = 0
+    passive_expired: int = 0
+    extra: dict[str, int] = field(default_factory=dict)
+
+
+class Membership:
+    def __init__(
+        self,
+        *,
+        me: PeerId,
+        topic: str,
+        config: MembershipConfig,
+        rng: Rng,
+        rtts: RttTable,
+        timer_prefix: tuple[Hashable, ...],
+    ) -> None:
+        self.me = me
+        self.topic = topic
+        self.config = config
+        self.rng = rng
+        self.rtts = rtts
+        self._timer_prefix = timer_prefix
+        self.active: dict[PeerId, Link] = {}
+        self.passive: dict[PeerId, None] = {}  # an ordered set
+        self.pending: dict[PeerId, PendingRequest] = {}
+        self.pings: dict[int, PendingPing] = {}
+        self.near_candidates: dict[PeerId, None] = {}
+        self.left: dict[PeerId, float] = {}  # departed peer -> until when we ignore it
+        self.refused_by: dict[PeerId, float] = {}  # peer -> until when we don't re-ask
+        self.bootstrap: tuple[PeerId, ...] = ()
+        self.joined = False
+        self.join_sent = False
+        self._last_shuffle_sent: tuple[PeerId, ...] = ()
+        self.counters = MembershipCounters()
+
+    # -- queries ------------------------------------------------------------------------
+
+    @property
+    def active_size(self) -> int:
+        return self.config.active_size
+
+    def rand_count(self) -> int:
+        return sum(1 for link in self.active.values() if link.kind is LinkKind.RAND)
+
+    def near_count(self) -> int:
+        return len(self.active) - self.rand_count()
+
+    def _pending_count(self, kind: LinkKind) -> int:
+        return sum(1 for p in self.pending.values() if p.kind is kind and p.replaces is None)
+
+    # -- commands -----------------------------------------------------------------------
+
+    def join(self, bootstrap: tuple[PeerId, ...], now: float, out: list[OutEvent]) -> None:
+        self.joined = True
+        self.bootstrap = tuple(p for p in bootstrap if p != self.me)
+        for name in PERIODIC_TIMERS:
+            self._schedule(name, self._period(name), out)
+        if self.bootstrap:
+            self._ask_contacts(out)
+            self._schedule("join_retry", self.config.join_retry_interval, out)
+
+    def leave(self, now: float, out: list[OutEvent]) -> None:
+        for peer in list(self.active):
+            out.append(Send(peer, self.topic, m.Leave(peer=self.me, ttl=self.config.leave_ttl)))
+            self._remove_active(peer, out)
+        for peer in list(self.pending):
+            out.append(Send(peer, self.topic, m.Disconnect(alive=False)))
+        self.pending.clear()
+        self.passive.clear()
+        self.pings.clear()
+        self.joined = False
+
+    # -- timers -------------------------------------------------------------------------
+
+    def on_timer(self, name: str, now: float, out: list[OutEvent]) -> None:
+        if not self.joined:
+            return
+        if name == "join_retry":
+            if not self.active and not self.pending:
+                self.join_sent = False
+                self._ask_contacts(out)
+                self._schedule("join_retry", self.config.join_retry_interval, out)
+            return
+        handler = {
+            "stabilize": self._stabilize,
+            "optimize": self._optimize,
+            "shuffle": self._start_shuffle,
+            "ping": self._ping_active,
+            "probe": self._probe_passive,
+        }.get(name)
+        if handler is None:
+            return
+        handler(now, out)
+        self._schedule(name, self._period(name), out)
+
+    def _period(self, name: str) -> float:
+        c = self.config
+        base = {
+            "stabilize": c.stabilize_interval,
+            "optimize": c.optimize_interval,
+            "shuffle": c.shuffle_interval,
+            "ping": c.ping_interval,
+            "probe": c.passive_probe_interval,
+        }[name]
+        return jittered(self.rng, base, c.timer_jitter)
+
+    def _schedule(self, name: str, delay: float, out: list[OutEvent]) -> None:
+        out.append(ScheduleTimer(delay, (*self._timer_prefix, name)))
+
+    # -- messages -----------------------------------------------------------------------
+
+    def on_message(
+        self, peer: PeerId, msg: m.MembershipMessage, now: float, out: list[OutEvent]
+    ) -> None:
+        if peer == self.me:
+            out.append(PeerMisbehaved(peer, "message claims to come from ourselves"))
+            return
+        match msg:
+            case m.GetNodes():
+                peers = [*self.active, *self.passive][: m.MAX_PEERS_PER_MESSAGE]
+                out.append(Send(peer, self.topic, m.Nodes(peers=tuple(peers))))
+            case m.Nodes(peers=peers):
+                self._on_nodes(peer, peers, now, out)
+            case m.Join(peer=joiner, ttl=ttl):
+                self._on_join(peer, joiner, ttl, now, out)
+            case m.ForwardJoin(peer=joiner, ttl=ttl):
+                self._on_forward_join(peer, joiner, ttl, out)
+            case m.Neighbor(op=NeighborOp.REQUEST):
+                self._on_neighbor_request(peer, msg, now, out)
+            case m.Neighbor(op=NeighborOp.ACCEPT):
+                self._on_neighbor_accept(peer, msg, now, out)
+            case m.Disconnect(alive=alive):
+                self._on_disconnect(peer, alive, now, out)
+            case m.Leave(peer=departed, ttl=ttl):
+                self._on_leave(peer, departed, ttl, now, out)
+            case m.Shuffle(origin=origin, ttl=ttl, peers=peers):
+                self._on_shuffle(peer, origin, ttl, peers, out)
+            case m.ShuffleReply(peers=peers):
+                self._add_passive_many(peers, prefer_evicting=self._last_shuffle_sent, now=now)
+            case m.Ping(nonce=nonce, want_view=want_view):
+                view = tuple(self.active) if want_view else ()
+                pong = m.Pong(
+                    nonce=nonce,
+                    subscribed=self.joined,
+                    active_count=len(self.active),
+                    rand_count=self.rand_count(),
+                    active=view,
+                )
+                out.append(Send(peer, self.topic, pong))
+            case m.Pong():
+                self._on_pong(peer, msg, now, out)
+
+    def on_connection_lost(self, peer: PeerId, now: float, out: list[OutEvent]) -> None:
+        """The peer is unreachable: it leaves every view and is not asked again soon."""
+        if peer in self.active:
+            self._remove_active(peer, out)
+        self.pending.pop(peer, None)
+        self.passive.pop(peer, None)
+        self.near_candidates.pop(peer, None)
+        for nonce in [n for n, p in self.pings.items() if p.peer == peer]:
+            del self.pings[nonce]
+        if self.joined and not self.active and not self.passive:
+            self._ask_contacts(out)
+
+    # -- joining ------------------------------------------------------------------------
+
+    def _ask_contacts(self, out: list[OutEvent]) -> None:
+        for contact in self.bootstrap:
+            out.append(Send(contact, self.topic, m.GetNodes()))
+
+    def _on_nodes(
+        self, sender: PeerId, peers: tuple[PeerId, ...], now: float, out: list[OutEvent]
+    ) -> None:
+        if not self.joined:
+            return
+        fresh = [p for p in (sender, *peers) if p != self.me and p not in self.active]
+        for p in fresh:
+            self._add_passive(p)
+        if self.join_sent:
+            return
+        self.join_sent = True
+        targets = sample(
+            self.rng,
+            [sender, *(p for p in peers if p != sender and p != self.me)],
+            self.config.c_rand,
+        )
+        for target in targets:
+            out.append(Send(target, self.topic, m.Join(peer=self.me, ttl=self.config.join_ttl)))
+        # RTTs to fresh contacts let the first near links be near.
+        for p in sample(self.rng, list(self.passive), self.config.initial_probes):
+            self._send_ping(p, want_view=False, now=now, out=out)
+
+    def _on_join(
+        self, sender: PeerId, joiner: PeerId, ttl: int, now: float, out: list[OutEvent]
+    ) -> None:
+        if joiner == self.me or joiner in self.active or joiner in self.pending or not self.joined:
+            return
+        if joiner in self.left:
+            return
+        others = [p for p in self.active if p != sender and p != joiner]
+        if ttl == 0 or len(self.active) < self.active_size or not others:
+            self.counters.joins_accepted += 1
+            self._request_link(joiner, LinkKind.RAND, now, out, high_priority=True)
+            if others:
+                fwd = m.ForwardJoin(peer=joiner, ttl=self.config.forward_join_ttl)
+                out.append(Send(choice(self.rng, others), self.topic, fwd))
+        else:
+            self.counters.joins_forwarded += 1
+            out.append(Send(choice(self.rng, others), self.topic, m.Join(peer=joiner, ttl=ttl - 1)))
+
+    def _on_forward_join(
+        self, sender: PeerId, joiner: PeerId, ttl: int, out: list[OutEvent]
+    ) -> None:
+        if joiner == self.me or not self.joined:
+            return
+        if joiner not in self.active and joiner not in self.left:
+            self._add_passive(joiner)
+        if ttl > 0:
+            others = [p for p in self.active if p != sender and p != joiner]
+            if others:
+                fwd = m.ForwardJoin(peer=joiner, ttl=ttl - 1)
+                out.append(Send(choice(self.rng, others), self.topic, fwd))
+
+    # -- links --------------------------------------------------------------------------
+
+    def _request_link(
+        self,
+        peer: PeerId,
+        kind: LinkKind,
+        now: float,
+        out: list[OutEvent],
+        *,
+        high_priority: bool = False,
+        replaces: PeerId | None = None,
+    ) -> None:
+        self.pending[peer] = PendingRequest(kind=kind, sent_at=now, replaces=replaces)
+        request = m.Neighbor(
+            op=NeighborOp.REQUEST,
+            kind=kind,
+            high_priority=high_priority,
+            rtt=self.rtts.get(peer),
+            active_count=len(self.active),
+            rand_count=self.rand_count(),
+        )
+        out.append(Send(peer, self.topic, request))
+
+    def _accept_message(self, kind: LinkKind) -> m.Neighbor:
+        return m.Neighbor(
+            op=NeighborOp.ACCEPT,
+            kind=kind,
+            active_count=len(self.active),
+            rand_count=self.rand_count(),
+        )
+
+    def _on_neighbor_request(
+        self, peer: PeerId, req: m.Neighbor, now: float, out: list[OutEvent]
+    ) -> None:
+        if not self.joined or peer in self.left:
+            out.append(Send(peer, self.topic, m.Disconnect(alive=self.joined)))
+            return
+        if peer in self.active:  # a repeated request: the link stands
+            link = self.active[peer]
+            link.peer_active, link.peer_rand = req.active_count, req.rand_count
+            out.append(Send(peer, self.topic, self._accept_message(link.kind)))
+            return
+        if req.rtt is not None:
+            self.rtts.sample(peer, req.rtt)
+        crossed = self.pending.pop(peer, None)  # we asked each other at once: one link
+        kind = self._judge_request(peer, req, crossed is not None, now, out)
+        if kind is None:
+            self.counters.neighbor_refused += 1
+            out.append(Send(peer, self.topic, m.Disconnect(alive=True)))
+            return
+        self.counters.neighbor_accepted += 1
+        self._add_active(peer, kind, now, out, req.active_count, req.rand_count)
+        out.append(Send(peer, self.topic, self._accept_message(kind)))
+
+    def _judge_request(
+        self, peer: PeerId, req: m.Neighbor, crossed: bool, now: float, out: list[OutEvent]
+    ) -> LinkKind | None:
+        """The draft's acceptance rules; returns the link's kind, or None to refuse."""
+        c = self.config
+        if len(self.active) >= c.max_active:
+            return None
+        if req.high_priority or crossed or len(self.active) < self.active_size:
+            return req.kind
+        if req.active_count < c.c_rand:
+            return LinkKind.RAND
+        if c.proximity and req.kind is LinkKind.NEAR and req.rtt is not None:
+            farthest = self._farthest_near()
+            if farthest is not None:
+                far_peer, far_rtt = farthest
+                if req.rtt * c.alpha < far_rtt:
+                    link = self.active[far_peer]
+                    if link.peer_active > c.c_rand:  # it keeps its random links
+                        self.counters.evictions += 1
+                        self._drop_link(far_peer, out)
+                    return LinkKind.NEAR
+        return None
+
+    def _farthest_near(self) -> tuple[PeerId, float] | None:
+        """Our near neighbour with the largest RTT (unknown RTT counts as farthest)."""
+        worst: tuple[PeerId, float] | None = None
+        for peer, link in self.active.items():
+            if link.kind is not LinkKind.NEAR:
+                continue
+            rtt = self.rtts.get(peer)
+            rtt = float("inf") if rtt is None else rtt
+            if worst is None or rtt > worst[1]:
+                worst = (peer, rtt)
+        return worst
+
+    def _on_neighbor_accept(
+        self, peer: PeerId, acc: m.Neighbor, now: float, out: list[OutEvent]
+    ) -> None:
+        request = self.pending.pop(peer, None)
+        if peer in self.active:
+            link = self.active[peer]
+            link.peer_active, link.peer_rand = acc.active_count, acc.rand_count
+            return
+        if request is None and (len(self.active) >= self.config.max_active or not self.joined):
+            # An answer we stopped waiting for, and no room left: undo the link at its end.
+            out.append(Send(peer, self.topic, m.Disconnect(alive=self.joined)))
+            return
+        self._add_active(peer, acc.kind, now, out, acc.active_count, acc.rand_count)
+        if request is not None and request.replaces is not None:
+            old = self.active.get(request.replaces)
+            if old is not None and old.peer_active > self.config.c_rand:
+                self.counters.optimize_swaps += 1
+                self._drop_link(request.replaces, out)
+
+    def _on_disconnect(self, peer: PeerId, alive: bool, now: float, out: list[OutEvent]) -> None:
+        if self.pending.pop(peer, None) is not None:
+            self.refused_by[peer] = now + self.config.recent_reject_memory
+        if peer in self.active:
+            self._remove_active(peer, out)
+        if alive and self.joined and peer not in self.left:
+            self._add_passive(peer)
+        else:
+            self.passive.pop(peer, None)
+
+    def _add_active(
+        self,
+        peer: PeerId,
+        kind: LinkKind,
+        now: float,
+        out: list[OutEvent],
+        peer_active: int,
+        peer_rand: int,
+    ) -> None:
+        self.passive.pop(peer, None)
+        self.near_candidates.pop(peer, None)
+        self.active[peer] = Link(kind=kind, since=now, peer_active=peer_active, peer_rand=peer_rand)
+        out.append(NeighborUp(self.topic, peer, kind))
+
+    def _remove_active(self, peer: PeerId, out: list[OutEvent]) -> None:
+        del self.active[peer]
+        out.append(NeighborDown(self.topic, peer))
+
+    def _drop_link(self, peer: PeerId, out: list[OutEvent]) -> None:
+        """We end a link on our initiative: tell the peer, keep it as a passive peer."""
+        out.append(Send(peer, self.topic, m.Disconnect(alive=True)))
+        self._remove_active(peer, out)
+        self._add_passive(peer)
+
+    # -- leaving ------------------------------------------------------------------------
+
+    def _on_leave(
+        self, sender: PeerId, departed: PeerId, ttl: int, now: float, out: list[OutEvent]
+    ) -> None:
+        if departed == self.me:
+            return
+        self._expire_left(now)
+        removed = departed in self.active or departed in self.passive or departed in self.pending
+        if departed in self.active:
+            self._remove_active(departed, out)
+        self.passive.pop(departed, None)
+        self.pending.pop(departed, None)
+        self.near_candidates.pop(departed, None)
+        first_time = departed not in self.left
+        if len(self.left) < self.config.max_left_memory or not first_time:
+            self.left[departed] = now + self.config.left_memory
+        if first_time and (removed or ttl > 0):
+            fwd = m.Leave(peer=departed, ttl=max(ttl - 1, 0))
+            for peer in self.active:
+                if peer != sender:
+                    out.append(Send(peer, self.topic, fwd))
+
+    def _expire_left(self, now: float) -> None:
+        for peer in [p for p, until in self.left.items() if until <= now]:
+            del self.left[peer]
+
+    # -- passive view -------------------------------------------------------------------
+
+    def _add_passive(self, peer: PeerId, prefer_evicting: tuple[PeerId, ...] = ()) -> None:
+        if peer == self.me or peer in self.active or peer in self.passive or peer in self.left:
+            return
+        if len(self.passive) >= self.config.passive_size:
+            victims = [p for p in prefer_evicting if p in self.passive]
+            victim = victims[0] if victims else choice(self.rng, list(self.passive))
+            del self.passive[victim]
+        self.passive[peer] = None
+
+    def _add_passive_many(
+        self, peers: tuple[PeerId, ...], *, prefer_evicting: tuple[PeerId, ...], now: float
+    ) -> None:
+        self._expire_left(now)
+        for peer in peers[: self.config.max_shuffle_intake]:
+            self._add_passive(peer, prefer_evicting)
+
+    def _start_shuffle(self, now: float, out: list[OutEvent]) -> None:
+        if not self.active:
+            return
+        c = self.config
+        exchange = (
+            self.me,
+            *sample(self.rng, list(self.active), c.shuffle_active),
+            *sample(self.rng, list(self.passive), c.shuffle_passive),
+        )
+        self._last_shuffle_sent = exchange[1:]
+        self.counters.shuffles += 1
+        target = choice(self.rng, list(self.active))
+        out.append(
+            Send(target, self.topic, m.Shuffle(origin=self.me, ttl=c.shuffle_ttl, peers=exchange))
+        )
+
+    def _on_shuffle(
+        self,
+        sender: PeerId,
+        origin: PeerId,
+        ttl: int,
+        peers: tuple[PeerId, ...],
+        out: list[OutEvent],
+    ) -> None:
+        if origin == self.me or not self.joined:
+            return
+        others = [p for p in self.active if p != sender and p != origin]
+        if ttl > 0 and others:
+            fwd = m.Shuffle(origin=origin, ttl=ttl - 1, peers=peers)
+            out.append(Send(choice(self.rng, others), self.topic, fwd))
+            return
+        reply = tuple(sample(self.rng, list(self.passive), len(peers)))
+        out.append(Send(origin, self.topic, m.ShuffleReply(peers=reply)))
+        for peer in peers[: self.config.max_shuffle_intake]:
+            self._add_passive(peer, reply)
+
+    def _probe_passive(self, now: float, out: list[OutEvent]) -> None:
+        """Liveness, membership and RTT of known but unconnected peers (draft: passive view
+        management). Peers with no RTT yet go first: proximity needs them measured."""
+        self._expire_pings(now, out)
+        pinged = {p.peer for p in self.pings.values()}
+        pool = [p for p in (*self.near_candidates, *self.passive) if p not in pinged]
+        unmeasured = [p for p in pool if self.rtts.get(p) is None]
+        targets = sample(self.rng, unmeasured or pool, self.config.passive_probes_per_tick)
+        for peer in targets:
+            self._send_ping(peer, want_view=False, now=now, out=out)
+
+    def _ping_active(self, now: float, out: list[OutEvent]) -> None:
+        self._expire_pings(now, out)
+        oversubscribed = len(self.active) > self.active_size
+        for peer, link in self.active.items():
+            # Views of near neighbours are where nearer peers are found (GoCast); views of
+            # all neighbours tell an oversubscribed node which links close triangles.
+            want_view = oversubscribed or (self.config.proximity and link.kind is LinkKind.NEAR)
+            self._send_ping(peer, want_view=want_view, now=now, out=out)
+
+    def _send_ping(self, peer: PeerId, *, want_view: bool, now: float, out: list[OutEvent]) -> None:
+        nonce = self.rng.getrandbits(64)
+        self.pings[nonce] = PendingPing(peer=peer, sent_at=now)
+        out.append(Send(peer, self.topic, m.Ping(nonce=nonce, want_view=want_view)))
+
+    def _expire_pings(self, now: float, out: list[OutEvent]) -> None:
+        deadline = now - self.config.ping_timeout
+        for nonce in [n for n, p in self.pings.items() if p.sent_at <= deadline]:
+            peer = self.pings.pop(nonce).peer
+            if peer in self.passive:
+                # The draft's cleanup: an unanswered passive peer is presumed gone.
+                self.counters.passive_expired += 1
+                del self.passive[peer]
+            self.near_candidates.pop(peer, None)
+
+    def _on_pong(self, peer: PeerId, pong: m.Pong, now: float, out: list[OutEvent]) -> None:
+        ping = self.pings.get(pong.nonce)
+        if ping is None or ping.peer != peer:
+            out.append(PeerMisbehaved(peer, "PONG answers no PING we sent it"))
+            return
+        del self.pings[pong.nonce]
+        self.rtts.sample(peer, max(now - ping.sent_at, 0.0))
+        if not pong.subscribed:
+            self.passive.pop(peer, None)
+            self.near_candidates.pop(peer, None)
+            if peer in self.active:
+                self._remove_active(peer, out)
+            return
+        link = self.active.get(peer)
+        if link is not None:
+            link.peer_active, link.peer_rand = pong.active_count, pong.rand_count
+            if pong.active:
+                link.peer_view = pong.active
+                if link.kind is LinkKind.NEAR:
+                    self._learn_near_candidates(pong.active)
+
+    def _learn_near_candidates(self, peers: tuple[PeerId, ...]) -> None:
+        for p in peers:
+            if p == self.me or p in self.active or p in self.left or p in self.near_candidates:
+                continue
+            if len(self.near_candidates) >= self.config.near_candidates:
+                self.near_candidates.pop(next(iter(self.near_candidates)))
+            self.near_candidates[p] = None
+
+    # -- stabilisation and optimisation ------------------------------------------------
+
+    def _stabilize(self, now: float, out: list[OutEvent]) -> None:
+        c = self.config
+        self._expire_left(now)
+        for peer in [
+            p for p, r in self.pending.items() if r.sent_at + c.neighbor_request_timeout <= now
+        ]:
+            del self.pending[peer]
+            self.refused_by[peer] = now + c.recent_reject_memory
+        for peer in [p for p, until in self.refused_by.items() if until <= now]:
+            del self.refused_by[peer]
+        if len(self.active) > self.active_size:
+            self._shrink(out)
+        elif len(self.active) + len(self.pending) < self.active_size:
+            self._grow(now, out)
+        if not self.active and not self.pending and not self.passive and self.bootstrap:
+            self._ask_contacts(out)
+
+    def _shrink(self, out: list[OutEvent]) -> None:
+        """Drop links only where it is safe (draft): first to neighbours that stay at A or
+        more without us, then links that close a triangle (both ends keep a path)."""
+        c = self.config
+        excess = len(self.active) - self.active_size
+        for _ in range(excess):
+            rand_excess = self.rand_count() > c.c_rand
+            safe = [
+                (p, link)
+                for p, link in self.active.items()
+                if link.peer_active > self.active_size
+                and (link.kind is LinkKind.RAND) == rand_excess
+            ] or [
+                (p, link) for p, link in self.active.items() if link.peer_active > self.active_size
+            ]
+            if not safe:
+                safe = [
+                    (p, link)
+                    for p, link in self.active.items()
+                    if link.peer_active >= self.active_size and self._closes_triangle(p)
+                ]
+            if not safe:
+                return
+            # The neighbour with most links loses least; ties go to the older link.
+            peer = max(safe, key=lambda item: (item[1].peer_active, -item[1].since))[0]
+            self.counters.stabilize_drops += 1
+            self._drop_link(peer, out)
+
+    def _closes_triangle(self, peer: PeerId) -> bool:
+        return any(peer in link.peer_view for p, link in self.active.items() if p != peer)
+
+    def _grow(self, now: float, out: list[OutEvent]) -> None:
+        c = self.config
+        wanted = self.active_size - len(self.active) - len(self.pending)
+        wanted = min(wanted, c.max_pending_requests - len(self.pending))
+        pool = [p for p in self.passive if p not in self.refused_by and p not in self.pending]
+        for _ in range(max(wanted, 0)):
+            if not pool:
+                return
+            needs_rand = self.rand_count() + self._pending_count(LinkKind.RAND) < c.c_rand
+            kind = LinkKind.RAND if needs_rand else LinkKind.NEAR
+            if needs_rand or not c.proximity:
+                # Without proximity the near slots are filled like random ones: plain HyParView.
+                peer = choice(self.rng, pool)
+            else:
+                peer = min(pool, key=lambda p: (self._rtt_or_inf(p), self.rng.random()))
+            pool.remove(peer)
+            self._request_link(peer, kind, now, out)
+
+    def _rtt_or_inf(self, peer: PeerId) -> float:
+        rtt = self.rtts.get(peer)
+        return float("inf") if rtt is None else rtt
+
+    def _optimize(self, now: float, out: list[OutEvent]) -> None:
+        """GoCast: swap the farthest near neighbour for a measured peer closer by alpha."""
+        c = self.config
+        if not c.proximity or len(self.active) < self.active_size:
+            return
+        if any(r.replaces is not None for r in self.pending.values()):
+            return  # one swap at a time
+        farthest = self._farthest_near()
+        if farthest is None:
+            return
+        far_peer, far_rtt = farthest
+        candidates = [
+            (rtt, p)
+            for p in (*self.near_candidates, *self.passive)
+            if p not in self.refused_by
+            and p not in self.pending
+            and (rtt := self.rtts.get(p)) is not None
+        ]
+        if not candidates:
+            return
+        best_rtt, best = min(candidates, key=lambda item: item[0])
+        if best_rtt * c.alpha < far_rtt:
+            self._request_link(best, LinkKind.NEAR, now, out, replaces=far_peer)

@@ -1,0 +1,116 @@
+"""One topic: HyParView membership and Plumtree broadcast composed, as iroh-gossip does.
+
+The two machines never call each other. Membership reports NeighborUp/NeighborDown as
+outputs; this class reads them off the output list and feeds them to broadcast, so the
+eager/lazy sets always partition the active view.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+
+from episub.proto import messages as m
+from episub.proto.broadcast import Broadcast
+from episub.proto.config import NodeConfig
+from episub.proto.events import NeighborDown, NeighborUp, OutEvent
+from episub.proto.membership import Membership
+from episub.proto.messages import MessageId, PeerId
+from episub.proto.peers import Rng, RttTable
+
+MEMBERSHIP_MESSAGES = (
+    m.GetNodes,
+    m.Nodes,
+    m.Join,
+    m.ForwardJoin,
+    m.Neighbor,
+    m.Disconnect,
+    m.Leave,
+    m.Shuffle,
+    m.ShuffleReply,
+    m.Ping,
+    m.Pong,
+)
+BROADCAST_MESSAGES = (m.Gossip, m.IHave, m.Prune, m.Graft, m.Pull)
+BROADCAST_TIMERS = ("ihave", "missing", "gap")
+
+
+class Topic:
+    def __init__(
+        self,
+        *,
+        name: str,
+        me: PeerId,
+        config: NodeConfig,
+        rng: Rng,
+        rtts: RttTable,
+        timer_prefix: tuple[Hashable, ...],
+    ) -> None:
+        self.name = name
+        self.membership = Membership(
+            me=me,
+            topic=name,
+            config=config.membership,
+            rng=rng,
+            rtts=rtts,
+            timer_prefix=timer_prefix,
+        )
+        self.broadcast = Broadcast(
+            me=me,
+            topic=name,
+            config=config.broadcast,
+            timer_prefix=timer_prefix,
+            id_key=config.id_key,
+        )
+
+    def join(self, bootstrap: tuple[PeerId, ...], now: float, out: list[OutEvent]) -> None:
+        start = len(out)
+        self.membership.join(bootstrap, now, out)
+        self._feed_neighbor_changes(out, start)
+
+    def leave(self, now: float, out: list[OutEvent]) -> None:
+        start = len(out)
+        self.membership.leave(now, out)
+        self._feed_neighbor_changes(out, start)
+
+    def publish(
+        self,
+        payload: bytes,
+        key: bytes | None,
+        headers: tuple[tuple[str, bytes], ...],
+        now: float,
+        out: list[OutEvent],
+    ) -> MessageId:
+        return self.broadcast.publish(payload, key, headers, now, out)
+
+    def on_message(
+        self, peer: PeerId, msg: m.TopicMessage, now: float, out: list[OutEvent]
+    ) -> None:
+        if isinstance(msg, BROADCAST_MESSAGES):
+            self.broadcast.on_message(peer, msg, now, out)
+            return
+        start = len(out)
+        self.membership.on_message(peer, msg, now, out)
+        self._feed_neighbor_changes(out, start)
+
+    def on_timer(self, name: str, now: float, out: list[OutEvent]) -> None:
+        if name in BROADCAST_TIMERS:
+            self.broadcast.on_timer(name, now, out)
+            return
+        start = len(out)
+        self.membership.on_timer(name, now, out)
+        self._feed_neighbor_changes(out, start)
+
+    def on_connection_lost(self, peer: PeerId, now: float, out: list[OutEvent]) -> None:
+        start = len(out)
+        self.membership.on_connection_lost(peer, now, out)
+        self._feed_neighbor_changes(out, start)
+
+    def _feed_neighbor_changes(self, out: list[OutEvent], start: int) -> None:
+        # Broadcast may append (eager repair GRAFTs); only the membership's slice is read.
+        end = len(out)
+        for i in range(start, end):
+            event = out[i]
+            if isinstance(event, NeighborUp):
+                self.broadcast.neighbor_up(event.peer)
+            elif isinstance(event, NeighborDown):
+                self.broadcast.neighbor_down(event.peer, out)

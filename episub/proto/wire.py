@@ -1,0 +1,490 @@
+"""The wire codec: message dataclasses to length-prefixed protobuf frames and back.
+
+Sans-IO in h11's manner: `encode_frame` returns bytes to send, and a `FrameDecoder` is fed
+whatever bytes arrived and hands back whole frames. Nothing here touches a socket or a clock,
+so the runtime, the tests and a fuzzer all drive the very same code.
+
+A frame is a 4-byte big-endian length, then a protobuf `Frame` (episub.proto) of items, each
+a message tagged with its topic (none for the node-level GETTOPICS/TOPICS).
+
+Rules the decoder keeps, because every byte it sees is chosen by a peer:
+
+- A header announcing more than `max_frame_size` is refused from its 4 bytes alone, and the
+  bytes of an unfinished frame held here never exceed `max_frame_size + 4`.
+- Whatever is wrong with a frame (framing, protobuf, a bound, a value a message constructor
+  rejects) raises `FrameError`, and nothing else. The stream cannot be resynchronised after
+  that, so the decoder refuses all further use and the connection is meant to be dropped.
+- Complete frames that preceded a bad one are still handed out first.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from google.protobuf.message import DecodeError
+
+from episub.proto import episub_pb2 as pb
+from episub.proto import messages as _messages
+from episub.proto.messages import (
+    Disconnect,
+    Envelope,
+    ForwardJoin,
+    GetNodes,
+    GetTopics,
+    Gossip,
+    Graft,
+    IHave,
+    Join,
+    Leave,
+    LinkKind,
+    Message,
+    Neighbor,
+    NeighborOp,
+    Nodes,
+    PeerId,
+    Ping,
+    Pong,
+    Prune,
+    Pull,
+    Shuffle,
+    ShuffleReply,
+    Topics,
+)
+
+__all__ = [
+    "LENGTH_PREFIX_SIZE",
+    "MAX_ITEMS_PER_FRAME",
+    "MAX_PEER_ID_SIZE",
+    "MAX_TOPIC_NAME",
+    "FrameDecoder",
+    "FrameError",
+    "encode_frame",
+]
+
+_LENGTH_PREFIX = struct.Struct(">I")
+LENGTH_PREFIX_SIZE = _LENGTH_PREFIX.size
+# What a 4-byte length can announce at all.
+_MAX_ENCODABLE_FRAME = (1 << 32) - 1
+
+# libp2p's multihash peer ids of an inlined Ed25519 key are 38 bytes and a sha2-256 multihash
+# 34; 64 covers both with room for a raw public key or a 512-bit digest.
+MAX_PEER_ID_SIZE = 64
+# Topic names: the bound lives beside the messages (Kafka caps its own at 249 characters).
+MAX_TOPIC_NAME = _messages.MAX_TOPIC_NAME
+# Default cap on items per frame: piggybacking batches a few control messages per tick, far
+# below this; it bounds the work one frame can cause whatever the frame size allows.
+MAX_ITEMS_PER_FRAME = 1024
+
+# A bad value quoted in an error is cut to this many characters, so that a megabyte of
+# garbage does not end up in a log line.
+_MAX_SHOWN = 80
+
+
+class FrameError(ValueError):
+    """The peer sent bytes that are not a valid frame: drop the connection."""
+
+
+def _show(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= _MAX_SHOWN else text[: _MAX_SHOWN - 3] + "..."
+
+
+# -- peer ids and topics ----------------------------------------------------------------
+
+
+def _peer_to_pb(peer: PeerId) -> bytes:
+    if isinstance(peer, int):
+        raise TypeError(
+            f"peer ids on the wire must be bytes; int ids exist only in the simulator, not {peer!r}"
+        )
+    if not isinstance(peer, bytes):
+        raise TypeError(f"peer id must be bytes, not {_show(peer)}")
+    if not 0 < len(peer) <= MAX_PEER_ID_SIZE:
+        raise ValueError(f"peer id must be 1..{MAX_PEER_ID_SIZE} bytes, not {len(peer)}")
+    return peer
+
+
+def _peer_from_pb(raw: bytes) -> bytes:
+    if not 0 < len(raw) <= MAX_PEER_ID_SIZE:
+        raise FrameError(
+            f"peer id must be 1..{MAX_PEER_ID_SIZE} bytes, not {len(raw)}: {_show(raw)}"
+        )
+    return raw
+
+
+def _peers_to_pb(peers: Sequence[PeerId]) -> list[bytes]:
+    return [_peer_to_pb(peer) for peer in peers]
+
+
+def _peers_from_pb(raw: Sequence[bytes]) -> tuple[bytes, ...]:
+    return tuple(_peer_from_pb(peer) for peer in raw)
+
+
+def _topic_problem(topic: str) -> str | None:
+    size = len(topic.encode())
+    if not 0 < size <= MAX_TOPIC_NAME:
+        return f"topic name must be 1..{MAX_TOPIC_NAME} bytes of UTF-8, not {size}: {_show(topic)}"
+    return None
+
+
+def _check_topic_names(topics: Sequence[str], error: type[Exception]) -> None:
+    for topic in topics:
+        if (problem := _topic_problem(topic)) is not None:
+            raise error(problem)
+
+
+# -- one message each way ---------------------------------------------------------------
+# Encoders fill the (already present) protobuf submessage from the dataclass; decoders build
+# the dataclass from the submessage, leaving range checks to its constructor.
+
+
+def _enum_from_pb(enum_type: type[NeighborOp] | type[LinkKind], value: int) -> Any:
+    try:
+        return enum_type(value)
+    except ValueError:
+        raise FrameError(f"unknown {enum_type.__name__} value {value!r}") from None
+
+
+def _topics_to_pb(m: Topics, out: pb.Topics) -> None:
+    _check_topic_names(m.topics, ValueError)
+    out.topics.extend(m.topics)
+
+
+def _topics_from_pb(p: pb.Topics) -> Topics:
+    _check_topic_names(p.topics, FrameError)
+    return Topics(topics=tuple(p.topics))
+
+
+def _neighbor_to_pb(m: Neighbor, out: pb.Neighbor) -> None:
+    out.op = int(m.op)
+    out.kind = int(m.kind)
+    out.high_priority = m.high_priority
+    if m.rtt is not None:
+        out.rtt_seconds = m.rtt
+    out.active_count = m.active_count
+    out.rand_count = m.rand_count
+
+
+def _neighbor_from_pb(p: pb.Neighbor) -> Neighbor:
+    return Neighbor(
+        op=_enum_from_pb(NeighborOp, p.op),
+        kind=_enum_from_pb(LinkKind, p.kind),
+        high_priority=p.high_priority,
+        rtt=p.rtt_seconds if p.HasField("rtt_seconds") else None,
+        active_count=p.active_count,
+        rand_count=p.rand_count,
+    )
+
+
+def _disconnect_to_pb(m: Disconnect, out: pb.Disconnect) -> None:
+    out.alive = m.alive
+
+
+def _ping_to_pb(m: Ping, out: pb.Ping) -> None:
+    out.nonce = m.nonce
+    out.want_view = m.want_view
+
+
+def _shuffle_to_pb(m: Shuffle, out: pb.Shuffle) -> None:
+    out.origin = _peer_to_pb(m.origin)
+    out.ttl = m.ttl
+    out.peers.extend(_peers_to_pb(m.peers))
+
+
+def _pong_to_pb(m: Pong, out: pb.Pong) -> None:
+    out.nonce = m.nonce
+    out.subscribed = m.subscribed
+    out.active_count = m.active_count
+    out.rand_count = m.rand_count
+    out.active.extend(_peers_to_pb(m.active))
+
+
+def _pong_from_pb(p: pb.Pong) -> Pong:
+    return Pong(
+        nonce=p.nonce,
+        subscribed=p.subscribed,
+        active_count=p.active_count,
+        rand_count=p.rand_count,
+        active=_peers_from_pb(p.active),
+    )
+
+
+def _envelope_to_pb(m: Envelope, out: pb.Envelope) -> None:
+    out.publisher = _peer_to_pb(m.publisher)
+    out.seq = m.seq
+    out.timestamp_ms = m.timestamp_ms
+    out.payload = m.payload
+    if m.key is not None:
+        out.key = m.key
+    for name, value in m.headers:
+        out.headers.add(name=name, value=value)
+
+
+def _envelope_from_pb(p: pb.Envelope) -> Envelope:
+    return Envelope(
+        publisher=_peer_from_pb(p.publisher),
+        seq=p.seq,
+        timestamp_ms=p.timestamp_ms,
+        payload=p.payload,
+        key=p.key if p.HasField("key") else None,
+        headers=tuple((header.name, header.value) for header in p.headers),
+    )
+
+
+def _gossip_to_pb(m: Gossip, out: pb.Gossip) -> None:
+    out.id = m.id
+    _envelope_to_pb(m.envelope, out.envelope)
+    out.hops = m.hops
+
+
+def _gossip_from_pb(p: pb.Gossip) -> Gossip:
+    if not p.HasField("envelope"):
+        raise FrameError("GOSSIP without an envelope")
+    return Gossip(id=p.id, envelope=_envelope_from_pb(p.envelope), hops=p.hops)
+
+
+def _ihave_to_pb(m: IHave, out: pb.IHave) -> None:
+    for message_id, hops in m.summaries:
+        out.summaries.add(id=message_id, hops=hops)
+
+
+def _pull_to_pb(m: Pull, out: pb.Pull) -> None:
+    out.publisher = _peer_to_pb(m.publisher)
+    out.first_seq = m.first_seq
+    out.last_seq = m.last_seq
+
+
+def _pull_from_pb(p: pb.Pull) -> Pull:
+    return Pull(publisher=_peer_from_pb(p.publisher), first_seq=p.first_seq, last_seq=p.last_seq)
+
+
+def _nothing_to_pb(m: Any, out: Any) -> None:
+    """Messages without fields: the caller has already marked the submessage present."""
+
+
+def _walk_to_pb(m: Join | ForwardJoin | Leave, out: Any) -> None:
+    out.peer = _peer_to_pb(m.peer)
+    out.ttl = m.ttl
+
+
+class _Codec:
+    """How one message type maps to its `Item.body` field."""
+
+    __slots__ = ("decode", "encode", "field", "node_level")
+
+    def __init__(
+        self,
+        field: str,
+        encode: Callable[[Any, Any], None],
+        decode: Callable[[Any], Message],
+        *,
+        node_level: bool = False,
+    ) -> None:
+        self.field = field
+        self.encode = encode
+        self.decode = decode
+        self.node_level = node_level
+
+
+_CODECS: dict[type, _Codec] = {
+    GetTopics: _Codec("get_topics", _nothing_to_pb, lambda p: GetTopics(), node_level=True),
+    Topics: _Codec("topics", _topics_to_pb, _topics_from_pb, node_level=True),
+    GetNodes: _Codec("get_nodes", _nothing_to_pb, lambda p: GetNodes()),
+    Nodes: _Codec(
+        "nodes",
+        lambda m, out: out.peers.extend(_peers_to_pb(m.peers)),
+        lambda p: Nodes(peers=_peers_from_pb(p.peers)),
+    ),
+    Join: _Codec("join", _walk_to_pb, lambda p: Join(peer=_peer_from_pb(p.peer), ttl=p.ttl)),
+    ForwardJoin: _Codec(
+        "forward_join",
+        _walk_to_pb,
+        lambda p: ForwardJoin(peer=_peer_from_pb(p.peer), ttl=p.ttl),
+    ),
+    Neighbor: _Codec("neighbor", _neighbor_to_pb, _neighbor_from_pb),
+    Disconnect: _Codec("disconnect", _disconnect_to_pb, lambda p: Disconnect(alive=p.alive)),
+    Leave: _Codec("leave", _walk_to_pb, lambda p: Leave(peer=_peer_from_pb(p.peer), ttl=p.ttl)),
+    Shuffle: _Codec(
+        "shuffle",
+        _shuffle_to_pb,
+        lambda p: Shuffle(origin=_peer_from_pb(p.origin), ttl=p.ttl, peers=_peers_from_pb(p.peers)),
+    ),
+    ShuffleReply: _Codec(
+        "shuffle_reply",
+        lambda m, out: out.peers.extend(_peers_to_pb(m.peers)),
+        lambda p: ShuffleReply(peers=_peers_from_pb(p.peers)),
+    ),
+    Ping: _Codec("ping", _ping_to_pb, lambda p: Ping(nonce=p.nonce, want_view=p.want_view)),
+    Pong: _Codec("pong", _pong_to_pb, _pong_from_pb),
+    Gossip: _Codec("gossip", _gossip_to_pb, _gossip_from_pb),
+    IHave: _Codec(
+        "ihave",
+        _ihave_to_pb,
+        lambda p: IHave(summaries=tuple((s.id, s.hops) for s in p.summaries)),
+    ),
+    Prune: _Codec("prune", _nothing_to_pb, lambda p: Prune()),
+    Graft: _Codec(
+        "graft",
+        lambda m, out: out.ids.extend(m.ids),
+        lambda p: Graft(ids=tuple(p.ids)),
+    ),
+    Pull: _Codec("pull", _pull_to_pb, _pull_from_pb),
+}
+_CODECS_BY_FIELD: dict[str, _Codec] = {codec.field: codec for codec in _CODECS.values()}
+
+
+# -- frames -----------------------------------------------------------------------------
+
+
+def encode_frame(items: Sequence[tuple[str | None, Message]]) -> bytes:
+    """One frame carrying `items`, each a (topic, message); topic is None for node-level ones.
+
+    Raises TypeError for a value that cannot go on the wire (an int peer id from the
+    simulator, something that is not a message) and ValueError for one the receiving
+    decoder would refuse (a missing or misplaced topic, an oversized name or peer id).
+    """
+    if not items:
+        raise ValueError("a frame carries at least one message")
+    frame = pb.Frame()
+    for topic, message in items:
+        codec = _CODECS.get(type(message))
+        if codec is None:
+            raise TypeError(f"not an episub message: {_show(message)}")
+        item = frame.items.add()
+        if codec.node_level:
+            if topic is not None:
+                raise ValueError(f"{type(message).__name__} is node-level: topic must be None")
+        else:
+            if not isinstance(topic, str):
+                raise TypeError(f"{type(message).__name__} needs a str topic, not {_show(topic)}")
+            if (problem := _topic_problem(topic)) is not None:
+                raise ValueError(problem)
+            item.topic = topic
+        body = getattr(item, codec.field)
+        body.SetInParent()
+        codec.encode(message, body)
+    data = frame.SerializeToString()
+    if len(data) > _MAX_ENCODABLE_FRAME:
+        raise ValueError(f"frame of {len(data)} bytes does not fit a 4-byte length")
+    return _LENGTH_PREFIX.pack(len(data)) + data
+
+
+def _decode_item(item: pb.Item) -> tuple[str | None, Message]:
+    field = item.WhichOneof("body")
+    if field is None:
+        raise FrameError("item has no message body (empty or of an unknown kind)")
+    codec = _CODECS_BY_FIELD[field]
+    topic: str | None = None
+    if item.HasField("topic"):
+        if codec.node_level:
+            raise FrameError(f"node-level {field} carries a topic: {_show(item.topic)}")
+        topic = item.topic
+        if (problem := _topic_problem(topic)) is not None:
+            raise FrameError(problem)
+    elif not codec.node_level:
+        raise FrameError(f"{field} carries no topic")
+    try:
+        message = codec.decode(getattr(item, field))
+    except FrameError:
+        raise
+    except (ValueError, TypeError) as exc:
+        raise FrameError(f"invalid {field}: {exc}") from exc
+    return topic, message
+
+
+class FrameDecoder:
+    """Turns the bytes of one connection into frames of (topic, message) items.
+
+    `feed()` whatever arrives, then call `next_frame()` until it returns None. Frames that
+    are complete but not yet taken stay buffered in full, so the caller bounds them by the
+    size of what it feeds at once; the unfinished frame at the end is bounded here.
+    """
+
+    def __init__(self, *, max_frame_size: int, max_items_per_frame: int = MAX_ITEMS_PER_FRAME):
+        if not 0 < max_frame_size <= _MAX_ENCODABLE_FRAME:
+            raise ValueError(
+                f"max_frame_size must be 1..{_MAX_ENCODABLE_FRAME}, not {max_frame_size!r}"
+            )
+        if max_items_per_frame <= 0:
+            raise ValueError(f"max_items_per_frame must be positive, not {max_items_per_frame!r}")
+        self._max_frame_size = max_frame_size
+        self._max_items = max_items_per_frame
+        self._buffer = bytearray()
+        # _buffer[:_complete] is whole frames whose headers were checked; after it, at most
+        # one unfinished frame.
+        self._complete = 0
+        # A framing error found by feed() behind complete frames, raised once those are taken.
+        self._pending_error: FrameError | None = None
+        self._broken = False
+
+    @property
+    def buffered(self) -> int:
+        """Bytes received and not yet returned as frames."""
+        return len(self._buffer)
+
+    def feed(self, data: bytes) -> None:
+        """Buffer `data`; a bad frame header in it is reported by a later `next_frame()`."""
+        self._check_usable()
+        if self._pending_error is not None:
+            return  # nothing after a bad header can be framed; don't hold it
+        self._buffer += data
+        self._scan()
+
+    def next_frame(self) -> list[tuple[str | None, Message]] | None:
+        """The next whole frame's items, or None when more bytes are needed.
+
+        Raises FrameError when the frame (or the stream) is invalid; after that the decoder
+        only raises.
+        """
+        self._check_usable()
+        if self._complete == 0:
+            if self._pending_error is not None:
+                self._broken = True
+                self._buffer.clear()
+                raise self._pending_error
+            return None
+        (length,) = _LENGTH_PREFIX.unpack_from(self._buffer)
+        end = LENGTH_PREFIX_SIZE + length
+        body = self._buffer[LENGTH_PREFIX_SIZE:end]
+        del self._buffer[:end]
+        self._complete -= end
+        try:
+            return self._decode(body)
+        except FrameError:
+            self._broken = True
+            self._buffer.clear()
+            raise
+
+    def _check_usable(self) -> None:
+        if self._broken:
+            raise FrameError("decoder is in error state after an invalid frame")
+
+    def _scan(self) -> None:
+        """Advance `_complete` over whole frames, checking each header as soon as it is here."""
+        while len(self._buffer) - self._complete >= LENGTH_PREFIX_SIZE:
+            (length,) = _LENGTH_PREFIX.unpack_from(self._buffer, self._complete)
+            if length == 0 or length > self._max_frame_size:
+                what = "empty frame" if length == 0 else f"frame of {length} bytes announced"
+                self._pending_error = FrameError(
+                    f"{what}; frames must be 1..{self._max_frame_size} bytes"
+                )
+                del self._buffer[self._complete :]
+                return
+            end = self._complete + LENGTH_PREFIX_SIZE + length
+            if len(self._buffer) < end:
+                return
+            self._complete = end
+
+    def _decode(self, body: bytes | bytearray) -> list[tuple[str | None, Message]]:
+        frame = pb.Frame()
+        try:
+            frame.ParseFromString(body)
+        except DecodeError as exc:
+            raise FrameError(f"malformed protobuf frame of {len(body)} bytes: {exc}") from None
+        if not frame.items:
+            raise FrameError("frame carries no items")
+        if len(frame.items) > self._max_items:
+            raise FrameError(f"frame carries {len(frame.items)} items, more than {self._max_items}")
+        return [_decode_item(item) for item in frame.items]
