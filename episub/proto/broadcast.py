@@ -123,11 +123,12 @@ class Broadcast:
         self.lazy.pop(peer, None)
         self.eager[peer] = None
 
-    def neighbor_down(self, peer: PeerId, out: list[OutEvent]) -> None:
+    def neighbor_down(self, peer: PeerId, out: list[OutEvent], *, repair: bool = True) -> None:
+        """`repair` False when we are leaving: nothing to repair then."""
         was_eager = peer in self.eager
         self.eager.pop(peer, None)
         self.lazy.pop(peer, None)
-        if was_eager and self.config.eager_repair:
+        if was_eager and repair and self.config.eager_repair:
             for lazy_peer in list(self.lazy):
                 out.append(Send(lazy_peer, self.topic, m.Graft(ids=())))
                 self._make_eager(lazy_peer)
@@ -220,12 +221,13 @@ class Broadcast:
         missing = self.missing.pop(mid, None)
         if self._is_neighbor(peer):
             self._make_eager(peer)
-            if missing is not None:
-                self._maybe_optimize(peer, msg.hops, missing.announcers, out)
         forward = m.Gossip(id=mid, envelope=envelope, hops=msg.hops + 1)
         for eager_peer in self.eager:
             if eager_peer != peer:
                 out.append(Send(eager_peer, self.topic, forward))
+        if missing is not None and self._is_neighbor(peer):
+            # After the push, as Plumtree does: the announcer we graft must not get this copy.
+            self._maybe_optimize(peer, msg.hops, missing.announcers, out)
         self._queue_ihave(mid, msg.hops, peer, out)
         if envelope.publisher != self.me:
             self._deliver_in_order(mid, envelope, msg.hops, now, out)

@@ -35,8 +35,9 @@ class MembershipConfig:
     shuffle_interval: float = 30.0  # guess: iroh uses 60 s; halved for faster churn recovery
     stabilize_interval: float = 2.0  # guess: GoCast maintains every second or so
     optimize_interval: float = 5.0  # guess: slower than stabilisation so swaps settle
-    ping_interval: float = 5.0  # guess: five RTT samples per neighbour in 25 s
-    passive_probe_interval: float = 1.0  # guess: one passive peer probed per second
+    # Pings are most of the control traffic (the simulator shows 60%), so they are sparse:
+    ping_interval: float = 10.0  # guess: an RTT sample and view refresh per neighbour per 10 s
+    passive_probe_interval: float = 2.0  # guess: the 42 passive peers measured in ~90 s
     passive_probes_per_tick: int = 1  # guess
     ping_timeout: float = 5.0  # guess: far above any RTT we serve
     neighbor_request_timeout: float = 2.0  # guess: iroh waits 500 ms; we allow slow links
@@ -51,6 +52,9 @@ class MembershipConfig:
     near_candidates: int = 16  # guess: peers of near neighbours kept as near candidates
     max_shuffle_intake: int = 16  # guess: passive entries one SHUFFLE may bring (k_a+k_p+1=8)
     initial_probes: int = 8  # guess: RTT probes sent to fresh contacts when joining
+    dormant_size: int = 16  # guess: unreachable peers re-probed, so split overlays re-merge
+    dormant_retry: float = 10.0  # guess: first re-probe of an unreachable peer; doubles after
+    dormant_max_retry: float = 120.0  # guess: ceiling of that backoff
 
     def __post_init__(self) -> None:
         if self.c_rand < 1:

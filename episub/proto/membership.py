@@ -85,6 +85,7 @@ class MembershipCounters:
     optimize_swaps: int = 0
     shuffles: int = 0
     passive_expired: int = 0
+    revived: int = 0
     extra: dict[str, int] = field(default_factory=dict)
 
 
@@ -112,6 +113,9 @@ class Membership:
         self.near_candidates: dict[PeerId, None] = {}
         self.left: dict[PeerId, float] = {}  # departed peer -> until when we ignore it
         self.refused_by: dict[PeerId, float] = {}  # peer -> until when we don't re-ask
+        # Peers that became unreachable: re-probed with backoff, because after a partition
+        # heals they are the only way the two halves find each other again.
+        self.dormant: dict[PeerId, tuple[float, float]] = {}  # peer -> (next probe, backoff)
         self.bootstrap: tuple[PeerId, ...] = ()
         self.joined = False
         self.join_sent = False
@@ -236,7 +240,10 @@ class Membership:
                 self._on_pong(peer, msg, now, out)
 
     def on_connection_lost(self, peer: PeerId, now: float, out: list[OutEvent]) -> None:
-        """The peer is unreachable: it leaves every view and is not asked again soon."""
+        """The peer is unreachable: it leaves every view and goes dormant."""
+        if peer in self.active or peer in self.passive:
+            self._make_dormant(peer, now)
+        # A dormant peer's backoff already grew when its probe was sent.
         if peer in self.active:
             self._remove_active(peer, out)
         self.pending.pop(peer, None)
@@ -283,6 +290,12 @@ class Membership:
         if joiner in self.left:
             return
         others = [p for p in self.active if p != sender and p != joiner]
+        if len(self.active) >= self.config.max_active:
+            if ttl > 0 and others:
+                out.append(
+                    Send(choice(self.rng, others), self.topic, m.Join(peer=joiner, ttl=ttl - 1))
+                )
+            return
         if ttl == 0 or len(self.active) < self.active_size or not others:
             self.counters.joins_accepted += 1
             self._request_link(joiner, LinkKind.RAND, now, out, high_priority=True)
@@ -352,6 +365,9 @@ class Membership:
             self.rtts.sample(peer, req.rtt)
         crossed = self.pending.pop(peer, None)  # we asked each other at once: one link
         kind = self._judge_request(peer, req, crossed is not None, now, out)
+        if kind is not None and crossed is not None and not self._proposal_wins(peer):
+            # Both ends accept the other's proposal; the lower id's kind wins on both.
+            kind = crossed.kind
         if kind is None:
             self.counters.neighbor_refused += 1
             out.append(Send(peer, self.topic, m.Disconnect(alive=True)))
@@ -383,6 +399,13 @@ class Membership:
                     return LinkKind.NEAR
         return None
 
+    def _proposal_wins(self, peer: PeerId) -> bool:
+        """Does `peer`'s proposal beat ours when requests cross? The lower id wins."""
+        try:
+            return bool(peer < self.me)  # type: ignore[operator]
+        except TypeError:
+            return repr(peer) < repr(self.me)
+
     def _farthest_near(self) -> tuple[PeerId, float] | None:
         """Our near neighbour with the largest RTT (unknown RTT counts as farthest)."""
         worst: tuple[PeerId, float] | None = None
@@ -402,11 +425,19 @@ class Membership:
         if peer in self.active:
             link = self.active[peer]
             link.peer_active, link.peer_rand = acc.active_count, acc.rand_count
+            if link.kind is not acc.kind and self._proposal_wins(peer):
+                link.kind = acc.kind
             return
-        if request is None and (len(self.active) >= self.config.max_active or not self.joined):
-            # An answer we stopped waiting for, and no room left: undo the link at its end.
+        late = request is None and peer in self.refused_by  # our request timed out
+        if (
+            (request is None and not late)
+            or len(self.active) >= self.config.max_active
+            or not self.joined
+        ):
+            # Unasked, or no room left: undo the link at its other end.
             out.append(Send(peer, self.topic, m.Disconnect(alive=self.joined)))
             return
+        self.refused_by.pop(peer, None)
         self._add_active(peer, acc.kind, now, out, acc.active_count, acc.rand_count)
         if request is not None and request.replaces is not None:
             old = self.active.get(request.replaces)
@@ -529,13 +560,29 @@ class Membership:
         for peer in peers[: self.config.max_shuffle_intake]:
             self._add_passive(peer, reply)
 
+    def _make_dormant(self, peer: PeerId, now: float) -> None:
+        if peer in self.left or peer in self.dormant:
+            return
+        if len(self.dormant) >= self.config.dormant_size:
+            del self.dormant[next(iter(self.dormant))]
+        retry = self.config.dormant_retry
+        self.dormant[peer] = (now + retry, retry)
+
     def _probe_passive(self, now: float, out: list[OutEvent]) -> None:
         """Liveness, membership and RTT of known but unconnected peers (draft: passive view
         management). Peers with no RTT yet go first: proximity needs them measured."""
         self._expire_pings(now, out)
         pinged = {p.peer for p in self.pings.values()}
-        pool = [p for p in (*self.near_candidates, *self.passive) if p not in pinged]
-        unmeasured = [p for p in pool if self.rtts.get(p) is None]
+        due = [p for p, (when, _) in self.dormant.items() if when <= now and p not in pinged]
+        if due:
+            peer = due[0]
+            _, backoff = self.dormant[peer]
+            backoff = min(backoff * 2, self.config.dormant_max_retry)
+            self.dormant[peer] = (now + backoff, backoff)
+            self._send_ping(peer, want_view=False, now=now, out=out)
+        get_rtt = self.rtts.get
+        pool = [p for p in dict.fromkeys((*self.near_candidates, *self.passive)) if p not in pinged]
+        unmeasured = [p for p in pool if get_rtt(p) is None]
         targets = sample(self.rng, unmeasured or pool, self.config.passive_probes_per_tick)
         for peer in targets:
             self._send_ping(peer, want_view=False, now=now, out=out)
@@ -562,6 +609,7 @@ class Membership:
                 # The draft's cleanup: an unanswered passive peer is presumed gone.
                 self.counters.passive_expired += 1
                 del self.passive[peer]
+                self._make_dormant(peer, now)
             self.near_candidates.pop(peer, None)
 
     def _on_pong(self, peer: PeerId, pong: m.Pong, now: float, out: list[OutEvent]) -> None:
@@ -571,11 +619,18 @@ class Membership:
             return
         del self.pings[pong.nonce]
         self.rtts.sample(peer, max(now - ping.sent_at, 0.0))
+        revived = self.dormant.pop(peer, None) is not None
         if not pong.subscribed:
             self.passive.pop(peer, None)
             self.near_candidates.pop(peer, None)
             if peer in self.active:
                 self._remove_active(peer, out)
+            return
+        if revived and peer not in self.active and peer not in self.pending:
+            # Reachable again after a failure: link to it at once (high priority), since
+            # this may be the one path between two halves of a healed partition.
+            self.counters.revived += 1
+            self._request_link(peer, LinkKind.RAND, now, out, high_priority=True)
             return
         link = self.active.get(peer)
         if link is not None:

@@ -155,11 +155,18 @@ class NodeState:
         t.on_timer(name, now, out)
 
     def _misbehaved(self, peer: PeerId, reason: str, out: list[OutEvent]) -> None:
-        self.misbehaved += 1
-        out.append(PeerMisbehaved(peer, reason))
+        out.append(PeerMisbehaved(peer, reason))  # counted in _release_unused's pass
 
     def _release_unused(self, out: list[OutEvent]) -> None:
-        downs = [e.peer for e in out if isinstance(e, NeighborDown)]
+        if not out:
+            return
+        downs = []
+        for e in out:
+            kind = type(e)
+            if kind is NeighborDown:
+                downs.append(e.peer)
+            elif kind is PeerMisbehaved:
+                self.misbehaved += 1
         if not downs:
             return
         released: set[PeerId] = set()

@@ -70,7 +70,7 @@ class Topic:
     def leave(self, now: float, out: list[OutEvent]) -> None:
         start = len(out)
         self.membership.leave(now, out)
-        self._feed_neighbor_changes(out, start)
+        self._feed_neighbor_changes(out, start, repair=False)
 
     def publish(
         self,
@@ -105,7 +105,9 @@ class Topic:
         self.membership.on_connection_lost(peer, now, out)
         self._feed_neighbor_changes(out, start)
 
-    def _feed_neighbor_changes(self, out: list[OutEvent], start: int) -> None:
+    def _feed_neighbor_changes(
+        self, out: list[OutEvent], start: int, *, repair: bool = True
+    ) -> None:
         # Broadcast may append (eager repair GRAFTs); only the membership's slice is read.
         end = len(out)
         for i in range(start, end):
@@ -113,4 +115,4 @@ class Topic:
             if isinstance(event, NeighborUp):
                 self.broadcast.neighbor_up(event.peer)
             elif isinstance(event, NeighborDown):
-                self.broadcast.neighbor_down(event.peer, out)
+                self.broadcast.neighbor_down(event.peer, out, repair=repair)

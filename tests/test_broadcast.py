@@ -1,0 +1,560 @@
+"""Plumtree broadcast with the Episub draft's batching and per-publisher order: one test per
+rule of episub/proto/broadcast.py.
+
+Each test drives `NodeState.handle` with an explicit `now` and compares exact outputs.
+Neighbours are made the real way (NEIGHBOR requests, see tests/helpers.py): they start
+eager, and a PRUNE from a neighbour makes it lazy. Publisher 9 is a peer that is not a
+neighbour; its messages reach us through neighbours. Broadcast timers: ihave every
+0.125 s, missing every 0.25 s, gap every 0.5 s (helpers.broadcast_config).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from episub.proto import messages as m
+from episub.proto.errors import MessageTooLarge
+from episub.proto.events import (
+    ClosePeer,
+    ConnectionLost,
+    DataLost,
+    Deliver,
+    LeaveTopic,
+    NeighborDown,
+    PeerMisbehaved,
+    Publish,
+    Published,
+    ScheduleTimer,
+)
+from episub.proto.node import NodeState
+from tests.helpers import (
+    ME,
+    TOPIC,
+    broadcast,
+    broadcast_config,
+    envelope,
+    fire,
+    gossip,
+    make_lazy,
+    make_node,
+    mid,
+    node_config,
+    received,
+    send,
+    sends,
+    token,
+)
+
+PUBLISHER = 9
+IHAVE_TIMER = ScheduleTimer(0.125, token("ihave"))
+MISSING_TIMER = ScheduleTimer(0.25, token("missing"))
+GAP_TIMER = ScheduleTimer(0.5, token("gap"))
+
+
+def node_with(*active: int, **broadcast_overrides: object) -> NodeState:
+    """A node with these (eager) neighbours and this broadcast configuration."""
+    return make_node(
+        active=active, config=node_config(broadcast=broadcast_config(**broadcast_overrides))
+    )
+
+
+def env(seq: int, payload: bytes = b"x") -> m.Envelope:
+    return envelope(PUBLISHER, seq, payload)
+
+
+def deliver(e: m.Envelope, hops: int) -> Deliver:
+    return Deliver(TOPIC, mid(e), e, hops)
+
+
+def fake_id(n: int) -> bytes:
+    return bytes([n]) * 32
+
+
+# -- publishing ---------------------------------------------------------------------------
+
+
+def test_publish_sends_gossip_hops_1_to_eager_peers_queues_ihave_and_emits_published():
+    node = node_with(1, 2, 3)
+    make_lazy(node, 3)
+    out = node.handle(Publish(TOPIC, b"hi"), 1.0)
+    e = envelope(ME, 0, b"hi", timestamp_ms=1000)
+    g = m.Gossip(id=mid(e), envelope=e, hops=1)
+    assert out == [Published(TOPIC, mid(e), e), send(1, g), send(2, g), IHAVE_TIMER]
+    assert fire(node, "ihave", 1.125) == [send(3, m.IHave(summaries=((mid(e), 0),)))]
+
+
+def test_publish_stamps_publisher_sequence_and_timestamp():
+    node = node_with()
+    out = node.handle(Publish(TOPIC, b"a", key=b"k", headers=(("h", b"v"),)), 2.5)
+    out += node.handle(Publish(TOPIC, b"b"), 3.0)
+    published = [e.envelope for e in out if isinstance(e, Published)]
+    assert published == [
+        m.Envelope(
+            publisher=ME, seq=0, timestamp_ms=2500, payload=b"a", key=b"k", headers=(("h", b"v"),)
+        ),
+        m.Envelope(publisher=ME, seq=1, timestamp_ms=3000, payload=b"b"),
+    ]
+
+
+def test_publish_over_max_message_size_raises_message_too_large():
+    node = node_with(1, max_message_size=4)
+    with pytest.raises(MessageTooLarge):
+        node.handle(Publish(TOPIC, b"12345"), 1.0)
+    with pytest.raises(MessageTooLarge):  # key and headers count too
+        node.handle(Publish(TOPIC, b"12", key=b"3", headers=(("4", b"5"),)), 1.0)
+    out = node.handle(Publish(TOPIC, b"1234"), 1.0)
+    assert out[0] == Published(
+        TOPIC, mid(envelope(ME, 0, b"1234", 1000)), envelope(ME, 0, b"1234", 1000)
+    )
+
+
+# -- gossip -------------------------------------------------------------------------------
+
+
+def test_first_receipt_delivers_and_forwards_to_eager_peers_except_sender_with_hops_plus_1():
+    node = node_with(1, 2, 3)
+    e = env(0)
+    out = node.handle(received(1, gossip(e, hops=2)), 1.0)
+    forward = m.Gossip(id=mid(e), envelope=e, hops=3)
+    assert out == [send(2, forward), send(3, forward), IHAVE_TIMER, deliver(e, 2)]
+
+
+def test_duplicate_gossip_prunes_the_sender_which_becomes_lazy():
+    node = node_with(1, 2, 3)
+    node.handle(received(1, gossip(env(0), hops=2)), 1.0)
+    assert node.handle(received(2, gossip(env(0), hops=4)), 1.0) == [send(2, m.Prune())]
+    assert node.eager_peers(TOPIC) == [1, 3]
+    assert node.lazy_peers(TOPIC) == [2]
+    # A duplicate from a lazy peer needs no second PRUNE.
+    assert node.handle(received(2, gossip(env(0), hops=4)), 1.0) == []
+
+
+def test_our_own_message_coming_back_is_a_duplicate():
+    node = node_with(1, 2)
+    out = node.handle(Publish(TOPIC, b"hi"), 1.0)
+    mine = out[0]
+    back = m.Gossip(id=mine.id, envelope=mine.envelope, hops=3)
+    assert node.handle(received(2, back), 1.25) == [send(2, m.Prune())]
+
+
+def test_gossip_whose_id_does_not_match_its_envelope_is_dropped_as_misbehaviour():
+    node = node_with(1, 2)
+    forged = m.Gossip(id=mid(env(1)), envelope=env(0), hops=1)
+    out = node.handle(received(1, forged), 1.0)
+    assert out == [PeerMisbehaved(1, "GOSSIP id does not match its envelope")]
+    # Nothing of it was remembered: the real message is still new.
+    assert deliver(env(0), 1) in node.handle(received(1, gossip(env(0))), 1.0)
+
+
+def test_gossip_over_max_message_size_is_dropped_as_misbehaviour():
+    node = node_with(1, 2, max_message_size=4)
+    out = node.handle(received(1, gossip(env(0, b"12345"))), 1.0)
+    assert out == [PeerMisbehaved(1, "GOSSIP of 5 bytes exceeds max_message_size")]
+
+
+def test_gossip_from_a_lazy_neighbour_makes_it_eager_again():
+    node = node_with(1, 2)
+    make_lazy(node, 2)
+    node.handle(received(2, gossip(env(0))), 1.0)
+    assert node.eager_peers(TOPIC) == [1, 2]
+
+
+# -- lazy push ----------------------------------------------------------------------------
+
+
+def test_ihave_is_flushed_to_lazy_peers_only_excluding_the_peer_it_came_from():
+    node = node_with(1, 2, 3)
+    make_lazy(node, 3)
+    a, b = env(0), env(1)
+    node.handle(received(1, gossip(a, hops=1)), 1.0)
+    node.handle(received(2, gossip(b, hops=2)), 1.0)
+    make_lazy(node, 2, now=1.0)
+    assert fire(node, "ihave", 1.125) == [
+        send(3, m.IHave(summaries=((mid(a), 1), (mid(b), 2)))),
+        send(2, m.IHave(summaries=((mid(a), 1),))),
+    ]
+    assert fire(node, "ihave", 1.25) == []  # the queue was emptied
+
+
+def test_ihave_is_chunked_by_max_ihave_ids():
+    node = node_with(1, max_ihave_ids=2)
+    make_lazy(node, 1)
+    ids = [node.handle(Publish(TOPIC, bytes([i])), 1.0)[0].id for i in range(5)]
+    assert fire(node, "ihave", 1.125) == [
+        send(1, m.IHave(summaries=((ids[0], 0), (ids[1], 0)))),
+        send(1, m.IHave(summaries=((ids[2], 0), (ids[3], 0)))),
+        send(1, m.IHave(summaries=((ids[4], 0),))),
+    ]
+
+
+def test_ihave_timer_is_armed_once_per_batch():
+    node = node_with(1)
+    assert node.handle(Publish(TOPIC, b"a"), 1.0)[-1] == IHAVE_TIMER
+    assert IHAVE_TIMER not in node.handle(Publish(TOPIC, b"b"), 1.0)
+    fire(node, "ihave", 1.125)
+    assert node.handle(Publish(TOPIC, b"c"), 1.25)[-1] == IHAVE_TIMER
+
+
+def test_ihave_of_an_unknown_id_makes_it_missing_and_arms_the_missing_timer():
+    node = node_with(1, 2, 3)
+    make_lazy(node, 2, 3)
+    x = fake_id(1)
+    assert node.handle(received(2, m.IHave(summaries=((x, 3),))), 1.0) == [MISSING_TIMER]
+    assert node.handle(received(3, m.IHave(summaries=((x, 1),))), 1.0) == []
+    assert broadcast(node).missing[x].announcers == [(2, 3), (3, 1)]
+
+
+def test_ihave_of_a_seen_id_is_ignored():
+    node = node_with(1, 2)
+    node.handle(received(1, gossip(env(0))), 1.0)
+    assert node.handle(received(2, m.IHave(summaries=((mid(env(0)), 1),))), 1.0) == []
+    assert broadcast(node).missing == {}
+
+
+def test_ihave_from_a_non_neighbour_is_ignored():
+    node = node_with(1)
+    assert node.handle(received(7, m.IHave(summaries=((fake_id(1), 1),))), 1.0) == []
+    assert broadcast(node).missing == {}
+
+
+def test_first_missing_tick_marks_second_grafts_from_first_announcer_next_from_the_next():
+    node = node_with(1, 2, 3)
+    make_lazy(node, 2, 3)
+    x = fake_id(1)
+    node.handle(received(2, m.IHave(summaries=((x, 3),))), 1.0)
+    node.handle(received(3, m.IHave(summaries=((x, 1),))), 1.0)
+    assert fire(node, "missing", 1.25) == [MISSING_TIMER]
+    assert fire(node, "missing", 1.5) == [send(2, m.Graft(ids=(x,))), MISSING_TIMER]
+    assert node.eager_peers(TOPIC) == [1, 2]  # grafting makes the link eager
+    assert fire(node, "missing", 1.75) == [send(3, m.Graft(ids=(x,))), MISSING_TIMER]
+    assert fire(node, "missing", 2.0) == [send(2, m.Graft(ids=(x,))), MISSING_TIMER]
+
+
+def test_a_missing_id_that_arrives_is_no_longer_grafted():
+    node = node_with(1, 2)
+    make_lazy(node, 2)
+    e = env(0)
+    node.handle(received(2, m.IHave(summaries=((mid(e), 1),))), 1.0)
+    node.handle(received(1, gossip(e, hops=3)), 1.125)
+    assert fire(node, "missing", 1.25) == []
+
+
+def test_a_missing_id_is_given_up_after_missing_give_up_ticks():
+    node = node_with(1, 2, missing_give_up_ticks=3)
+    make_lazy(node, 2)
+    x = fake_id(1)
+    node.handle(received(2, m.IHave(summaries=((x, 1),))), 1.0)
+    fire(node, "missing", 1.25)
+    fire(node, "missing", 1.5)
+    assert fire(node, "missing", 1.75) == [send(2, m.Graft(ids=(x,))), MISSING_TIMER]
+    assert fire(node, "missing", 2.0) == []
+    assert broadcast(node).missing == {}
+
+
+def test_a_missing_id_is_dropped_when_no_announcer_is_still_a_neighbour():
+    node = node_with(1, 2)
+    make_lazy(node, 2)
+    node.handle(received(2, m.IHave(summaries=((fake_id(1), 1),))), 1.0)
+    fire(node, "missing", 1.25)
+    node.handle(received(2, m.Disconnect()), 1.375)
+    assert fire(node, "missing", 1.5) == []
+    assert broadcast(node).missing == {}
+
+
+def test_grafts_are_batched_per_peer_and_chunked_by_max_graft_ids():
+    node = node_with(1, 2, max_graft_ids=2)
+    make_lazy(node, 2)
+    x, y, z = fake_id(1), fake_id(2), fake_id(3)
+    node.handle(received(2, m.IHave(summaries=((x, 1), (y, 1), (z, 1)))), 1.0)
+    fire(node, "missing", 1.25)
+    assert fire(node, "missing", 1.5) == [
+        send(2, m.Graft(ids=(x, y))),
+        send(2, m.Graft(ids=(z,))),
+        MISSING_TIMER,
+    ]
+
+
+def test_graft_makes_sender_eager_and_is_answered_from_cache():
+    node = node_with(1, 2)
+    published = node.handle(Publish(TOPIC, b"hi"), 1.0)[0]
+    e = env(0)
+    node.handle(received(2, gossip(e, hops=4)), 1.0)
+    make_lazy(node, 1)
+    out = node.handle(received(1, m.Graft(ids=(published.id, fake_id(7), mid(e)))), 2.0)
+    assert out == [
+        send(1, m.Gossip(id=published.id, envelope=published.envelope, hops=1)),
+        send(1, m.Gossip(id=mid(e), envelope=e, hops=5)),
+    ]
+    assert node.eager_peers(TOPIC) == [2, 1]
+
+
+def test_empty_graft_only_makes_the_sender_eager():
+    node = node_with(1, 2)
+    make_lazy(node, 1)
+    assert node.handle(received(1, m.Graft()), 1.0) == []
+    assert node.lazy_peers(TOPIC) == []
+
+
+def test_prune_makes_the_sender_lazy():
+    node = node_with(1, 2)
+    assert node.handle(received(1, m.Prune()), 1.0) == []
+    assert node.eager_peers(TOPIC) == [2]
+    assert node.lazy_peers(TOPIC) == [1]
+
+
+def test_prune_or_graft_from_a_non_neighbour_changes_no_set():
+    node = node_with(1)
+    node.handle(received(7, m.Prune()), 1.0)
+    node.handle(received(7, m.Graft()), 1.0)
+    assert (node.eager_peers(TOPIC), node.lazy_peers(TOPIC)) == ([1], [])
+
+
+# -- tree optimisation --------------------------------------------------------------------
+
+
+def announced_then_received(eager_hops: int) -> tuple[NodeState, list, m.Envelope]:
+    """Lazy 2 announced the message at hops 1; then eager 1 sends it at `eager_hops`."""
+    node = node_with(1, 2, optimization_threshold=7)
+    make_lazy(node, 2)
+    e = env(0)
+    node.handle(received(2, m.IHave(summaries=((mid(e), 1),))), 1.0)
+    out = node.handle(received(1, gossip(e, hops=eager_hops)), 1.125)
+    return node, out, e
+
+
+def test_tree_optimisation_swaps_when_the_lazy_path_is_shorter_by_the_threshold():
+    # Through 2 the message is 1 + 1 = 2 hops away; through 1 it is 9: shorter by 7.
+    node, out, _ = announced_then_received(eager_hops=9)
+    assert sends(out, m.Graft) == [send(2, m.Graft())]
+    assert sends(out, m.Prune) == [send(1, m.Prune())]
+    assert (node.eager_peers(TOPIC), node.lazy_peers(TOPIC)) == ([2], [1])
+
+
+def test_tree_optimisation_keeps_the_tree_when_the_lazy_path_is_not_short_enough():
+    node, out, e = announced_then_received(eager_hops=8)
+    assert out == [IHAVE_TIMER, deliver(e, 8)]
+    assert (node.eager_peers(TOPIC), node.lazy_peers(TOPIC)) == ([1], [2])
+
+
+def test_tree_optimisation_does_not_send_the_message_to_the_announcer_it_grafts():
+    _, out, e = announced_then_received(eager_hops=9)
+    assert send(2, m.Gossip(id=mid(e), envelope=e, hops=10)) not in out
+
+
+# -- eager repair -------------------------------------------------------------------------
+
+
+def test_eager_repair_on_neighbor_down_sends_empty_grafts_to_lazy_peers():
+    node = node_with(1, 2, 3, eager_repair=True)
+    make_lazy(node, 2, 3)
+    out = node.handle(received(1, m.Disconnect()), 1.0)
+    assert out == [
+        NeighborDown(TOPIC, 1),
+        send(2, m.Graft()),
+        send(3, m.Graft()),
+        ClosePeer(1),
+    ]
+    assert node.eager_peers(TOPIC) == [2, 3]
+
+
+def test_eager_repair_ignores_a_lazy_neighbour_going_down():
+    node = node_with(1, 2, 3, eager_repair=True)
+    make_lazy(node, 2, 3)
+    assert node.handle(ConnectionLost(3), 1.0) == [NeighborDown(TOPIC, 3), ClosePeer(3)]
+
+
+def test_without_eager_repair_neighbor_down_sends_no_graft():
+    node = node_with(1, 2, 3, eager_repair=False)
+    make_lazy(node, 2, 3)
+    assert node.handle(received(1, m.Disconnect()), 1.0) == [NeighborDown(TOPIC, 1), ClosePeer(1)]
+    assert node.lazy_peers(TOPIC) == [2, 3]
+
+
+def test_leaving_a_topic_with_eager_repair_sends_no_graft():
+    node = node_with(1, 2, 3, eager_repair=True)
+    make_lazy(node, 2, 3)
+    assert sends(node.handle(LeaveTopic(TOPIC), 1.0), m.Graft) == []
+
+
+# -- ordered delivery and gap repair ------------------------------------------------------
+
+
+def test_out_of_order_messages_are_held_and_delivered_in_sequence():
+    node = node_with(1)
+    assert node.handle(received(1, gossip(env(0))), 1.0) == [IHAVE_TIMER, deliver(env(0), 1)]
+    assert node.handle(received(1, gossip(env(2))), 1.0) == [GAP_TIMER]
+    assert node.handle(received(1, gossip(env(1))), 1.0) == [
+        deliver(env(1), 1),
+        deliver(env(2), 1),
+    ]
+
+
+def test_first_message_of_a_publisher_sets_where_its_stream_starts():
+    node = node_with(1, 2)
+    assert deliver(env(5), 1) in node.handle(received(1, gossip(env(5))), 1.0)
+    out = node.handle(received(1, gossip(env(4))), 1.0)
+    assert out == [send(2, gossip(env(4), hops=2))]  # forwarded, not delivered
+
+
+def hold_seq_2(*neighbours: int, **overrides: object) -> NodeState:
+    """Publisher 9's seq 0 delivered and seq 2 held (the gap, seq 1, opens at now=1.0)."""
+    node = node_with(*neighbours, **overrides)
+    node.handle(received(neighbours[0], gossip(env(0))), 1.0)
+    node.handle(received(neighbours[0], gossip(env(2))), 1.0)
+    return node
+
+
+def test_gap_older_than_gap_timeout_is_pulled_from_neighbours_in_turn():
+    node = hold_seq_2(1, 2)
+    assert fire(node, "gap", 1.5) == [GAP_TIMER]
+    pull = m.Pull(publisher=PUBLISHER, first_seq=1, last_seq=1)
+    assert fire(node, "gap", 2.0) == [send(1, pull), GAP_TIMER]
+    assert fire(node, "gap", 2.5) == [send(2, pull), GAP_TIMER]
+    assert fire(node, "gap", 3.0) == [send(1, pull), GAP_TIMER]
+
+
+def test_pull_answer_fills_the_gap():
+    node = hold_seq_2(1, 2)
+    fire(node, "gap", 2.0)
+    out = node.handle(received(1, gossip(env(1), hops=2)), 2.125)
+    assert out[-2:] == [deliver(env(1), 2), deliver(env(2), 1)]
+    assert fire(node, "gap", 2.5) == []
+
+
+def test_pull_is_answered_from_cache_by_publisher_and_seq():
+    node = node_with(1, 2)
+    for seq in (0, 1, 3):
+        node.handle(received(1, gossip(env(seq), hops=2)), 1.0)
+    out = node.handle(received(2, m.Pull(publisher=PUBLISHER, first_seq=1, last_seq=5)), 2.0)
+    assert out == [send(2, gossip(env(1), hops=3)), send(2, gossip(env(3), hops=3))]
+
+
+def test_gap_becomes_data_lost_after_gap_max_attempts_and_held_messages_are_released():
+    node = hold_seq_2(1, gap_max_attempts=2)
+    fire(node, "gap", 2.0)
+    fire(node, "gap", 2.5)
+    assert fire(node, "gap", 3.0) == [
+        DataLost(TOPIC, PUBLISHER, 1, 1),
+        deliver(env(2), 1),
+        GAP_TIMER,
+    ]
+    assert fire(node, "gap", 3.5) == []
+    # A late copy of the lost message is not delivered out of order.
+    assert deliver(env(1), 1) not in node.handle(received(1, gossip(env(1))), 4.0)
+
+
+def test_gap_without_any_neighbour_to_pull_from_is_given_up():
+    node = make_node(config=node_config(broadcast=broadcast_config()))
+    node.handle(received(7, gossip(env(0))), 1.0)  # a PULL answer or GRAFT from a non-neighbour
+    node.handle(received(7, gossip(env(2))), 1.0)
+    assert fire(node, "gap", 2.0) == [
+        DataLost(TOPIC, PUBLISHER, 1, 1),
+        deliver(env(2), 1),
+        GAP_TIMER,
+    ]
+
+
+def test_a_jump_past_max_gap_reports_the_far_part_lost_at_once():
+    node = node_with(1, max_gap=4)
+    node.handle(received(1, gossip(env(0))), 1.0)
+    out = node.handle(received(1, gossip(env(10))), 1.0)
+    assert out == [DataLost(TOPIC, PUBLISHER, 1, 5), GAP_TIMER]
+    assert fire(node, "gap", 2.0) == [
+        send(1, m.Pull(publisher=PUBLISHER, first_seq=6, last_seq=9)),
+        GAP_TIMER,
+    ]
+
+
+# -- bounds -------------------------------------------------------------------------------
+
+
+def test_max_missing_bounds_the_ids_tracked():
+    node = node_with(1, max_missing=2)
+    make_lazy(node, 1)
+    x, y, z = fake_id(1), fake_id(2), fake_id(3)
+    node.handle(received(1, m.IHave(summaries=((x, 1), (y, 1), (z, 1)))), 1.0)
+    assert list(broadcast(node).missing) == [x, y]
+    fire(node, "missing", 1.25)
+    assert sends(fire(node, "missing", 1.5)) == [send(1, m.Graft(ids=(x, y)))]
+
+
+def test_max_announcers_bounds_whom_we_graft_from():
+    node = node_with(1, 2, 3, max_announcers=2)
+    make_lazy(node, 1, 2, 3)
+    x = fake_id(1)
+    for peer in (1, 2, 3):
+        node.handle(received(peer, m.IHave(summaries=((x, 1),))), 1.0)
+    fire(node, "missing", 1.25)
+    grafted = [sends(fire(node, "missing", t))[0].peer for t in (1.5, 1.75, 2.0)]
+    assert grafted == [1, 2, 1]
+
+
+def test_the_same_announcer_is_counted_once():
+    node = node_with(1, 2)
+    make_lazy(node, 1, 2)
+    x = fake_id(1)
+    for peer in (1, 1, 2):
+        node.handle(received(peer, m.IHave(summaries=((x, 1),))), 1.0)
+    assert broadcast(node).missing[x].announcers == [(1, 1), (2, 1)]
+
+
+def test_cache_is_bounded_by_count():
+    node = node_with(1, cache_max_messages=2)
+    ids = [node.handle(Publish(TOPIC, bytes([i])), 1.0)[0].id for i in range(3)]
+    out = node.handle(received(1, m.Graft(ids=tuple(ids))), 2.0)
+    assert [s.message.id for s in out] == ids[1:]
+    out = node.handle(received(1, m.Pull(publisher=ME, first_seq=0, last_seq=2)), 2.0)
+    assert [s.message.envelope.seq for s in out] == [1, 2]
+
+
+def test_cache_is_bounded_by_bytes():
+    node = node_with(1, cache_max_bytes=5)
+    ids = [node.handle(Publish(TOPIC, b"abc"), 1.0)[0].id for _ in range(2)]
+    out = node.handle(received(1, m.Graft(ids=tuple(ids))), 2.0)
+    assert [s.message.id for s in out] == ids[1:]
+    assert broadcast(node).cache_bytes == 3
+
+
+def test_cache_forgets_messages_older_than_cache_ttl():
+    node = node_with(1, cache_ttl=10.0)
+    old = node.handle(Publish(TOPIC, b"a"), 0.0)[0].id
+    new = node.handle(Publish(TOPIC, b"b"), 10.0)[0].id
+    out = node.handle(received(1, m.Graft(ids=(old, new))), 10.0)
+    assert [s.message.id for s in out] == [new]
+
+
+def test_seen_is_bounded_by_count():
+    node = node_with(1, 2, seen_max=2)
+    for seq in range(3):
+        node.handle(received(1, gossip(env(seq))), 1.0)
+    # seq 0 was forgotten: it is not a duplicate any more (no PRUNE), but the ordered
+    # stream still keeps the application from getting it twice.
+    assert node.handle(received(1, gossip(env(0))), 1.0) == [send(2, gossip(env(0), hops=2))]
+
+
+def test_seen_forgets_ids_older_than_seen_ttl():
+    node = node_with(1, 2, seen_ttl=10.0)
+    node.handle(received(1, gossip(env(0))), 0.0)
+    node.handle(received(1, gossip(env(1))), 10.0)
+    assert node.handle(received(2, gossip(env(0))), 10.0) == [send(1, gossip(env(0), hops=2))]
+
+
+def test_held_messages_are_bounded_per_publisher():
+    node = node_with(1, max_held_per_publisher=2)
+    node.handle(received(1, gossip(env(0))), 1.0)
+    node.handle(received(1, gossip(env(3))), 1.0)
+    node.handle(received(1, gossip(env(4))), 1.0)
+    assert node.handle(received(1, gossip(env(5))), 1.0) == [
+        DataLost(TOPIC, PUBLISHER, 1, 2),
+        deliver(env(3), 1),
+        deliver(env(4), 1),
+        deliver(env(5), 1),
+    ]
+
+
+def test_publishers_are_bounded_by_max_publishers():
+    node = node_with(1, max_publishers=1)
+    node.handle(received(1, gossip(env(0))), 1.0)
+    other = envelope(8, 0)
+    out = node.handle(received(1, gossip(other)), 1.0)
+    assert out == [PeerMisbehaved(8, "too many publishers on this topic")]

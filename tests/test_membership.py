@@ -1,0 +1,839 @@
+"""HyParView membership with GoCast proximity: one test per rule of episub/proto/membership.py.
+
+Each test drives `NodeState.handle` with an explicit `now` and compares exact outputs.
+Configuration comes from tests/helpers.py: C_rand=2, C_near=1 (A=3, max_active=6),
+no timer jitter. Where the core picks at random, the test reads the pick from the output
+and checks it against the rule.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from episub.proto import messages as m
+from episub.proto.events import (
+    ClosePeer,
+    ConnectionLost,
+    JoinTopic,
+    LeaveTopic,
+    NeighborDown,
+    NeighborUp,
+    PeerMisbehaved,
+    ScheduleTimer,
+    TimerFired,
+)
+from episub.proto.node import NodeState
+from tests.helpers import (
+    ME,
+    NEAR,
+    RAND,
+    TOPIC,
+    Network,
+    accept,
+    fire,
+    make_node,
+    membership,
+    membership_config,
+    node_config,
+    only,
+    received,
+    request,
+    send,
+    sends,
+    set_rtt,
+    token,
+)
+
+A = 3  # C_rand + C_near in membership_config(); `make_node` neighbours claim A links
+MAX_ACTIVE = 6
+
+
+def stabilize_timer() -> ScheduleTimer:
+    return ScheduleTimer(2.0, token("stabilize"))
+
+
+def ping_nonce(out: list, peer: int) -> int:
+    return only([e for e in out if getattr(e, "peer", None) == peer], m.Ping).message.nonce
+
+
+# -- joining ------------------------------------------------------------------------------
+
+
+def test_join_topic_schedules_every_periodic_timer_and_asks_contacts_for_nodes():
+    node = NodeState(ME, node_config(), random.Random(0))
+    out = node.handle(JoinTopic(TOPIC, (5, ME, 6)), 0.0)
+    assert out == [
+        ScheduleTimer(2.0, token("stabilize")),
+        ScheduleTimer(5.0, token("optimize")),
+        ScheduleTimer(30.0, token("shuffle")),
+        ScheduleTimer(5.0, token("ping")),
+        ScheduleTimer(1.0, token("probe")),
+        send(5, m.GetNodes()),
+        send(6, m.GetNodes()),
+        ScheduleTimer(3.0, token("join_retry")),
+    ]
+
+
+def test_join_topic_without_bootstrap_starts_a_new_overlay_quietly():
+    node = NodeState(ME, node_config(), random.Random(0))
+    out = node.handle(JoinTopic(TOPIC), 0.0)
+    assert sends(out) == []
+    assert node.topics() == [TOPIC]
+
+
+def test_getnodes_is_answered_with_nodes_from_active_then_passive_view():
+    node = make_node(active=[1, 2], passive=[5, 6])
+    out = node.handle(received(9, m.GetNodes()), 1.0)
+    assert out == [send(9, m.Nodes(peers=(1, 2, 5, 6)))]
+
+
+def test_nodes_answer_leads_to_c_rand_joins_and_initial_pings():
+    node = NodeState(ME, node_config(), random.Random(0))
+    node.handle(JoinTopic(TOPIC, (5,)), 0.0)
+    out = node.handle(received(5, m.Nodes(peers=(6, 7, ME, 8))), 0.5)
+
+    joins = sends(out, m.Join)
+    pings = sends(out, m.Ping)
+    assert out == joins + pings
+    assert len(joins) == 2  # C_rand
+    assert len({j.peer for j in joins}) == 2
+    assert {j.peer for j in joins} <= {5, 6, 7, 8}
+    assert all(j.message == m.Join(peer=ME, ttl=4) for j in joins)
+    # Every learned peer is probed (initial_probes=8 >= 4), none asked for its view.
+    assert sorted(p.peer for p in pings) == [5, 6, 7, 8]
+    assert all(not p.message.want_view for p in pings)
+    assert node.passive_view(TOPIC) == [5, 6, 7, 8]
+    assert node.active_view(TOPIC) == {}
+
+
+def test_initial_pings_are_bounded_by_initial_probes():
+    cfg = node_config(membership_config(initial_probes=2))
+    node = NodeState(ME, cfg, random.Random(0))
+    node.handle(JoinTopic(TOPIC, (5,)), 0.0)
+    out = node.handle(received(5, m.Nodes(peers=(6, 7, 8))), 0.5)
+    assert len(sends(out, m.Ping)) == 2
+
+
+def test_a_second_nodes_answer_adds_to_passive_but_sends_no_more_joins():
+    node = NodeState(ME, node_config(), random.Random(0))
+    node.handle(JoinTopic(TOPIC, (5, 6)), 0.0)
+    node.handle(received(5, m.Nodes(peers=(7,))), 0.5)
+    out = node.handle(received(6, m.Nodes(peers=(8,))), 0.5)
+    assert sends(out, m.Join) == []
+    assert node.passive_view(TOPIC) == [5, 7, 6, 8]
+
+
+def test_join_retry_asks_contacts_again_while_nothing_is_connected():
+    node = NodeState(ME, node_config(), random.Random(0))
+    node.handle(JoinTopic(TOPIC, (5,)), 0.0)
+    assert fire(node, "join_retry", 3.0) == [
+        send(5, m.GetNodes()),
+        ScheduleTimer(3.0, token("join_retry")),
+    ]
+
+
+def test_join_retry_stops_once_a_link_is_up():
+    node = NodeState(ME, node_config(), random.Random(0))
+    node.handle(JoinTopic(TOPIC, (5,)), 0.0)
+    node.handle(received(5, request(RAND, high_priority=True)), 1.0)
+    assert fire(node, "join_retry", 3.0) == []
+
+
+def test_join_through_a_contact_makes_a_symmetric_random_link():
+    contact = make_node(1)
+    joiner = NodeState(9, node_config(), random.Random(9))
+    net = Network([contact, joiner])
+    log = net.handle(9, JoinTopic(TOPIC, (1,)), 0.0)
+    assert NeighborUp(TOPIC, 1, RAND) in log[9]
+    assert NeighborUp(TOPIC, 9, RAND) in log[1]
+    assert joiner.active_view(TOPIC) == {1: RAND}
+    assert contact.active_view(TOPIC) == {9: RAND}
+    assert joiner.passive_view(TOPIC) == []
+
+
+def test_join_is_accepted_while_active_view_below_A():
+    node = make_node(active=[1, 2])
+    out = node.handle(received(1, m.Join(peer=9, ttl=3)), 1.0)
+    assert out == [
+        send(9, request(RAND, high_priority=True, links=2, rand=2)),
+        send(2, m.ForwardJoin(peer=9, ttl=2)),
+    ]
+
+
+def test_join_with_ttl_0_is_accepted_even_when_view_is_full():
+    node = make_node(active=[1, 2, 3])
+    out = node.handle(received(1, m.Join(peer=9, ttl=0)), 1.0)
+    assert out[0] == send(9, request(RAND, high_priority=True, links=3, rand=3))
+    assert out[1:] in (
+        [send(2, m.ForwardJoin(peer=9, ttl=2))],
+        [send(3, m.ForwardJoin(peer=9, ttl=2))],
+    )
+
+
+def test_join_is_accepted_when_there_is_no_other_neighbour_to_walk_to():
+    cfg = node_config(membership_config(c_rand=1, c_near=0))
+    node = make_node(active=[1], config=cfg)
+    out = node.handle(received(1, m.Join(peer=9, ttl=3)), 1.0)
+    assert out == [send(9, request(RAND, high_priority=True, links=1, rand=1))]
+
+
+def test_join_is_forwarded_with_ttl_minus_1_when_view_is_full():
+    node = make_node(active=[1, 2, 3])
+    out = node.handle(received(1, m.Join(peer=9, ttl=3)), 1.0)
+    assert out in (
+        [send(2, m.Join(peer=9, ttl=2))],
+        [send(3, m.Join(peer=9, ttl=2))],
+    )
+    assert 9 not in node.passive_view(TOPIC)
+
+
+def test_joiner_becomes_active_only_after_it_accepts():
+    node = make_node(active=[1])
+    node.handle(received(1, m.Join(peer=9, ttl=3)), 1.0)
+    assert 9 not in node.active_view(TOPIC)
+    out = node.handle(received(9, accept(RAND, links=1, rand=1)), 1.25)
+    assert out == [NeighborUp(TOPIC, 9, RAND)]
+    assert node.active_view(TOPIC) == {1: RAND, 9: RAND}
+
+
+def test_high_priority_request_is_accepted_above_A_as_the_kind_asked():
+    node = make_node(active=[1, 2, 3, 4, 5])  # above A, below max_active
+    out = node.handle(received(7, request(NEAR, high_priority=True, links=3)), 1.0)
+    assert out == [NeighborUp(TOPIC, 7, NEAR), send(7, accept(NEAR, links=6, rand=5))]
+
+
+def test_forward_join_adds_joiner_to_passive_and_walks_on_while_ttl_positive():
+    node = make_node(active=[1, 2])
+    out = node.handle(received(1, m.ForwardJoin(peer=9, ttl=2)), 1.0)
+    assert out == [send(2, m.ForwardJoin(peer=9, ttl=1))]
+    assert node.passive_view(TOPIC) == [9]
+
+
+def test_forward_join_with_ttl_0_stops_after_adding_to_passive():
+    node = make_node(active=[1, 2])
+    out = node.handle(received(1, m.ForwardJoin(peer=9, ttl=0)), 1.0)
+    assert out == []
+    assert node.passive_view(TOPIC) == [9]
+
+
+# -- neighbour requests --------------------------------------------------------------------
+
+
+def test_neighbor_request_is_accepted_below_A():
+    node = make_node(active=[1, 2], passive=[5])
+    out = node.handle(received(5, request(NEAR, rtt=0.25, links=3)), 1.0)
+    assert out == [NeighborUp(TOPIC, 5, NEAR), send(5, accept(NEAR, links=3, rand=2))]
+    assert node.passive_view(TOPIC) == []
+    assert node.rtt(5) == 0.25  # the requester's RTT to us is a sample of ours
+
+
+def test_neighbor_request_is_accepted_as_rand_when_requester_has_fewer_than_c_rand_links():
+    node = make_node(active={1: RAND, 2: RAND, 3: NEAR})
+    out = node.handle(received(5, request(NEAR, rtt=0.5, links=1, rand=1)), 1.0)
+    assert out == [NeighborUp(TOPIC, 5, RAND), send(5, accept(RAND, links=4, rand=3))]
+
+
+def full_view_with_two_near_links(far_links: int) -> NodeState:
+    """C_near=2 (A=4): RAND 1, 2; NEAR 3 at 0.125 s and 4 at 0.25 s, 4 claiming `far_links`."""
+    cfg = node_config(membership_config(c_near=2))
+    return make_node(
+        active={1: RAND, 2: RAND, 3: NEAR, 4: NEAR},
+        rtts={3: 0.125, 4: 0.25},
+        links={4: far_links},
+        config=cfg,
+    )
+
+
+def test_near_request_closer_by_alpha_evicts_farthest_near_neighbour_with_more_than_c_rand_links():
+    node = full_view_with_two_near_links(far_links=3)
+    out = node.handle(received(5, request(NEAR, rtt=0.1, links=4)), 1.0)
+    assert out == [
+        send(4, m.Disconnect(alive=True)),
+        NeighborDown(TOPIC, 4),
+        NeighborUp(TOPIC, 5, NEAR),
+        send(5, accept(NEAR, links=4, rand=2)),
+        ClosePeer(4),
+    ]
+    assert node.active_view(TOPIC) == {1: RAND, 2: RAND, 3: NEAR, 5: NEAR}
+    assert node.passive_view(TOPIC) == [4]
+
+
+def test_near_request_closer_by_alpha_is_accepted_without_eviction_when_farthest_has_few_links():
+    node = full_view_with_two_near_links(far_links=2)  # = C_rand: it needs the link
+    out = node.handle(received(5, request(NEAR, rtt=0.1, links=4)), 1.0)
+    assert out == [NeighborUp(TOPIC, 5, NEAR), send(5, accept(NEAR, links=5, rand=2))]
+
+
+@pytest.mark.parametrize(
+    ("msg", "proximity"),
+    [
+        # 0.125 * alpha = 0.25 is not closer than the farthest near neighbour (0.25).
+        (request(NEAR, rtt=0.125, links=4), True),
+        (request(NEAR, rtt=None, links=4), True),
+        (request(RAND, rtt=0.01, links=4), True),
+        (request(NEAR, rtt=0.01, links=4), False),
+    ],
+    ids=["not-closer-by-alpha", "no-rtt", "rand-with-c_rand-links", "proximity-off"],
+)
+def test_neighbor_request_refused_with_disconnect_when_full_and_not_closer(msg, proximity):
+    cfg = node_config(membership_config(c_near=2, proximity=proximity))
+    node = make_node(
+        active={1: RAND, 2: RAND, 3: NEAR, 4: NEAR}, rtts={3: 0.125, 4: 0.25}, config=cfg
+    )
+    out = node.handle(received(5, msg), 1.0)
+    assert out == [send(5, m.Disconnect(alive=True))]
+    assert 5 not in node.active_view(TOPIC)
+
+
+def test_max_active_cap_refuses_even_a_high_priority_request():
+    node = make_node(active=[1, 2, 3, 4, 5, 6])
+    assert len(node.active_view(TOPIC)) == MAX_ACTIVE == 2 * A
+    out = node.handle(received(7, request(RAND, high_priority=True, links=0)), 1.0)
+    assert out == [send(7, m.Disconnect(alive=True))]
+
+
+def test_repeated_request_from_a_neighbour_is_answered_with_the_existing_link():
+    node = make_node(active={1: RAND, 2: NEAR})
+    out = node.handle(received(2, request(RAND, links=5, rand=1)), 1.0)
+    assert out == [send(2, accept(NEAR, links=2, rand=1))]
+    assert membership(node).active[2].peer_active == 5
+
+
+def test_refuser_is_not_asked_again_until_recent_reject_memory_passes():
+    node = make_node(passive=[5])
+    asking = [send(5, request(RAND, links=0)), stabilize_timer()]
+    assert fire(node, "stabilize", 1.0) == asking
+    assert node.handle(received(5, m.Disconnect(alive=True)), 1.5) == []
+    assert node.passive_view(TOPIC) == [5]
+    assert fire(node, "stabilize", 3.5) == [stabilize_timer()]
+    assert fire(node, "stabilize", 11.25) == [stabilize_timer()]
+    assert fire(node, "stabilize", 11.5) == asking  # refused at 1.5 + recent_reject_memory
+
+
+def test_crossed_requests_make_one_link_even_when_full():
+    # We asked 5 (stabilisation), then filled up before its answer; 5 asked us meanwhile.
+    node = make_node(active=[1, 2], passive=[5])
+    assert sends(fire(node, "stabilize", 1.0)) == [send(5, request(NEAR, links=2, rand=2))]
+    node.handle(received(3, request(RAND, high_priority=True)), 1.0)
+    # Full now, and 5's request alone would be refused (no RTT, enough links).
+    out = node.handle(received(5, request(NEAR, links=4)), 1.25)
+    assert out == [NeighborUp(TOPIC, 5, NEAR), send(5, accept(NEAR, links=4, rand=3))]
+    # 5's answer to our own request makes no second link.
+    assert node.handle(received(5, accept(NEAR, links=4)), 1.5) == []
+    assert list(node.active_view(TOPIC)) == [1, 2, 3, 5]
+
+
+def test_crossed_requests_of_different_kinds_agree_on_the_kind():
+    # 0 has no link and asks 5 for a RAND one; 5 has its C_rand RAND links and asks 0 for a
+    # NEAR one. Both requests cross on the wire.
+    a = make_node(0, passive=[5])
+    b = make_node(5, active={1: RAND, 2: RAND}, passive=[0], rtts={0: 0.0625}, seed=5)
+    a_req = only(fire(a, "stabilize", 1.0), m.Neighbor).message
+    b_req = only(fire(b, "stabilize", 1.0), m.Neighbor).message
+    assert (a_req.kind, b_req.kind) == (RAND, NEAR)
+    a_acc = only(a.handle(received(5, b_req), 1.25), m.Neighbor).message
+    b_acc = only(b.handle(received(0, a_req), 1.25), m.Neighbor).message
+    a.handle(received(5, b_acc), 1.5)
+    b.handle(received(0, a_acc), 1.5)
+    assert a.active_view(TOPIC)[5] == b.active_view(TOPIC)[0]
+
+
+def test_unsolicited_neighbor_accept_does_not_make_a_link():
+    node = make_node(active=[1])
+    out = node.handle(received(9, accept(RAND)), 1.0)
+    assert 9 not in node.active_view(TOPIC)
+    assert NeighborUp(TOPIC, 9, RAND) not in out
+
+
+def test_accepting_a_join_never_takes_the_view_past_max_active():
+    node = make_node(active=[1, 2, 3, 4, 5, 6])
+    node.handle(received(1, m.Join(peer=9, ttl=0)), 1.0)
+    node.handle(received(9, accept(RAND, links=1, rand=1)), 1.25)
+    assert len(node.active_view(TOPIC)) <= MAX_ACTIVE
+
+
+# -- disconnect, leave, connection loss ---------------------------------------------------
+
+
+def test_disconnect_alive_moves_neighbour_from_active_to_passive():
+    node = make_node(active=[1, 2])
+    out = node.handle(received(1, m.Disconnect(alive=True)), 1.0)
+    assert out == [NeighborDown(TOPIC, 1), ClosePeer(1)]
+    assert node.active_view(TOPIC) == {2: RAND}
+    assert node.passive_view(TOPIC) == [1]
+
+
+def test_disconnect_not_alive_forgets_the_neighbour():
+    node = make_node(active=[1, 2], passive=[5])
+    out = node.handle(received(1, m.Disconnect(alive=False)), 1.0)
+    assert out == [NeighborDown(TOPIC, 1), ClosePeer(1)]
+    assert node.handle(received(5, m.Disconnect(alive=False)), 1.0) == []
+    assert node.active_view(TOPIC) == {2: RAND}
+    assert node.passive_view(TOPIC) == []
+
+
+def test_leave_removes_departed_neighbour_and_is_forwarded_to_the_other_neighbours():
+    node = make_node(active=[1, 2, 3])
+    out = node.handle(received(1, m.Leave(peer=2, ttl=0)), 1.0)
+    assert out == [NeighborDown(TOPIC, 2), send(3, m.Leave(peer=2, ttl=0)), ClosePeer(2)]
+    assert node.active_view(TOPIC) == {1: RAND, 3: RAND}
+    assert node.passive_view(TOPIC) == []
+
+
+def test_leave_removes_departed_passive_peer_and_is_forwarded():
+    node = make_node(active=[1, 2], passive=[5, 6])
+    out = node.handle(received(1, m.Leave(peer=5, ttl=0)), 1.0)
+    assert out == [send(2, m.Leave(peer=5, ttl=0))]
+    assert node.passive_view(TOPIC) == [6]
+
+
+def test_leave_of_an_unknown_peer_is_forwarded_only_while_ttl_positive():
+    node = make_node(active=[1, 2, 3])
+    assert node.handle(received(1, m.Leave(peer=9, ttl=0)), 1.0) == []
+    out = node.handle(received(1, m.Leave(peer=8, ttl=2)), 1.0)
+    assert out == [send(2, m.Leave(peer=8, ttl=1)), send(3, m.Leave(peer=8, ttl=1))]
+
+
+def test_leave_is_forwarded_only_once():
+    node = make_node(active=[1, 2, 3])
+    assert node.handle(received(1, m.Leave(peer=9, ttl=2)), 1.0) != []
+    assert node.handle(received(2, m.Leave(peer=9, ttl=2)), 1.0) == []
+    assert node.handle(received(3, m.Leave(peer=9, ttl=1)), 2.0) == []
+
+
+def test_departed_peer_is_kept_out_of_views_for_left_memory():
+    node = make_node(active=[1, 2])
+    node.handle(received(1, m.Leave(peer=9, ttl=0)), 1.0)  # left_memory: until 61.0
+    assert node.handle(received(1, m.ForwardJoin(peer=9, ttl=0)), 30.0) == []
+    assert node.handle(received(1, m.Join(peer=9, ttl=0)), 30.0) == []
+    assert node.handle(received(9, request(RAND, high_priority=True)), 30.0) == [
+        send(9, m.Disconnect(alive=True))
+    ]
+    node.handle(received(1, m.Shuffle(origin=7, ttl=0, peers=(7, 9))), 30.0)
+    assert node.passive_view(TOPIC) == [7]
+    fire(node, "stabilize", 61.0)
+    node.handle(received(1, m.ForwardJoin(peer=9, ttl=0)), 61.0)
+    assert node.passive_view(TOPIC) == [7, 9]
+
+
+def test_connection_lost_removes_the_peer_from_every_view():
+    node = make_node(active=[1, 2], passive=[5, 6])
+    assert node.handle(ConnectionLost(1), 1.0) == [NeighborDown(TOPIC, 1), ClosePeer(1)]
+    assert node.handle(ConnectionLost(5), 1.0) == []
+    assert node.active_view(TOPIC) == {2: RAND}
+    assert node.passive_view(TOPIC) == [6]
+
+
+def test_connection_lost_drops_a_pending_request():
+    node = make_node(passive=[5])
+    fire(node, "stabilize", 1.0)
+    assert 5 in membership(node).pending
+    node.handle(ConnectionLost(5), 1.25)
+    assert membership(node).pending == {}
+    assert node.passive_view(TOPIC) == []
+
+
+def test_connection_lost_of_the_last_known_peer_asks_the_contacts_again():
+    node = NodeState(ME, node_config(), random.Random(0))
+    node.handle(JoinTopic(TOPIC, (5,)), 0.0)
+    node.handle(received(5, m.Nodes(peers=())), 0.5)
+    assert node.handle(ConnectionLost(5), 1.0) == [send(5, m.GetNodes())]
+
+
+def test_leave_topic_sends_leave_to_neighbours_and_disconnect_to_pending_peers():
+    node = make_node(active=[1, 2], passive=[5])
+    fire(node, "stabilize", 1.0)  # asks 5
+    out = node.handle(LeaveTopic(TOPIC), 2.0)
+    assert out == [
+        send(1, m.Leave(peer=ME, ttl=2)),
+        NeighborDown(TOPIC, 1),
+        send(2, m.Leave(peer=ME, ttl=2)),
+        NeighborDown(TOPIC, 2),
+        send(5, m.Disconnect(alive=False)),
+        ClosePeer(1),
+        ClosePeer(2),
+    ]
+    assert node.topics() == []
+
+
+# -- shuffle ------------------------------------------------------------------------------
+
+
+def test_shuffle_timer_sends_a_sample_of_both_views_to_a_random_neighbour():
+    node = make_node(active=[1], passive=[10, 11, 12])
+    out = fire(node, "shuffle", 1.0)
+    assert out[1:] == [ScheduleTimer(30.0, token("shuffle"))]
+    shuffle = only(out, m.Shuffle)
+    assert shuffle.peer == 1
+    assert shuffle.message.origin == ME
+    assert shuffle.message.ttl == 3
+    peers = shuffle.message.peers
+    assert peers[:2] == (ME, 1)  # ourselves, then shuffle_active=2 of the active view (1)
+    assert len(peers) == 4 and set(peers[2:]) < {10, 11, 12}  # shuffle_passive=2
+
+
+def test_shuffle_walks_on_while_ttl_positive_and_another_neighbour_exists():
+    node = make_node(active=[1, 2], passive=[10])
+    out = node.handle(received(1, m.Shuffle(origin=7, ttl=3, peers=(7, 8))), 1.0)
+    assert out == [send(2, m.Shuffle(origin=7, ttl=2, peers=(7, 8)))]
+    assert node.passive_view(TOPIC) == [10]
+
+
+@pytest.mark.parametrize(("ttl", "active"), [(0, [1, 2]), (3, [1]), (3, [1, 7])])
+def test_shuffle_ends_with_a_reply_to_the_origin_when_ttl_0_or_no_other_neighbour(ttl, active):
+    node = make_node(active=active, passive=[10, 11, 12])
+    out = node.handle(received(1, m.Shuffle(origin=7, ttl=ttl, peers=(7, 8))), 1.0)
+    reply = only(out, m.ShuffleReply)
+    assert out == [reply]
+    assert reply.peer == 7
+    assert len(reply.message.peers) == 2 and set(reply.message.peers) < {10, 11, 12}
+    assert set(node.passive_view(TOPIC)) == {10, 11, 12, 8} | ({7} - set(active))
+
+
+def test_shuffle_integration_keeps_passive_within_passive_size_evicting_what_was_sent():
+    node = make_node(
+        active=[1], passive=[10, 11, 12], config=node_config(membership_config(passive_size=3))
+    )
+    out = node.handle(received(1, m.Shuffle(origin=7, ttl=0, peers=(7, 8))), 1.0)
+    sent = only(out, m.ShuffleReply).message.peers
+    kept = ({10, 11, 12} - set(sent)).pop()
+    assert node.passive_view(TOPIC) == [kept, 7, 8]
+
+
+def test_shuffle_intake_is_bounded_by_max_shuffle_intake():
+    cfg = node_config(membership_config(max_shuffle_intake=2))
+    node = make_node(active=[1], config=cfg)
+    node.handle(received(1, m.Shuffle(origin=7, ttl=0, peers=(7, 8, 9, 10))), 1.0)
+    assert node.passive_view(TOPIC) == [7, 8]
+
+
+def test_shuffle_reply_is_integrated_evicting_the_peers_we_sent_first():
+    cfg = node_config(membership_config(passive_size=3))
+    node = make_node(active=[1], passive=[10, 11, 12], config=cfg)
+    sent = only(fire(node, "shuffle", 1.0), m.Shuffle).message.peers[2:]
+    kept = ({10, 11, 12} - set(sent)).pop()
+    assert node.handle(received(7, m.ShuffleReply(peers=(20, 21))), 1.5) == []
+    assert node.passive_view(TOPIC) == [kept, 20, 21]
+
+
+def test_shuffle_reply_intake_is_bounded_by_max_shuffle_intake():
+    cfg = node_config(membership_config(max_shuffle_intake=1))
+    node = make_node(active=[1], config=cfg)
+    node.handle(received(7, m.ShuffleReply(peers=(20, 21, 22))), 1.5)
+    assert node.passive_view(TOPIC) == [20]
+
+
+# -- ping, pong, probes -------------------------------------------------------------------
+
+
+def test_ping_is_answered_with_pong_with_view_when_asked():
+    node = make_node(active={1: RAND, 2: NEAR})
+    out = node.handle(received(5, m.Ping(nonce=42, want_view=True)), 1.0)
+    assert out == [send(5, m.Pong(nonce=42, active_count=2, rand_count=1, active=(1, 2)))]
+    out = node.handle(received(5, m.Ping(nonce=43)), 1.0)
+    assert out == [send(5, m.Pong(nonce=43, active_count=2, rand_count=1, active=()))]
+
+
+def test_ping_timer_asks_near_neighbours_for_their_view():
+    node = make_node(active={1: RAND, 2: NEAR})
+    out = fire(node, "ping", 1.0)
+    assert out == [
+        send(1, m.Ping(nonce=ping_nonce(out, 1), want_view=False)),
+        send(2, m.Ping(nonce=ping_nonce(out, 2), want_view=True)),
+        ScheduleTimer(5.0, token("ping")),
+    ]
+
+
+def test_ping_timer_asks_every_neighbour_for_its_view_when_oversubscribed():
+    node = make_node(active=[1, 2, 3, 4])
+    out = fire(node, "ping", 1.0)
+    assert [s.message.want_view for s in sends(out, m.Ping)] == [True] * 4
+
+
+def test_probe_timer_pings_a_passive_peer():
+    node = make_node(passive=[5])
+    out = fire(node, "probe", 1.0)
+    assert out == [
+        send(5, m.Ping(nonce=ping_nonce(out, 5), want_view=False)),
+        ScheduleTimer(1.0, token("probe")),
+    ]
+
+
+def test_probe_timer_pings_unmeasured_peers_first():
+    node = make_node(passive=[5, 6, 7], rtts={5: 0.125, 7: 0.25})
+    assert only(fire(node, "probe", 1.0), m.Ping).peer == 6
+
+
+def test_probe_pings_each_peer_at_most_once_per_tick():
+    cfg = node_config(membership_config(passive_probes_per_tick=2))
+    node = make_node(active={1: RAND, 2: RAND, 3: NEAR}, passive=[9], rtts={3: 0.25}, config=cfg)
+    nonce = ping_nonce(fire(node, "ping", 1.0), 3)
+    node.handle(received(3, m.Pong(nonce=nonce, active_count=4, active=(ME, 9))), 1.125)
+    pinged = [s.peer for s in sends(fire(node, "probe", 2.0), m.Ping)]
+    assert pinged == [9]
+
+
+def test_pong_updates_smoothed_rtt():
+    node = make_node(passive=[5])
+    nonce = ping_nonce(fire(node, "probe", 1.0), 5)
+    assert node.handle(received(5, m.Pong(nonce=nonce)), 1.25) == []
+    assert node.rtt(5) == 0.25
+    nonce = ping_nonce(fire(node, "probe", 2.0), 5)
+    assert node.handle(received(5, m.Pong(nonce=nonce)), 2.75) == []
+    assert node.rtt(5) == 0.25 + 0.125 * (0.75 - 0.25)  # RFC 6298 SRTT
+
+
+def test_unsolicited_pong_is_peer_misbehaved():
+    node = make_node(passive=[5])
+    out = node.handle(received(5, m.Pong(nonce=7)), 1.0)
+    assert out == [PeerMisbehaved(5, "PONG answers no PING we sent it")]
+    assert node.rtt(5) is None
+
+
+def test_pong_from_another_peer_than_the_pinged_one_is_peer_misbehaved():
+    node = make_node(passive=[5])
+    nonce = ping_nonce(fire(node, "probe", 1.0), 5)
+    out = node.handle(received(6, m.Pong(nonce=nonce)), 1.125)
+    assert out == [PeerMisbehaved(6, "PONG answers no PING we sent it")]
+    assert node.rtt(6) is None
+    # The spoof did not consume the ping: the real answer still counts.
+    assert node.handle(received(5, m.Pong(nonce=nonce)), 1.25) == []
+    assert node.rtt(5) == 0.25
+
+
+def test_unanswered_probe_expires_passive_peer_after_ping_timeout():
+    node = make_node(passive=[5])
+    fire(node, "probe", 1.0)
+    assert fire(node, "probe", 5.875) == [ScheduleTimer(1.0, token("probe"))]
+    assert node.passive_view(TOPIC) == [5]
+    assert fire(node, "probe", 6.0) == [ScheduleTimer(1.0, token("probe"))]
+    assert node.passive_view(TOPIC) == []
+
+
+def test_pong_not_subscribed_removes_a_passive_peer():
+    node = make_node(passive=[5, 6])
+    ping = only(fire(node, "probe", 1.0), m.Ping)
+    pong = m.Pong(nonce=ping.message.nonce, subscribed=False)
+    assert node.handle(received(ping.peer, pong), 1.25) == []
+    assert node.passive_view(TOPIC) == [11 - ping.peer]
+
+
+def test_pong_not_subscribed_removes_an_active_peer():
+    node = make_node(active=[1])
+    nonce = ping_nonce(fire(node, "ping", 1.0), 1)
+    out = node.handle(received(1, m.Pong(nonce=nonce, subscribed=False)), 1.25)
+    assert out == [NeighborDown(TOPIC, 1), ClosePeer(1)]
+    assert node.active_view(TOPIC) == {}
+    assert node.passive_view(TOPIC) == []
+
+
+def test_message_claiming_to_come_from_ourselves_is_peer_misbehaved():
+    node = make_node(active=[1])
+    out = node.handle(received(ME, m.Ping(nonce=1)), 1.0)
+    assert out == [PeerMisbehaved(ME, "message claims to come from ourselves")]
+
+
+# -- stabilisation ------------------------------------------------------------------------
+
+
+def test_stabilisation_shrinks_an_oversubscribed_view_toward_a_neighbour_with_more_than_A_links():
+    node = make_node(active=[1, 2, 3, 4], links={3: 5, 4: 4})
+    out = fire(node, "stabilize", 1.0)
+    # The neighbour with most links loses least.
+    assert out == [
+        send(3, m.Disconnect(alive=True)),
+        NeighborDown(TOPIC, 3),
+        stabilize_timer(),
+        ClosePeer(3),
+    ]
+    assert list(node.active_view(TOPIC)) == [1, 2, 4]
+    assert node.passive_view(TOPIC) == [3]
+
+
+def test_stabilisation_keeps_an_oversubscribed_view_when_no_link_is_safe_to_drop():
+    node = make_node(active=[1, 2, 3, 4])  # every neighbour claims exactly A links
+    assert fire(node, "stabilize", 1.0) == [stabilize_timer()]
+    assert len(node.active_view(TOPIC)) == 4
+
+
+def test_stabilisation_drops_a_link_that_closes_a_triangle():
+    node = make_node(active=[1, 2, 3, 4])
+    out = fire(node, "ping", 1.0)
+    views = {1: (ME, 2), 2: (ME, 5), 3: (ME, 6), 4: (ME, 7)}
+    for peer, view in views.items():
+        pong = m.Pong(nonce=ping_nonce(out, peer), active_count=3, active=view)
+        assert node.handle(received(peer, pong), 1.125) == []
+    # 2 is also 1's neighbour: dropping 0-2 leaves the path 0-1-2.
+    assert fire(node, "stabilize", 2.0) == [
+        send(2, m.Disconnect(alive=True)),
+        NeighborDown(TOPIC, 2),
+        stabilize_timer(),
+        ClosePeer(2),
+    ]
+
+
+def test_stabilisation_keeps_a_triangle_link_to_a_neighbour_below_A():
+    node = make_node(active=[1, 2, 3, 4])
+    out = fire(node, "ping", 1.0)
+    views = {1: (ME, 2), 2: (ME, 5), 3: (ME, 6), 4: (ME, 7)}
+    for peer, view in views.items():
+        count = 2 if peer == 2 else 3
+        pong = m.Pong(nonce=ping_nonce(out, peer), active_count=count, active=view)
+        node.handle(received(peer, pong), 1.125)
+    assert fire(node, "stabilize", 2.0) == [stabilize_timer()]
+
+
+def test_stabilisation_grows_from_passive_with_rand_links_first_then_nearest():
+    node = make_node(passive=[5, 6, 7], rtts={5: 0.5, 6: 0.25, 7: 0.125})
+    out = fire(node, "stabilize", 1.0)
+    asked = sends(out, m.Neighbor)
+    assert out == [*asked, stabilize_timer()]
+    assert [s.message.kind for s in asked] == [RAND, RAND, NEAR]
+    rand_peers = {s.peer for s in asked[:2]}
+    nearest = min({5, 6, 7} - rand_peers, key=node.rtt)
+    assert asked[2] == send(nearest, request(NEAR, rtt=node.rtt(nearest), links=0))
+
+
+def test_stabilisation_requests_the_nearest_passive_peer_once_c_rand_links_exist():
+    node = make_node(active=[1, 2], passive=[5, 6, 7], rtts={6: 0.25, 7: 0.125})
+    assert fire(node, "stabilize", 1.0) == [
+        send(7, request(NEAR, rtt=0.125, links=2, rand=2)),
+        stabilize_timer(),
+    ]
+
+
+def test_stabilisation_without_proximity_fills_near_slots_at_random():
+    cfg = node_config(membership_config(proximity=False))
+    node = make_node(active=[1, 2], passive=[5, 6, 7], rtts={7: 0.125}, config=cfg)
+    out = fire(node, "stabilize", 1.0)
+    asked = only(out, m.Neighbor)
+    assert asked.peer in (5, 6, 7)
+    assert asked.message.kind is NEAR
+
+
+def test_stabilisation_requests_at_most_max_pending_requests():
+    cfg = node_config(membership_config(max_pending_requests=1))
+    node = make_node(passive=[5, 6, 7], config=cfg)
+    assert len(sends(fire(node, "stabilize", 1.0), m.Neighbor)) == 1
+    assert sends(fire(node, "stabilize", 2.0), m.Neighbor) == []
+
+
+def test_pending_requests_time_out_after_neighbor_request_timeout():
+    cfg = node_config(membership_config(c_rand=1, c_near=0))  # A = 1
+    node = make_node(passive=[5, 6], config=cfg)
+    first = only(fire(node, "stabilize", 1.0), m.Neighbor).peer
+    assert fire(node, "stabilize", 2.875) == [stabilize_timer()]  # still waiting
+    other = 11 - first
+    assert fire(node, "stabilize", 3.0) == [send(other, request(RAND, links=0)), stabilize_timer()]
+    assert first not in membership(node).pending
+
+
+def test_stabilisation_asks_the_contacts_when_every_view_is_empty():
+    node = NodeState(ME, node_config(), random.Random(0))
+    node.handle(JoinTopic(TOPIC, (5,)), 0.0)
+    assert fire(node, "stabilize", 2.0) == [send(5, m.GetNodes()), stabilize_timer()]
+
+
+# -- optimisation -------------------------------------------------------------------------
+
+
+def near_view_for_optimisation(far_links: int, proximity: bool = True) -> NodeState:
+    """RAND 1, 2 and NEAR 3 at 0.25 s claiming `far_links`; passive 7 (1/16 s) and 8."""
+    cfg = node_config(membership_config(proximity=proximity))
+    return make_node(
+        active={1: RAND, 2: RAND, 3: NEAR},
+        passive=[7, 8],
+        rtts={3: 0.25, 7: 0.0625, 8: 0.1},
+        links={3: far_links},
+        config=cfg,
+    )
+
+
+def test_optimisation_requests_best_passive_peer_and_drops_farthest_near_on_accept():
+    node = near_view_for_optimisation(far_links=4)
+    assert fire(node, "optimize", 1.0) == [
+        send(7, request(NEAR, rtt=0.0625, links=3, rand=2)),
+        ScheduleTimer(5.0, token("optimize")),
+    ]
+    out = node.handle(received(7, accept(NEAR, links=4)), 1.25)
+    assert out == [
+        NeighborUp(TOPIC, 7, NEAR),
+        send(3, m.Disconnect(alive=True)),
+        NeighborDown(TOPIC, 3),
+        ClosePeer(3),
+    ]
+    assert node.active_view(TOPIC) == {1: RAND, 2: RAND, 7: NEAR}
+    assert node.passive_view(TOPIC) == [8, 3]
+
+
+def test_optimisation_keeps_the_replaced_neighbour_when_it_has_c_rand_links_or_fewer():
+    node = near_view_for_optimisation(far_links=2)
+    fire(node, "optimize", 1.0)
+    assert node.handle(received(7, accept(NEAR, links=4)), 1.25) == [NeighborUp(TOPIC, 7, NEAR)]
+
+
+def test_optimisation_does_nothing_when_no_peer_is_closer_by_alpha():
+    cfg = node_config(membership_config())
+    node = make_node(
+        active={1: RAND, 2: RAND, 3: NEAR}, passive=[7], rtts={3: 0.25, 7: 0.125}, config=cfg
+    )
+    assert fire(node, "optimize", 1.0) == [ScheduleTimer(5.0, token("optimize"))]
+
+
+def test_optimisation_does_nothing_with_proximity_off():
+    node = near_view_for_optimisation(far_links=4, proximity=False)
+    assert fire(node, "optimize", 1.0) == [ScheduleTimer(5.0, token("optimize"))]
+
+
+def test_optimisation_runs_one_swap_at_a_time():
+    node = near_view_for_optimisation(far_links=4)
+    fire(node, "optimize", 1.0)
+    assert fire(node, "optimize", 2.0) == [ScheduleTimer(5.0, token("optimize"))]
+
+
+def test_optimisation_finds_candidates_in_near_neighbours_views():
+    node = make_node(active={1: RAND, 2: RAND, 3: NEAR}, rtts={3: 0.25}, links={3: 4})
+    nonce = ping_nonce(fire(node, "ping", 1.0), 3)
+    node.handle(received(3, m.Pong(nonce=nonce, active_count=4, active=(ME, 9))), 1.125)
+    set_rtt(node, 9, 0.0625)
+    assert sends(fire(node, "optimize", 2.0)) == [
+        send(9, request(NEAR, rtt=0.0625, links=3, rand=2))
+    ]
+
+
+# -- timers -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "period"),
+    [("stabilize", 2.0), ("optimize", 5.0), ("shuffle", 30.0), ("ping", 5.0), ("probe", 1.0)],
+)
+def test_periodic_timers_rearm_themselves(name, period):
+    node = make_node(active=[1])
+    out = fire(node, name, 1.0)
+    assert out[-1] == ScheduleTimer(period, token(name))
+    assert fire(node, name, 1.0 + period)[-1] == ScheduleTimer(period, token(name))
+
+
+def test_timer_jitter_stays_within_its_bounds():
+    cfg = node_config(membership_config(timer_jitter=0.25))
+    node = make_node(active=[1], config=cfg)
+    delays = [fire(node, "stabilize", float(t))[-1].delay for t in range(1, 50)]
+    assert all(1.5 <= d <= 2.5 for d in delays)
+    assert len(set(delays)) > 1
+
+
+def test_timers_of_a_left_topic_are_stale():
+    node = make_node(active=[1], passive=[5])
+    node.handle(LeaveTopic(TOPIC), 1.0)
+    stale = TimerFired(token("stabilize", generation=0))
+    assert node.handle(stale, 2.0) == []
+    node.handle(JoinTopic(TOPIC), 3.0)  # a new generation of the same topic
+    node.handle(received(5, m.ForwardJoin(peer=5, ttl=0)), 3.0)
+    assert node.handle(stale, 4.0) == []
+    assert fire(node, "stabilize", 4.0) == [
+        send(5, request(RAND, links=0)),
+        ScheduleTimer(2.0, token("stabilize", generation=1)),
+    ]

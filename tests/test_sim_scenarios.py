@@ -1,0 +1,96 @@
+"""Every scenario over the real core, small enough to keep the file under a minute.
+
+The numbers are the simulator's acceptance gates for the protocol (iroh-gossip gates
+its simulation results in CI the same way): full reliability without loss, no
+duplicate delivery, a Plumtree tree with almost no redundant payload, a heal time
+after crashes and partitions, and proximity links that cut latency.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from episub.cli import main
+from episub.sim.scenarios import SimParams, run
+
+SMALL = {"nodes": 150, "messages": 20, "warmup": 5, "settle": 20.0}
+
+
+def report(scenario: str, **overrides) -> dict:
+    return run(SimParams(scenario=scenario, **{**SMALL, **overrides}), timing=False)
+
+
+def assert_healthy(r: dict) -> None:
+    assert r["duplicates"] == 0
+    assert r["reliability"] == 1.0, f"missed {r['missed']} of {r['expected']}"
+    assert r["never_joined"] == 0
+    assert r["unknown_deliveries"] == 0 and r["self_deliveries"] == 0
+
+
+def test_steady_delivers_everything_once_over_a_tree():
+    r = report("steady")
+    assert_healthy(r)
+    assert r["rmr"] <= 0.05
+    assert r["expected"] == 20 * (150 - 1)
+    assert r["latency_p50_ms"] <= r["latency_p99_ms"]
+    assert r["stretch_mean"] >= 1.0
+    assert r["symmetry_violations"] == 0
+    assert sum(r["active_view_hist"].values()) == 150
+
+
+def test_multi_sender_delivers_everything_from_every_sender():
+    r = report("multi-sender", senders=3)
+    assert_healthy(r)
+    assert len(r["senders"]) == 3
+
+
+def test_crash_heals_and_survivors_get_everything():
+    r = report("crash", fraction=0.3)
+    assert_healthy(r)
+    assert r["live_nodes"] == 150 - 45
+    assert r["expected"] == 20 * (105 - 1)
+    assert r["heal_seconds"] is not None and r["heal_seconds"] <= 10.0
+
+
+def test_churn_keeps_delivering_to_nodes_that_stay():
+    r = report("churn", rate=0.02, duration=4.0, lifetime=3.0)
+    assert_healthy(r)
+    assert r["live_nodes"] == 150  # every departure was replaced
+
+
+def test_partition_heals_and_everyone_gets_the_later_messages():
+    r = report("partition", partition_seconds=5.0)
+    assert_healthy(r)
+    assert r["heal_seconds"] is not None
+
+
+def test_proximity_links_cut_latency_on_a_zoned_network():
+    r = report("proximity", zones=4)
+    on, off = r["proximity_on"], r["proximity_off"]
+    assert_healthy(on)
+    assert_healthy(off)
+    assert on["latency_p50_ms"] < off["latency_p50_ms"]
+    assert on["cross_zone_copies_per_message"] < off["cross_zone_copies_per_message"]
+
+
+def test_the_command_prints_the_same_json_for_the_same_arguments(capsys):
+    argv = ["sim", "crash", "--nodes", "60", "--messages", "5", "--settle", "5"]
+    argv += ["--loss", "0.01", "--json", "--no-timing", "--quiet"]
+    outputs = []
+    for _ in range(2):
+        assert main(argv) == 0
+        outputs.append(capsys.readouterr().out)
+    assert outputs[0] == outputs[1]
+    parsed = json.loads(outputs[0])
+    assert parsed["scenario"] == "crash" and "wall_seconds" not in parsed
+
+
+@pytest.mark.parametrize("latency", ["constant", "coords"])
+def test_the_readable_summary_names_the_main_numbers(capsys, latency):
+    argv = ["sim", "steady", "--nodes", "40", "--messages", "3", "--settle", "3", "--quiet"]
+    assert main([*argv, "--latency", latency]) == 0
+    out = capsys.readouterr().out
+    for label in ("reliability", "rmr / ldh", "latency p50/p99", "active views", "events"):
+        assert label in out
