@@ -558,3 +558,43 @@ def test_publishers_are_bounded_by_max_publishers():
     other = envelope(8, 0)
     out = node.handle(received(1, gossip(other)), 1.0)
     assert out == [PeerMisbehaved(8, "too many publishers on this topic")]
+
+
+# -- stream settle window: a new subscriber's first copies may arrive out of order -------
+
+
+def deliveries(out: list) -> list[int]:
+    return [e.envelope.seq for e in out if isinstance(e, Deliver)]
+
+
+def test_a_new_streams_first_message_waits_for_the_settle_window():
+    node = node_with(1, 2, stream_settle=0.5)
+    out = node.handle(received(1, gossip(env(5))), 1.0)
+    assert deliveries(out) == []
+    assert ScheduleTimer(0.5, token("settle")) in out
+    assert deliveries(fire(node, "settle", 1.5)) == [5]
+
+
+def test_an_overtaken_earlier_message_inside_the_settle_window_is_delivered_first():
+    node = node_with(1, 2, stream_settle=0.5)
+    node.handle(received(1, gossip(env(5))), 1.0)
+    node.handle(received(2, gossip(env(4))), 1.2)
+    assert deliveries(fire(node, "settle", 1.5)) == [4, 5]
+    later = node.handle(received(1, gossip(env(6))), 1.6)
+    assert deliveries(later) == [6]
+
+
+def test_after_the_settle_window_an_earlier_message_is_not_delivered():
+    node = node_with(1, 2, stream_settle=0.5)
+    node.handle(received(1, gossip(env(5))), 1.0)
+    fire(node, "settle", 1.5)
+    assert deliveries(node.handle(received(2, gossip(env(4))), 1.6)) == []
+
+
+def test_a_gap_inside_the_settle_window_is_repaired_after_it():
+    node = node_with(1, 2, stream_settle=0.5)
+    node.handle(received(1, gossip(env(3))), 1.0)
+    node.handle(received(1, gossip(env(5))), 1.1)
+    out = fire(node, "settle", 1.5)
+    assert deliveries(out) == [3]
+    assert GAP_TIMER in out  # seq 4 is pulled like any gap

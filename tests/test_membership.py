@@ -536,12 +536,24 @@ def test_ping_is_answered_with_pong_with_view_when_asked():
     assert out == [send(5, m.Pong(nonce=43, active_count=2, rand_count=1, active=()))]
 
 
-def test_ping_timer_asks_near_neighbours_for_their_view():
+def test_ping_timer_asks_every_neighbour_for_its_view_when_proximity_is_on():
+    # Neighbours' neighbours are the near candidates (GoCast).
     node = make_node(active={1: RAND, 2: NEAR})
     out = fire(node, "ping", 1.0)
     assert out == [
-        send(1, m.Ping(nonce=ping_nonce(out, 1), want_view=False)),
+        send(1, m.Ping(nonce=ping_nonce(out, 1), want_view=True)),
         send(2, m.Ping(nonce=ping_nonce(out, 2), want_view=True)),
+        ScheduleTimer(5.0, token("ping")),
+    ]
+
+
+def test_ping_timer_asks_for_no_view_when_proximity_is_off_and_view_not_oversubscribed():
+    cfg = node_config(membership_config(proximity=False))
+    node = make_node(active={1: RAND, 2: NEAR}, config=cfg)
+    out = fire(node, "ping", 1.0)
+    assert out == [
+        send(1, m.Ping(nonce=ping_nonce(out, 1), want_view=False)),
+        send(2, m.Ping(nonce=ping_nonce(out, 2), want_view=False)),
         ScheduleTimer(5.0, token("ping")),
     ]
 

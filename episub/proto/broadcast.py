@@ -67,6 +67,7 @@ class PublisherStream:
 
     next_seq: int  # the next sequence number the application gets
     held: dict[int, tuple[MessageId, Envelope, int]] = field(default_factory=dict)
+    settling_until: float | None = None  # while set, where the stream starts is not fixed
     gap_since: float | None = None
     pull_attempts: int = 0
 
@@ -322,6 +323,8 @@ class Broadcast:
         elif name == "gap":
             self._gap_armed = False
             self._check_gaps(now, out)
+        elif name == "settle":
+            self._end_settling(now, out)
 
     def _queue_ihave(
         self, mid: MessageId, hops: int, exclude: PeerId | None, out: list[OutEvent]
@@ -410,9 +413,21 @@ class Broadcast:
             if len(self.streams) >= c.max_publishers:
                 out.append(PeerMisbehaved(envelope.publisher, "too many publishers on this topic"))
                 return
-            # The first message we see of a publisher sets where its stream starts for us.
-            stream = self.streams[envelope.publisher] = PublisherStream(next_seq=envelope.seq)
+            # The first message we see of a publisher opens its stream; where the stream
+            # starts is fixed only after `stream_settle`, so an earlier message that the
+            # first one overtook is still delivered, in order.
+            settles = c.stream_settle > 0
+            stream = self.streams[envelope.publisher] = PublisherStream(
+                next_seq=envelope.seq, settling_until=now + c.stream_settle if settles else None
+            )
+            if settles:
+                out.append(ScheduleTimer(c.stream_settle, (*self._timer_prefix, "settle")))
         seq = envelope.seq
+        if stream.settling_until is not None:
+            if seq not in stream.held and seq >= stream.next_seq - c.max_gap:
+                stream.held[seq] = (mid, envelope, hops)
+                stream.next_seq = min(stream.next_seq, seq)
+            return
         if seq < stream.next_seq or seq in stream.held:
             return  # delivered already, or from before we joined
         if seq - stream.next_seq > c.max_gap:
@@ -438,6 +453,17 @@ class Broadcast:
             stream.gap_since = now
             stream.pull_attempts = 0
         self._arm_gap_timer(out)
+
+    def _end_settling(self, now: float, out: list[OutEvent]) -> None:
+        for publisher, stream in self.streams.items():
+            if stream.settling_until is None or stream.settling_until > now:
+                continue
+            stream.settling_until = None
+            stream.next_seq = min(stream.held, default=stream.next_seq)
+            self._release_held(publisher, stream, out)
+            if stream.held:  # a gap inside what arrived while settling: repair as usual
+                stream.gap_since = now
+                self._arm_gap_timer(out)
 
     def _emit(self, mid: MessageId, envelope: Envelope, hops: int, out: list[OutEvent]) -> None:
         self.counters.delivered += 1
@@ -476,7 +502,7 @@ class Broadcast:
         neighbors = [*self.eager, *self.lazy]
         pending = False
         for publisher, stream in self.streams.items():
-            if not stream.held:
+            if not stream.held or stream.settling_until is not None:
                 continue
             pending = True
             if stream.gap_since is None:

@@ -388,6 +388,14 @@ class Membership:
         if req.active_count < c.c_rand:
             return LinkKind.RAND
         if c.proximity and req.kind is LinkKind.NEAR and req.rtt is not None:
+            if self.near_count() < c.c_near and self.rand_count() > c.c_rand:
+                # A near slot is held by a surplus random link (joins make random links):
+                # GoCast's degree targets say the near link is the one we are short of.
+                surplus = self._surplus_rand_link()
+                if surplus is not None:
+                    self.counters.evictions += 1
+                    self._drop_link(surplus, out)
+                return LinkKind.NEAR
             farthest = self._farthest_near()
             if farthest is not None:
                 far_peer, far_rtt = farthest
@@ -405,6 +413,19 @@ class Membership:
             return bool(peer < self.me)  # type: ignore[operator]
         except TypeError:
             return repr(peer) < repr(self.me)
+
+    def _surplus_rand_link(self) -> PeerId | None:
+        """A random link we hold beyond C_rand whose peer can spare it, or None."""
+        c = self.config
+        if self.rand_count() <= c.c_rand:
+            return None
+        spare = [
+            (link.peer_active, -link.since, p)
+            for p, link in self.active.items()
+            if link.kind is LinkKind.RAND
+            and (link.peer_rand > c.c_rand or link.peer_active > self.active_size)
+        ]
+        return max(spare, key=lambda item: (item[0], item[1]))[2] if spare else None
 
     def _farthest_near(self) -> tuple[PeerId, float] | None:
         """Our near neighbour with the largest RTT (unknown RTT counts as farthest)."""
@@ -582,18 +603,25 @@ class Membership:
             self._send_ping(peer, want_view=False, now=now, out=out)
         get_rtt = self.rtts.get
         pool = [p for p in dict.fromkeys((*self.near_candidates, *self.passive)) if p not in pinged]
-        unmeasured = [p for p in pool if get_rtt(p) is None]
-        targets = sample(self.rng, unmeasured or pool, self.config.passive_probes_per_tick)
+        # Unmeasured near candidates first, then unmeasured passive peers: proximity
+        # needs RTTs, and candidates are where the near peers are.
+        k = self.config.passive_probes_per_tick
+        fresh = [p for p in self.near_candidates if p not in pinged and get_rtt(p) is None]
+        targets = sample(self.rng, fresh, k)
+        if len(targets) < k:
+            unmeasured = [p for p in pool if get_rtt(p) is None and p not in targets]
+            rest = [p for p in pool if p not in targets]
+            targets += sample(self.rng, unmeasured or rest, k - len(targets))
         for peer in targets:
             self._send_ping(peer, want_view=False, now=now, out=out)
 
     def _ping_active(self, now: float, out: list[OutEvent]) -> None:
         self._expire_pings(now, out)
         oversubscribed = len(self.active) > self.active_size
-        for peer, link in self.active.items():
+        for peer in self.active:
             # Views of near neighbours are where nearer peers are found (GoCast); views of
             # all neighbours tell an oversubscribed node which links close triangles.
-            want_view = oversubscribed or (self.config.proximity and link.kind is LinkKind.NEAR)
+            want_view = oversubscribed or self.config.proximity
             self._send_ping(peer, want_view=want_view, now=now, out=out)
 
     def _send_ping(self, peer: PeerId, *, want_view: bool, now: float, out: list[OutEvent]) -> None:
@@ -637,7 +665,10 @@ class Membership:
             link.peer_active, link.peer_rand = pong.active_count, pong.rand_count
             if pong.active:
                 link.peer_view = pong.active
-                if link.kind is LinkKind.NEAR:
+                # Neighbours' neighbours are where nearer peers turn up (GoCast). Views of
+                # random neighbours help too: the simulator found learning only from near
+                # neighbours' views converged slower (docs/simulation.md).
+                if self.config.proximity:
                     self._learn_near_candidates(pong.active)
 
     def _learn_near_candidates(self, peers: tuple[PeerId, ...]) -> None:
@@ -721,25 +752,26 @@ class Membership:
         return float("inf") if rtt is None else rtt
 
     def _optimize(self, now: float, out: list[OutEvent]) -> None:
-        """GoCast: swap the farthest near neighbour for a measured peer closer by alpha."""
+        """GoCast: fill the near slots with the nearest measured peers, then swap the
+        farthest near neighbour for a measured peer closer by alpha."""
         c = self.config
         if not c.proximity or len(self.active) < self.active_size:
-            return
-        if any(r.replaces is not None for r in self.pending.values()):
-            return  # one swap at a time
-        farthest = self._farthest_near()
-        if farthest is None:
-            return
-        far_peer, far_rtt = farthest
+            return  # growth (stabilisation) fills a thin view first
+        if any(r.kind is LinkKind.NEAR for r in self.pending.values()):
+            return  # one near request at a time
+        get_rtt = self.rtts.get
         candidates = [
             (rtt, p)
-            for p in (*self.near_candidates, *self.passive)
-            if p not in self.refused_by
-            and p not in self.pending
-            and (rtt := self.rtts.get(p)) is not None
+            for p in dict.fromkeys((*self.near_candidates, *self.passive))
+            if p not in self.refused_by and p not in self.active and (rtt := get_rtt(p)) is not None
         ]
         if not candidates:
             return
         best_rtt, best = min(candidates, key=lambda item: item[0])
-        if best_rtt * c.alpha < far_rtt:
-            self._request_link(best, LinkKind.NEAR, now, out, replaces=far_peer)
+        if self.near_count() < c.c_near:
+            # Short of near links while full: the new one displaces a surplus random link.
+            self._request_link(best, LinkKind.NEAR, now, out, replaces=self._surplus_rand_link())
+            return
+        farthest = self._farthest_near()
+        if farthest is not None and best_rtt * c.alpha < farthest[1]:
+            self._request_link(best, LinkKind.NEAR, now, out, replaces=farthest[0])

@@ -31,7 +31,7 @@ MEMBERSHIP_MESSAGES = (
     m.Pong,
 )
 BROADCAST_MESSAGES = (m.Gossip, m.IHave, m.Prune, m.Graft, m.Pull)
-BROADCAST_TIMERS = ("ihave", "missing", "gap")
+BROADCAST_TIMERS = ("ihave", "missing", "gap", "settle")
 
 
 class Topic:

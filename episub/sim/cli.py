@@ -14,40 +14,42 @@ import sys
 from typing import Any
 
 from episub.sim.latency import MODELS
-from episub.sim.scenarios import SCENARIOS, SimParams, run
+from episub.sim.scenarios import DEFAULT_ZONES, SCENARIOS, SimParams, run
 
 _DEFAULTS = SimParams()
 
 
-def _bounded(kind: type, low: float | None = None, high: float | None = None, open_high=False):
-    """An argparse type: parse with `kind`, check the range, say what was wrong."""
+def _number(
+    kind: type,
+    low: float | None = None,
+    high: float | None = None,
+    *,
+    above: bool = False,
+    below: bool = False,
+) -> Any:
+    """An argparse type: parse with `kind`, check low <= value <= high (strict with
+    `above`/`below`), and say what was wrong in one line."""
 
     def parse(text: str) -> Any:
         try:
             value = kind(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"expected a {kind.__name__}, got {text!r}") from None
-        if low is not None and value < low:
-            raise argparse.ArgumentTypeError(f"must be >= {low}, got {text}")
-        if high is not None and (value >= high if open_high else value > high):
-            raise argparse.ArgumentTypeError(
-                f"must be {'<' if open_high else '<='} {high}, got {text}"
-            )
+        if low is not None and (value <= low if above else value < low):
+            raise argparse.ArgumentTypeError(f"must be {'>' if above else '>='} {low}, got {text}")
+        if high is not None and (value >= high if below else value > high):
+            raise argparse.ArgumentTypeError(f"must be {'<' if below else '<='} {high}, got {text}")
         return value
 
-    parse.__name__ = kind.__name__
+    parse.__name__ = kind.__name__  # argparse names the type in its messages
     return parse
 
 
-def _positive(kind: type):
-    def parse(text: str) -> Any:
-        value = _bounded(kind, 0)(text)
-        if not value > 0:
-            raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
-        return value
-
-    parse.__name__ = kind.__name__
-    return parse
+COUNT = _number(int, 1)
+NONNEGATIVE_INT = _number(int, 0)
+SECONDS = _number(float, 0)  # zero allowed: "no such phase"
+POSITIVE = _number(float, 0, above=True)
+SHARE = _number(float, 0, 1, below=True)  # a probability or fraction in [0, 1)
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -58,37 +60,37 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="run a deterministic simulation of many nodes",
         description="Run many episub cores on a simulated network and report the paper's "
         "metrics (reliability, RMR, LDH, latency, stretch, view health).",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    parser.add_argument("scenario", choices=SCENARIOS)
     add = parser.add_argument
-    add("--nodes", type=_bounded(int, 2), default=d.nodes, help="overlay size (%(default)s)")
-    add("--messages", type=_bounded(int, 1), default=d.messages, help="counted messages")
-    add("--warmup", type=_bounded(int, 0), default=d.warmup, help="unmeasured messages first")
-    add("--seed", type=_bounded(int, 0), default=d.seed)
-    add("--interval", type=_positive(float), default=d.interval, help="seconds between messages")
-    add("--settle", type=_bounded(float, 0), default=d.settle, help="seconds after the joins")
+    add("scenario", choices=SCENARIOS)
+    add("--nodes", type=_number(int, 2), default=d.nodes, help="overlay size")
+    add("--messages", type=COUNT, default=d.messages, help="counted messages")
+    add("--warmup", type=NONNEGATIVE_INT, default=d.warmup, help="unmeasured messages first")
+    add("--seed", type=NONNEGATIVE_INT, default=d.seed, help="determines every random choice")
+    add("--interval", type=POSITIVE, default=d.interval, help="seconds between messages")
+    add("--settle", type=SECONDS, default=d.settle, help="seconds of quiet after the joins")
+    add("--latency", choices=MODELS, help="latency model (default: uniform; proximity: coords)")
+    add("--latency-ms", type=POSITIVE, default=d.latency_ms, help="the constant model's delay")
+    add("--zones", type=COUNT, help=f"zones model with K zones (default {DEFAULT_ZONES})")
+    add("--loss", type=SHARE, default=d.loss, help="probability a send is dropped")
+    add("--hop-cost-ms", type=SECONDS, default=d.hop_cost_ms, help="processing time per hop")
+    add("--join-rate", type=POSITIVE, help="joins per second (default N/20 within 100..500)")
+    add("--senders", type=COUNT, default=d.senders, help="multi-sender: publishers")
+    add("--fraction", type=SHARE, default=d.fraction, help="crash: share of nodes that crash")
+    add("--settle-after", type=SECONDS, default=d.settle_after, help="crash/partition: probing")
+    add("--rate", type=_number(float, 0, 1), default=d.rate, help="churn: share replaced per s")
+    add("--duration", type=SECONDS, default=d.duration, help="churn: seconds of churn")
+    add("--lifetime", type=SECONDS, default=d.lifetime, help="churn: a message's lifetime")
+    add("--partition-seconds", type=SECONDS, default=d.partition_seconds, help="cut length")
+    add("--probe-interval", type=POSITIVE, default=d.probe_interval, help="seconds between probes")
+    add("--probe-deadline", type=POSITIVE, default=d.probe_deadline, help="a probe's time limit")
     add(
-        "--latency", choices=MODELS, default=None, help="latency model (uniform; proximity: coords)"
+        "--max-drain",
+        type=SECONDS,
+        default=d.max_drain,
+        help="longest drain after the last publish",
     )
-    add("--latency-ms", type=_positive(float), default=d.latency_ms, help="constant model's delay")
-    add("--zones", type=_bounded(int, 1), default=None, help="zones model with K zones")
-    add("--loss", type=_bounded(float, 0, 1, open_high=True), default=d.loss)
-    add("--hop-cost-ms", type=_bounded(float, 0), default=d.hop_cost_ms)
-    add(
-        "--join-rate", type=_positive(float), default=None, help="joins per second (N/20, 100..500)"
-    )
-    add("--senders", type=_bounded(int, 1), default=d.senders, help="multi-sender: publishers")
-    add("--fraction", type=_bounded(float, 0, 1, open_high=True), default=d.fraction,
-        help="crash: share of nodes that crash")  # fmt: skip
-    add("--settle-after", type=_bounded(float, 0), default=d.settle_after,
-        help="crash/partition: probing seconds before the counted messages")  # fmt: skip
-    add("--rate", type=_bounded(float, 0, 1), default=d.rate, help="churn: share replaced per s")
-    add("--duration", type=_bounded(float, 0), default=d.duration, help="churn: seconds")
-    add("--lifetime", type=_bounded(float, 0), default=d.lifetime, help="churn: message lifetime")
-    add("--partition-seconds", type=_bounded(float, 0), default=d.partition_seconds)
-    add("--probe-interval", type=_positive(float), default=d.probe_interval)
-    add("--probe-deadline", type=_positive(float), default=d.probe_deadline)
-    add("--max-drain", type=_bounded(float, 0), default=d.max_drain)
     add("--json", action="store_true", help="print one JSON object on stdout")
     add("--no-timing", action="store_true", help="leave out wall-clock numbers")
     add("--quiet", action="store_true", help="no progress bar")

@@ -91,8 +91,8 @@ class Simulator:
         self.departed: dict[int, float] = {}  # node -> when it crashed or left
         self._heap: list[tuple[float, int, int, Any]] = []
         self._seq = itertools.count()
-        # node -> peers it has a connection with; dicts keep a deterministic order
-        self._conns: dict[int, dict[int, None]] = {}
+        # node -> {peer: one-way delay} of its connections; dicts keep a deterministic order
+        self._conns: dict[int, dict[int, float]] = {}
         self._delays: dict[int, float] = {}  # (lo << 32 | hi) -> one-way delay, a cache
         self._failing: dict[tuple[int, int], float] = {}  # pending failed-dial notices
         self._cut: bytearray | None = None  # side of each node while partitioned
@@ -228,6 +228,7 @@ class Simulator:
                     raise SimulationError(
                         f"node {node} failed at t={t:.6f} handling {ev!r}: {exc!r}"
                     ) from exc
+                mine = conns[node]
                 for out in outs:
                     cls = out.__class__
                     if cls is Send:
@@ -240,21 +241,28 @@ class Simulator:
                             gossip_sends[mid] = gossip_get(mid, 0) + 1
                             if zone_of is not None and zone_of(node) != zone_of(peer):
                                 cross_zone[mid] = cross_zone.get(mid, 0) + 1
-                        d = delays_get((node << 32) | peer if node < peer else (peer << 32) | node)
+                        # Connected implies alive and on our side of any cut, and the
+                        # connection remembers the link's delay: one lookup in the
+                        # common case.
+                        d = mine.get(peer)
                         if d is None:
-                            d = delay(node, peer)
-                        if nodes_get(peer) is None or (cut is not None and cut[node] != cut[peer]):
-                            failed += 1
-                            key = (node, peer)
-                            if failing_get(key, -1.0) < t:
-                                failing[key] = t + 2 * d
-                                metrics.connection_lost += 1
-                                push(heap, (t + 2 * d, next(seq), node, ConnectionLost(peer)))
-                            continue
-                        mine = conns[node]
-                        if peer not in mine:
-                            mine[peer] = None
-                            conns[peer][node] = None
+                            d = delays_get(
+                                (node << 32) | peer if node < peer else (peer << 32) | node
+                            )
+                            if d is None:
+                                d = delay(node, peer)
+                            if nodes_get(peer) is None or (
+                                cut is not None and cut[node] != cut[peer]
+                            ):
+                                failed += 1
+                                key = (node, peer)
+                                if failing_get(key, -1.0) < t:
+                                    failing[key] = t + 2 * d
+                                    metrics.connection_lost += 1
+                                    push(heap, (t + 2 * d, next(seq), node, ConnectionLost(peer)))
+                                continue
+                            mine[peer] = d
+                            conns[peer][node] = d
                         if loss and loss_random() < loss:
                             dropped += 1
                             continue
@@ -268,7 +276,6 @@ class Simulator:
                     else:
                         if cls is ClosePeer:
                             peer = out.peer
-                            mine = conns[node]
                             if peer in mine:
                                 del mine[peer]
                                 del conns[peer][node]
