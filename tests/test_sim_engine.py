@@ -40,7 +40,8 @@ from episub.sim.latency import (
     ZonesLatency,
     make_latency,
 )
-from episub.sim.scenarios import ScenarioRun, SimParams
+from episub.sim.params import SimParams
+from episub.sim.scenarios import ScenarioRun
 
 TOPIC = "t"
 

@@ -9,13 +9,17 @@ after crashes and partitions, and proximity links that cut latency.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 
 from episub.cli import main
-from episub.sim.scenarios import SimParams, run
+from episub.sim.params import SimParams
+from episub.sim.scenarios import run
 
-SMALL = {"nodes": 150, "messages": 20, "warmup": 5, "settle": 20.0}
+SMALL = {"nodes": 200, "messages": 20, "warmup": 5}  # default settle: 30 s
 
 
 def report(scenario: str, **overrides) -> dict:
@@ -33,11 +37,11 @@ def test_steady_delivers_everything_once_over_a_tree():
     r = report("steady")
     assert_healthy(r)
     assert r["rmr"] <= 0.05
-    assert r["expected"] == 20 * (150 - 1)
+    assert r["expected"] == 20 * (200 - 1)
     assert r["latency_p50_ms"] <= r["latency_p99_ms"]
     assert r["stretch_mean"] >= 1.0
-    assert r["symmetry_violations"] == 0
-    assert sum(r["active_view_hist"].values()) == 150
+    assert r["symmetry_violations_persistent"] == 0
+    assert sum(r["active_view_hist"].values()) == 200
 
 
 def test_multi_sender_delivers_everything_from_every_sender():
@@ -49,15 +53,15 @@ def test_multi_sender_delivers_everything_from_every_sender():
 def test_crash_heals_and_survivors_get_everything():
     r = report("crash", fraction=0.3)
     assert_healthy(r)
-    assert r["live_nodes"] == 150 - 45
-    assert r["expected"] == 20 * (105 - 1)
+    assert r["live_nodes"] == 200 - 60
+    assert r["expected"] == 20 * (140 - 1)
     assert r["heal_seconds"] is not None and r["heal_seconds"] <= 10.0
 
 
 def test_churn_keeps_delivering_to_nodes_that_stay():
     r = report("churn", rate=0.02, duration=4.0, lifetime=3.0)
     assert_healthy(r)
-    assert r["live_nodes"] == 150  # every departure was replaced
+    assert r["live_nodes"] == 200  # every departure was replaced
 
 
 def test_partition_heals_and_everyone_gets_the_later_messages():
@@ -66,13 +70,18 @@ def test_partition_heals_and_everyone_gets_the_later_messages():
     assert r["heal_seconds"] is not None
 
 
-def test_proximity_links_cut_latency_on_a_zoned_network():
-    r = report("proximity", zones=4)
+@pytest.mark.parametrize("zones", [None, 4], ids=["coords", "zones"])
+def test_proximity_links_cut_the_median_latency(zones):
+    r = report("proximity", zones=zones)
     on, off = r["proximity_on"], r["proximity_off"]
+    assert r["latency"] == ("zones" if zones else "coords")
     assert_healthy(on)
     assert_healthy(off)
     assert on["latency_p50_ms"] < off["latency_p50_ms"]
-    assert on["cross_zone_copies_per_message"] < off["cross_zone_copies_per_message"]
+    if zones:
+        assert on["cross_zone_copies_per_message"] < off["cross_zone_copies_per_message"]
+    else:
+        assert on["cross_zone_copies_per_message"] is None
 
 
 def test_the_command_prints_the_same_json_for_the_same_arguments(capsys):
@@ -85,6 +94,25 @@ def test_the_command_prints_the_same_json_for_the_same_arguments(capsys):
     assert outputs[0] == outputs[1]
     parsed = json.loads(outputs[0])
     assert parsed["scenario"] == "crash" and "wall_seconds" not in parsed
+
+
+def test_the_report_does_not_depend_on_the_process_hash_seed():
+    # Iterating a set of bytes or str anywhere (core or simulator) would show up here.
+    argv = [sys.executable, "-m", "episub.cli", "sim", "churn", "--nodes", "60"]
+    argv += ["--messages", "5", "--settle", "5", "--duration", "2", "--loss", "0.01"]
+    argv += ["--json", "--no-timing", "--quiet"]
+    outputs = {
+        subprocess.run(
+            argv, env={**os.environ, "PYTHONHASHSEED": seed}, capture_output=True, check=True
+        ).stdout
+        for seed in ("1", "2")
+    }
+    assert len(outputs) == 1
+
+
+def test_running_the_proximity_pair_in_two_processes_changes_nothing():
+    params = SimParams(scenario="proximity", nodes=60, messages=5, warmup=2, settle=5.0)
+    assert run(params, timing=False, jobs=2) == run(params, timing=False, jobs=1)
 
 
 @pytest.mark.parametrize("latency", ["constant", "coords"])

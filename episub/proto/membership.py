@@ -695,7 +695,10 @@ class Membership:
             self._shrink(out)
         elif len(self.active) + len(self.pending) < self.active_size:
             self._grow(now, out)
-        if not self.active and not self.pending and not self.passive and self.bootstrap:
+        if not self.passive and len(self.active) < self.active_size and self.bootstrap:
+            # Nothing left to grow from: ask the contacts again. This also rescues a node
+            # whose first GETNODES (or its answer) was lost and that now sits in a small
+            # island with the few nodes that joined through it.
             self._ask_contacts(out)
 
     def _shrink(self, out: list[OutEvent]) -> None:

@@ -23,6 +23,10 @@ Definitions (the paper's metrics, made precise where the brief left room):
 - latency: deliver time - publish time over every Deliver of a counted message;
   percentiles by nearest rank. stretch: the same latency over the direct one-way
   delay publisher->node, averaged over those deliveries.
+- symmetry_violations: live pairs (a, b) with b in A(a) but a not in A(b) at the end.
+  A NEIGHBOR or DISCONNECT in flight makes such a pair for a round trip, so the run
+  goes on `SYMMETRY_RECHECK` seconds after the drain and `symmetry_violations_persistent`
+  counts the pairs that were asymmetric at both instants: those are stuck.
 - heal_seconds: probes are published every `probe_interval` after a crash or heal; a
   probe "reaches" when every live node but its publisher delivered it within
   `probe_deadline` of its publish. heal = publish time of the first probe such that it
@@ -213,6 +217,20 @@ def heal_seconds(probes: list[MessageRecord], live_count: int, since: float) -> 
     return None if first is None else round(first.published_at - since, 6)
 
 
+def asymmetric_pairs(
+    live: list[int], active_views: Mapping[int, Iterable[int]]
+) -> set[tuple[int, int]]:
+    """Live pairs (a, b) with b in A(a) but a not in A(b)."""
+    live_set = set(live)
+    views = {node: set(peers) for node, peers in active_views.items()}
+    pairs = set()
+    for node in live:
+        for peer in views.get(node, ()):
+            if peer in live_set and node not in views.get(peer, ()):
+                pairs.add((node, peer))
+    return pairs
+
+
 def summarize(
     collector: Collector,
     *,
@@ -222,6 +240,7 @@ def summarize(
     active_views: Mapping[int, Iterable[int]],
     passive_sizes: Mapping[int, int],
     heal_since: float | None,
+    earlier_asymmetric: Iterable[tuple[int, int]] = (),
 ) -> dict[str, object]:
     """The report's numbers (see the module docstring for the definitions)."""
     c = collector
@@ -252,16 +271,11 @@ def summarize(
         total = sum(c.cross_zone.get(record.id, 0) for record in c.counted)
         cross_zone = _round(total / n_counted) if n_counted else None
 
-    live_set = set(live)
-    views = {node: set(peers) for node, peers in active_views.items()}
     hist: dict[int, int] = {}
-    symmetry = 0
     for node in live:
-        view = views.get(node, set())
-        hist[len(view)] = hist.get(len(view), 0) + 1
-        for peer in view:
-            if peer in live_set and node not in views.get(peer, ()):
-                symmetry += 1
+        size = len(active_views.get(node, ()))
+        hist[size] = hist.get(size, 0) + 1
+    asymmetric = asymmetric_pairs(live, active_views)
     passive = [passive_sizes.get(node, 0) for node in live]
 
     outputs = {name: c.outputs.get(cls, 0) for cls, name in _OUTPUT_NAMES.items()}
@@ -280,7 +294,8 @@ def summarize(
         "cross_zone_copies_per_message": cross_zone,
         "active_view_hist": {str(size): hist[size] for size in sorted(hist)},
         "passive_view_mean": _round(sum(passive) / len(passive)) if passive else None,
-        "symmetry_violations": symmetry,
+        "symmetry_violations": len(asymmetric),
+        "symmetry_violations_persistent": len(asymmetric & set(earlier_asymmetric)),
         "heal_seconds": (
             heal_seconds(c.probes, len(live), heal_since) if heal_since is not None else None
         ),

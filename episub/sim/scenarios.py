@@ -3,10 +3,7 @@
 Every scenario uses one topic (`TOPIC`) and starts the same way:
 
 1. Join: node 0 starts the overlay; node i joins at i / join_rate through a node drawn
-   uniformly from 0..i-1 (all already joined and alive). join_rate defaults to N / 20
-   per simulated second, kept within 100..500: 10,000 nodes join in 20 s, 1,000 in
-   10 s, 200 in 2 s (guess: fast enough to keep big runs short, slow enough that a
-   contact has usually finished its own JOIN walk before others arrive through it).
+   uniformly from 0..i-1 (all already joined and alive); see `params` for the rate.
 2. Settle: `settle` seconds of nothing but the protocol's own stabilisation, shuffles
    and proximity optimisation.
 3. Warm-up: `warmup` messages, one every `interval`, that build the Plumtree tree and
@@ -31,37 +28,35 @@ Then, per scenario:
 
 Finally a drain: the simulation runs until every live node holds every counted message,
 or broadcast traffic (GOSSIP, IHAVE, GRAFT, PULL) has stood still for `QUIET_SECONDS`,
-or `max_drain` seconds have passed since the last publish.
+or `max_drain` seconds have passed since the last publish; then `SYMMETRY_RECHECK`
+seconds more, so that view symmetry can be judged apart from exchanges in flight.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import random
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
 from episub.proto.config import BroadcastConfig, MembershipConfig, NodeConfig
 from episub.proto.events import JoinTopic, LeaveTopic, Publish
 from episub.sim.engine import Simulator
-from episub.sim.latency import MODELS, LatencyModel, make_latency
-from episub.sim.metrics import COUNTED, PROBE, WARMUP, payload_for, summarize
+from episub.sim.latency import LatencyModel, make_latency
+from episub.sim.metrics import COUNTED, PROBE, WARMUP, asymmetric_pairs, payload_for, summarize
+from episub.sim.params import DEFAULT_ZONES, SimParams, membership_config
 from episub.sim.seeds import STREAM_SCENARIO, derive
 
 TOPIC = "t"
-SCENARIOS = ("steady", "multi-sender", "crash", "churn", "partition", "proximity")
-
-JOIN_RATE_PER_NODE = 1 / 20  # joins per second per node of the target size (see above)
-JOIN_RATE_MIN = 100.0
-JOIN_RATE_MAX = 500.0
 LEAVE_LINGER = 1.0  # guess: a leaver lingers 1 s after LeaveTopic, time to flush its LEAVEs
-DEFAULT_ZONES = 4  # guess: a handful of regions, as in a multi-region deployment
 STEP = 1.0  # simulated seconds between progress updates
 DRAIN_STEP = 0.5  # simulated seconds between drain checks
 _broadcast = BroadcastConfig()
+# How long after the drain the run goes on before views are judged: longer than a
+# NEIGHBOR request may stay unanswered, plus a round trip, so nothing is still in flight.
+SYMMETRY_RECHECK = MembershipConfig().neighbor_request_timeout + 1.0
 # Twice the longest wait the broadcast layer takes before acting on a gap or an IHAVE:
 # if nothing moved for that long, nothing will.
 QUIET_SECONDS = 2 * max(
@@ -69,112 +64,18 @@ QUIET_SECONDS = 2 * max(
 )
 
 
-@dataclass(frozen=True, kw_only=True)
-class SimParams:
-    """Everything that determines a run; the CLI's defaults are these."""
-
-    scenario: str = "steady"
-    nodes: int = 1000  # guess: big enough for log(N)-deep trees, a few seconds to run
-    messages: int = 100  # guess: enough for stable percentiles (p99 of ~100 x N deliveries)
-    warmup: int = 10  # guess: a handful of messages are enough for Plumtree's tree to form
-    seed: int = 1
-    interval: float = 0.2  # brief: one message every 0.2 s
-    settle: float = 30.0  # guess: ~15 stabilisation and 6 optimisation rounds of the defaults
-    latency: str | None = None  # None: uniform (coords for proximity; zones if zones given)
-    latency_ms: float = 50.0  # constant model: the mean of the uniform default's 10-100 ms
-    zones: int | None = None  # None: DEFAULT_ZONES when the zones model is used
-    loss: float = 0.0
-    hop_cost_ms: float = 0.0  # per-hop processing time added to every delivery
-    join_rate: float | None = None  # None: N / 20 within 100..500 joins per second
-    senders: int = 4  # multi-sender; guess: a few producers, as in a Spark job's executors
-    fraction: float = 0.2  # crash; guess: HyParView's experiments range from 10% to 95%
-    settle_after: float = 10.0  # crash/partition: probing time before the counted messages
-    rate: float = 0.01  # churn: 1% of the nodes replaced per second (guess)
-    duration: float = 20.0  # churn: = messages * interval of the defaults
-    lifetime: float = 10.0  # churn: how long a node must stay to be held to a message
-    partition_seconds: float = 10.0  # partition: how long the cut lasts
-    probe_interval: float = 0.5  # brief: a probe every 0.5 s
-    probe_deadline: float = 2.0  # guess: a few tree depths, IHAVE/GRAFT repair included
-    max_drain: float = 30.0  # brief: drain bounded by 30 s
-
-    def __post_init__(self) -> None:
-        if self.scenario not in SCENARIOS:
-            raise ValueError(
-                f"scenario must be one of {', '.join(SCENARIOS)}, not {self.scenario!r}"
-            )
-        if self.latency is not None and self.latency not in MODELS:
-            raise ValueError(f"latency must be one of {', '.join(MODELS)}, not {self.latency!r}")
-        if self.nodes < 2:
-            raise ValueError(f"nodes must be >= 2, not {self.nodes}")
-        if self.messages < 1 or self.warmup < 0:
-            raise ValueError("messages must be >= 1 and warmup >= 0")
-        if not 1 <= self.senders <= self.nodes:
-            raise ValueError(f"senders must be in 1..nodes, not {self.senders}")
-        if not 0.0 <= self.fraction < 1.0:
-            raise ValueError(f"fraction must be in [0, 1), not {self.fraction}")
-        if not 0.0 <= self.loss < 1.0:
-            raise ValueError(f"loss must be in [0, 1), not {self.loss}")
-        if not 0.0 <= self.rate <= 1.0:
-            raise ValueError(f"rate must be in [0, 1], not {self.rate}")
-        if self.zones is not None and self.zones < 1:
-            raise ValueError(f"zones must be >= 1, not {self.zones}")
-        for name in ("interval", "latency_ms", "probe_interval", "probe_deadline"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"{name} must be > 0, not {getattr(self, name)}")
-        for name in (
-            "settle",
-            "hop_cost_ms",
-            "settle_after",
-            "duration",
-            "lifetime",
-            "partition_seconds",
-            "max_drain",
-        ):
-            if not getattr(self, name) >= 0:
-                raise ValueError(f"{name} must be >= 0, not {getattr(self, name)}")
-        if self.join_rate is not None and not self.join_rate > 0:
-            raise ValueError(f"join_rate must be > 0, not {self.join_rate}")
-
-    @property
-    def latency_model(self) -> str:
-        if self.latency is not None:
-            return self.latency
-        if self.zones is not None:
-            return "zones"
-        return "coords" if self.scenario == "proximity" else "uniform"
-
-    @property
-    def effective_join_rate(self) -> float:
-        if self.join_rate is not None:
-            return self.join_rate
-        return min(JOIN_RATE_MAX, max(JOIN_RATE_MIN, self.nodes * JOIN_RATE_PER_NODE))
-
-
-def membership_config(proximity: bool) -> MembershipConfig:
-    """MembershipConfig with GoCast's proximity links on or off.
-
-    Uses the config's `proximity` field when it has one; without it, "off" is
-    approximated by making every link random (c_near = 0, same active view size).
-    """
-    fields = {f.name for f in dataclasses.fields(MembershipConfig)}
-    if "proximity" in fields:
-        return MembershipConfig(proximity=proximity)  # type: ignore[call-arg]
-    if proximity:
-        return MembershipConfig()
-    base = MembershipConfig()
-    return MembershipConfig(c_rand=base.c_rand + base.c_near, c_near=0)
-
-
 class Progress:
     """A tqdm bar over simulated seconds, or nothing."""
 
-    def __init__(self, enabled: bool, total: float, desc: str) -> None:
+    def __init__(self, enabled: bool, total: float, desc: str, position: int = 0) -> None:
         self._bar = None
         self._shown = 0.0
         if enabled:
             from tqdm import tqdm
 
-            self._bar = tqdm(total=round(total, 1), unit="sim s", desc=desc, leave=False)
+            self._bar = tqdm(
+                total=round(total, 1), unit="sim s", desc=desc, leave=False, position=position
+            )
 
     def show(self, now: float) -> None:
         if self._bar is not None and now > self._shown:
@@ -227,6 +128,7 @@ class ScenarioRun:
         self.next_id = 0
         self.senders: list[int] = []
         self.heal_since: float | None = None
+        self.earlier_asymmetric: set[tuple[int, int]] = set()
         self._progress: Progress | None = None
 
     # -- membership bookkeeping (a list with O(1) removal, so choices stay reproducible) ----
@@ -266,7 +168,7 @@ class ScenarioRun:
             sim.input(node, JoinTopic(TOPIC, contacts), at=node / rate)
             self._add_member(node)
         self.next_id = p.nodes
-        done = (p.nodes - 1) / rate + p.settle
+        done = (p.nodes - 1) / rate + p.effective_settle
         self.advance(done)
         return done
 
@@ -343,7 +245,7 @@ class ScenarioRun:
     def planned_end(self) -> float:
         """Roughly when the counted messages end, for the progress bar."""
         p = self.p
-        end = (p.nodes - 1) / p.effective_join_rate + p.settle
+        end = (p.nodes - 1) / p.effective_join_rate + p.effective_settle
         end += (p.warmup + p.messages) * p.interval
         if p.scenario == "crash":
             end += p.settle_after
@@ -353,12 +255,15 @@ class ScenarioRun:
             end = max(end, end - p.messages * p.interval + p.duration)
         return end + 2 * QUIET_SECONDS
 
-    def execute(self, progress: bool = False, desc: str | None = None) -> dict[str, Any]:
+    def execute(
+        self, progress: bool = False, desc: str | None = None, position: int = 0
+    ) -> dict[str, Any]:
         """Run the scenario to its end and return its metrics."""
         p = self.p
-        self._progress = Progress(progress, self.planned_end(), desc or p.scenario)
+        self._progress = Progress(progress, self.planned_end(), desc or p.scenario, position)
         try:
             getattr(self, "_" + p.scenario.replace("-", "_"))()
+            self.recheck_symmetry()
         finally:
             self._progress.close()
         return self.report()
@@ -414,15 +319,22 @@ class ScenarioRun:
 
     # -- the report ------------------------------------------------------------------------
 
+    def active_views(self, live: list[int]) -> dict[int, list[int]]:
+        nodes: Any = self.sim.nodes  # the real core: NodeState has the view queries
+        return {node: list(nodes[node].active_view(TOPIC)) for node in live}
+
+    def recheck_symmetry(self) -> None:
+        """Note the asymmetric pairs now, then run on so that exchanges in flight finish."""
+        live = self.live()
+        self.earlier_asymmetric = asymmetric_pairs(live, self.active_views(live))
+        self.advance(self.sim.now + SYMMETRY_RECHECK)
+
     def report(self) -> dict[str, Any]:
         sim, p = self.sim, self.p
         live = self.live()
-        views = {}
-        passive = {}
-        for node in live:
-            state: Any = sim.nodes[node]
-            views[node] = list(state.active_view(TOPIC))
-            passive[node] = len(state.passive_view(TOPIC))
+        views = self.active_views(live)
+        nodes: Any = sim.nodes
+        passive = {node: len(nodes[node].passive_view(TOPIC)) for node in live}
         metrics = summarize(
             sim.metrics,
             live=live,
@@ -431,6 +343,7 @@ class ScenarioRun:
             active_views=views,
             passive_sizes=passive,
             heal_since=self.heal_since,
+            earlier_asymmetric=self.earlier_asymmetric,
         )
         metrics["events"] = sim.events
         metrics["sim_seconds"] = round(sim.now, 6)
@@ -438,8 +351,14 @@ class ScenarioRun:
         return metrics
 
 
-def run(params: SimParams, *, progress: bool = False, timing: bool = True) -> dict[str, Any]:
-    """Run `params.scenario` and return the report (one JSON-ready dict)."""
+def run(
+    params: SimParams, *, progress: bool = False, timing: bool = True, jobs: int = 1
+) -> dict[str, Any]:
+    """Run `params.scenario` and return the report (one JSON-ready dict).
+
+    `jobs` > 1 lets the proximity scenario run its two simulations in two processes at
+    once; each is deterministic on its own, so the report does not depend on it.
+    """
     header: dict[str, Any] = {
         "scenario": params.scenario,
         "seed": params.seed,
@@ -453,20 +372,33 @@ def run(params: SimParams, *, progress: bool = False, timing: bool = True) -> di
         "interval": params.interval,
         "join_rate": params.effective_join_rate,
     }
-    if params.scenario == "proximity":
-        total_start = time.perf_counter()
-        for key, on in (("proximity_on", True), ("proximity_off", False)):
-            header[key] = _timed(ScenarioRun(params, proximity=on), progress, key, timing)
-        if timing:
-            header["wall_seconds"] = round(time.perf_counter() - total_start, 3)
+    if params.scenario != "proximity":
+        header.update(_run_one(params, True, progress, params.scenario, timing, 0))
         return header
-    header.update(_timed(ScenarioRun(params), progress, params.scenario, timing))
+    started = time.perf_counter()
+    variants = (("proximity_on", True), ("proximity_off", False))
+    if jobs > 1:
+        with ProcessPoolExecutor(max_workers=len(variants)) as pool:
+            futures = [
+                (key, pool.submit(_run_one, params, on, progress, key, timing, position))
+                for position, (key, on) in enumerate(variants)
+            ]
+            for key, future in futures:
+                header[key] = future.result()
+    else:
+        for key, on in variants:
+            header[key] = _run_one(params, on, progress, key, timing, 0)
+    if timing:
+        header["wall_seconds"] = round(time.perf_counter() - started, 3)
     return header
 
 
-def _timed(scenario: ScenarioRun, progress: bool, desc: str, timing: bool) -> dict[str, Any]:
+def _run_one(
+    params: SimParams, proximity: bool, progress: bool, desc: str, timing: bool, position: int
+) -> dict[str, Any]:
+    scenario = ScenarioRun(params, proximity=proximity)
     started = time.perf_counter()
-    report = scenario.execute(progress, desc)
+    report = scenario.execute(progress, desc, position)
     wall = time.perf_counter() - started
     if timing:
         report["wall_seconds"] = round(wall, 3)
