@@ -104,7 +104,9 @@ class BroadcastConfig:
     missing_check_interval: float = 0.2  # tuned: a message is grafted 1-2 ticks after its IHAVE
     missing_give_up_ticks: int = 25  # guess: ~5 s of grafting before giving an id up
     optimization_threshold: int = 7  # iroh's default; draft: "closer to the diameter"
-    eager_repair: bool = False  # Plumtree's advice; the draft offers it as an option
+    # The draft recommends it "for applications that value latency minimization"; with
+    # proximity swaps it cut p99 from 447 to 199 ms at 1,000 nodes (docs/simulation.md).
+    eager_repair: bool = True
     cache_ttl: float = 120.0  # guess: payloads kept for GRAFT and PULL answers
     cache_max_messages: int = 100_000  # guess: bounds memory with cache_max_bytes
     cache_max_bytes: int = 256 * 1024 * 1024  # guess
