@@ -598,3 +598,15 @@ def test_a_gap_inside_the_settle_window_is_repaired_after_it():
     out = fire(node, "settle", 1.5)
     assert deliveries(out) == [3]
     assert GAP_TIMER in out  # seq 4 is pulled like any gap
+
+
+def test_a_lazy_peer_made_eager_is_told_at_once_of_ids_queued_for_ihave():
+    # The race the simulator found: the message passed while the peer was lazy (so it was
+    # not pushed), and the next IHAVE flush goes to lazy peers only.
+    node = node_with(1, 2)
+    make_lazy(node, 1)
+    e = env(0)
+    node.handle(received(2, gossip(e, hops=3)), 1.0)  # queued for IHAVE to lazy peer 1
+    out = node.handle(received(1, m.Graft(ids=())), 1.01)
+    assert out == [send(1, m.IHave(summaries=((mid(e), 3),)))]
+    assert node.eager_peers(TOPIC) == [2, 1]

@@ -132,12 +132,29 @@ class Broadcast:
         if was_eager and repair and self.config.eager_repair:
             for lazy_peer in list(self.lazy):
                 out.append(Send(lazy_peer, self.topic, m.Graft(ids=())))
-                self._make_eager(lazy_peer)
+                self._make_eager(lazy_peer, out)
 
-    def _make_eager(self, peer: PeerId) -> None:
-        if peer in self.lazy:
-            del self.lazy[peer]
-            self.eager[peer] = None
+    def _make_eager(
+        self, peer: PeerId, out: list[OutEvent], skip: frozenset[MessageId] = frozenset()
+    ) -> None:
+        if peer not in self.lazy:
+            return
+        del self.lazy[peer]
+        self.eager[peer] = None
+        # Ids queued for IHAVE while the peer was lazy were not pushed to it, and the next
+        # flush goes to lazy peers only: announce them now, or they fall through the gap
+        # (seen in the simulator after a partition: a node lost its eager parent, grafted
+        # its lazy peers, and a message that had just passed them never reached it).
+        pending = [
+            (mid, hops)
+            for mid, hops, exclude in self.lazy_queue
+            if exclude != peer and mid not in skip
+        ]
+        limit = self.config.max_ihave_ids
+        for start in range(0, len(pending), limit):
+            chunk = tuple(pending[start : start + limit])
+            self.counters.ihave_ids_sent += len(chunk)
+            out.append(Send(peer, self.topic, m.IHave(summaries=chunk)))
 
     def _make_lazy(self, peer: PeerId) -> None:
         if peer in self.eager:
@@ -221,7 +238,7 @@ class Broadcast:
         self._remember(mid, envelope, hops=msg.hops, sender=peer, now=now)
         missing = self.missing.pop(mid, None)
         if self._is_neighbor(peer):
-            self._make_eager(peer)
+            self._make_eager(peer, out)
         forward = m.Gossip(id=mid, envelope=envelope, hops=msg.hops + 1)
         for eager_peer in self.eager:
             if eager_peer != peer:
@@ -252,7 +269,7 @@ class Broadcast:
         if hops - (lazy_hops + 1) >= self.config.optimization_threshold:
             self.counters.optimizations += 1
             out.append(Send(lazy_peer, self.topic, m.Graft(ids=())))
-            self._make_eager(lazy_peer)
+            self._make_eager(lazy_peer, out)
             out.append(Send(eager_sender, self.topic, m.Prune()))
             self._make_lazy(eager_sender)
 
@@ -284,7 +301,7 @@ class Broadcast:
 
     def _on_graft(self, peer: PeerId, ids: tuple[MessageId, ...], out: list[OutEvent]) -> None:
         if self._is_neighbor(peer):
-            self._make_eager(peer)
+            self._make_eager(peer, out, skip=frozenset(ids))
         for mid in ids:
             cached = self.cache.get(mid)
             if cached is not None:
@@ -364,7 +381,7 @@ class Broadcast:
             peer = live[(entry.ticks - 2) % len(live)]
             grafts.setdefault(peer, []).append(mid)
         for peer, ids in grafts.items():
-            self._make_eager(peer)
+            self._make_eager(peer, out)
             for start in range(0, len(ids), c.max_graft_ids):
                 chunk = tuple(ids[start : start + c.max_graft_ids])
                 self.counters.grafts_sent += 1
