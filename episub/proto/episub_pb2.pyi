@@ -236,3 +236,27 @@ class Pull(_message.Message):
     first_seq: int
     last_seq: int
     def __init__(self, publisher: _Optional[bytes] = ..., first_seq: _Optional[int] = ..., last_seq: _Optional[int] = ...) -> None: ...
+
+class Handshake(_message.Message):
+    __slots__ = ("hello", "proof")
+    HELLO_FIELD_NUMBER: _ClassVar[int]
+    PROOF_FIELD_NUMBER: _ClassVar[int]
+    hello: Hello
+    proof: Proof
+    def __init__(self, hello: _Optional[_Union[Hello, _Mapping]] = ..., proof: _Optional[_Union[Proof, _Mapping]] = ...) -> None: ...
+
+class Hello(_message.Message):
+    __slots__ = ("version", "peer_id", "nonce")
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    PEER_ID_FIELD_NUMBER: _ClassVar[int]
+    NONCE_FIELD_NUMBER: _ClassVar[int]
+    version: int
+    peer_id: bytes
+    nonce: bytes
+    def __init__(self, version: _Optional[int] = ..., peer_id: _Optional[bytes] = ..., nonce: _Optional[bytes] = ...) -> None: ...
+
+class Proof(_message.Message):
+    __slots__ = ("mac",)
+    MAC_FIELD_NUMBER: _ClassVar[int]
+    mac: bytes
+    def __init__(self, mac: _Optional[bytes] = ...) -> None: ...

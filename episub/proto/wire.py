@@ -61,6 +61,8 @@ __all__ = [
     "FrameDecoder",
     "FrameError",
     "encode_frame",
+    "encode_item",
+    "frame_from_items",
 ]
 
 _LENGTH_PREFIX = struct.Struct(">I")
@@ -347,25 +349,41 @@ def encode_frame(items: Sequence[tuple[str | None, Message]]) -> bytes:
     """
     if not items:
         raise ValueError("a frame carries at least one message")
+    return frame_from_items([encode_item(topic, message) for topic, message in items])
+
+
+def encode_item(topic: str | None, message: Message) -> bytes:
+    """One (topic, message) encoded as it sits inside a frame, ready for `frame_from_items`.
+
+    A frame's body is the concatenation of its items' encodings (protobuf's repeated field),
+    so a sender can encode a message once, whoever it goes to, and pack queued items into
+    frames by size. Raises like `encode_frame`.
+    """
+    codec = _CODECS.get(type(message))
+    if codec is None:
+        raise TypeError(f"not an episub message: {_show(message)}")
     frame = pb.Frame()
-    for topic, message in items:
-        codec = _CODECS.get(type(message))
-        if codec is None:
-            raise TypeError(f"not an episub message: {_show(message)}")
-        item = frame.items.add()
-        if codec.node_level:
-            if topic is not None:
-                raise ValueError(f"{type(message).__name__} is node-level: topic must be None")
-        else:
-            if not isinstance(topic, str):
-                raise TypeError(f"{type(message).__name__} needs a str topic, not {_show(topic)}")
-            if (problem := _topic_problem(topic)) is not None:
-                raise ValueError(problem)
-            item.topic = topic
-        body = getattr(item, codec.field)
-        body.SetInParent()
-        codec.encode(message, body)
-    data = frame.SerializeToString()
+    item = frame.items.add()
+    if codec.node_level:
+        if topic is not None:
+            raise ValueError(f"{type(message).__name__} is node-level: topic must be None")
+    else:
+        if not isinstance(topic, str):
+            raise TypeError(f"{type(message).__name__} needs a str topic, not {_show(topic)}")
+        if (problem := _topic_problem(topic)) is not None:
+            raise ValueError(problem)
+        item.topic = topic
+    body = getattr(item, codec.field)
+    body.SetInParent()
+    codec.encode(message, body)
+    return frame.SerializeToString()
+
+
+def frame_from_items(items: Sequence[bytes]) -> bytes:
+    """A length-prefixed frame of items made by `encode_item`."""
+    if not items:
+        raise ValueError("a frame carries at least one message")
+    data = b"".join(items)
     if len(data) > _MAX_ENCODABLE_FRAME:
         raise ValueError(f"frame of {len(data)} bytes does not fit a 4-byte length")
     return _LENGTH_PREFIX.pack(len(data)) + data

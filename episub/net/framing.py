@@ -1,0 +1,105 @@
+"""Frames on a trio stream: read them with wire.FrameDecoder, pack queued items into them.
+
+Reading: `FrameReader.receive_frame()` reads at most `READ_CHUNK` bytes at a time and hands
+out every whole frame before it reads again, so what the decoder holds stays below one
+chunk plus one unfinished frame, itself bounded by the decoder's `max_frame_size`.
+
+Writing: the runtime encodes each message once (`wire.encode_item`) and queues the bytes
+per peer. `take_frame` drains what is queued into one frame (piggybacking) up to a byte
+budget and the decoder's item limit, so a burst of small control messages costs one
+write and one header.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+import trio
+
+from episub.proto.messages import Message
+from episub.proto.wire import (
+    MAX_ITEMS_PER_FRAME,
+    FrameDecoder,
+    FrameError,
+    frame_from_items,
+)
+
+__all__ = [
+    "FRAME_OVERHEAD",
+    "PIGGYBACK_BUDGET",
+    "READ_CHUNK",
+    "FrameReader",
+    "max_frame_size",
+    "take_frame",
+]
+
+# What a frame may carry beyond one message of max_message_size: the GOSSIP's id, hops,
+# publisher, topic (<= 256 bytes), protobuf tags and lengths of up to 64 headers, and the
+# small control messages piggybacked beside it. An IHAVE of 1024 ids is ~38 KiB and a
+# NODES of 256 peers ~17 KiB, so 64 KiB covers the largest control message as well.
+FRAME_OVERHEAD = 64 * 1024  # guess, from the sizes above
+# How much queued traffic one frame gathers: big enough that a tick's control messages go
+# out as one write, small enough that a queue of large messages interleaves with others.
+PIGGYBACK_BUDGET = 64 * 1024  # guess: a typical TCP send window's worth
+READ_CHUNK = 64 * 1024  # trio's own default for receive_some in its examples
+
+
+def max_frame_size(max_message_size: int) -> int:
+    """The largest frame a node accepts: one maximal message plus `FRAME_OVERHEAD`."""
+    return max_message_size + FRAME_OVERHEAD
+
+
+class FrameReader:
+    """Whole frames of (topic, message) items from one stream, None at a clean end."""
+
+    def __init__(self, stream: trio.abc.ReceiveStream, *, max_frame_size: int) -> None:
+        self._stream = stream
+        self._decoder = FrameDecoder(max_frame_size=max_frame_size)
+        self.bytes_received = 0
+
+    def feed(self, data: bytes) -> None:
+        """Bytes that arrived before the reader took over (what followed the handshake)."""
+        self.bytes_received += len(data)
+        self._decoder.feed(data)
+
+    async def receive_frame(self) -> list[tuple[str | None, Message]] | None:
+        """The next frame; None once the peer closed cleanly between frames.
+
+        Raises FrameError for a bad frame, or for a stream that ends inside a frame.
+        """
+        while True:
+            frame = self._decoder.next_frame()
+            if frame is not None:
+                return frame
+            data = await self._stream.receive_some(READ_CHUNK)
+            if not data:
+                if self._decoder.buffered:
+                    raise FrameError(
+                        f"connection closed inside a frame ({self._decoder.buffered} bytes "
+                        "of it received)"
+                    )
+                return None
+            self.bytes_received += len(data)
+            self._decoder.feed(data)
+
+
+def take_frame(
+    queue: deque[bytes],
+    *,
+    budget: int = PIGGYBACK_BUDGET,
+    max_items: int = MAX_ITEMS_PER_FRAME,
+) -> tuple[bytes, int]:
+    """Pop queued items into one frame: (frame bytes, number of items).
+
+    Items go in queue order while the body stays within `budget`; the first item always
+    goes, whatever its size (the caller refuses items the peer would not accept).
+    """
+    if not queue:
+        raise ValueError("take_frame needs at least one queued item")
+    items = [queue.popleft()]
+    size = len(items[0])
+    while queue and len(items) < max_items and size + len(queue[0]) <= budget:
+        item = queue.popleft()
+        items.append(item)
+        size += len(item)
+    return frame_from_items(items), len(items)

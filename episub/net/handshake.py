@@ -1,0 +1,297 @@
+"""The connection handshake: both ends prove they hold the deployment key.
+
+Sequence, the same at both ends (no round trip waits on the other side's role):
+
+1. send Hello{version, my peer id, 32 fresh random bytes};
+2. on the peer's Hello: check it, then send Proof{mac}, where mac is keyed blake3 (the
+   32-byte deployment key) over `DOMAIN`, both Hellos (initiator's first) as the bytes
+   that travelled, and the sender's role;
+3. on the peer's Proof: recompute what the peer's mac must be and compare in constant
+   time (hmac.compare_digest). Done.
+
+Why this shape:
+- Both nonces are in every mac, so a recorded proof is useless on another connection.
+- The role is in the mac, so a peer cannot reflect our own proof back to us.
+- Each side verifies before it treats a single byte after the Proof as protocol, so a
+  peer without the key never gets a message processed.
+- A session key (blake3 derive_key of the deployment key and both nonces) is derived for
+  the AEAD layer to come; today it authenticates nothing. Until then the handshake
+  authenticates the peer at connection time only: the bytes after it are plaintext.
+
+Frames are a 4-byte big-endian length and a protobuf `Handshake` (episub.proto), at most
+`MAX_HANDSHAKE_FRAME` bytes, so a stranger cannot make us buffer more than that.
+`Handshake` is sans-IO (h11's manner): `receive_data()` in, `data_to_send()` out.
+`perform_handshake()` runs it on a trio stream, bounded by a timeout.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import hmac
+import secrets
+import struct
+from dataclasses import dataclass
+
+import blake3
+import trio
+from google.protobuf.message import DecodeError
+
+from episub.net.peer_id import PeerIdError, parse_peer_id
+from episub.proto import episub_pb2 as pb
+
+__all__ = [
+    "DOMAIN",
+    "HANDSHAKE_TIMEOUT",
+    "KEY_SIZE",
+    "MAX_HANDSHAKE_FRAME",
+    "NONCE_SIZE",
+    "PROTOCOL_VERSION",
+    "Handshake",
+    "HandshakeError",
+    "HandshakeResult",
+    "perform_handshake",
+]
+
+PROTOCOL_VERSION = 1
+KEY_SIZE = 32  # blake3's keyed mode takes exactly 32 bytes
+NONCE_SIZE = 32  # 256 random bits: never repeats
+MAC_SIZE = 32  # blake3's default output
+DOMAIN = b"episub handshake v1"
+SESSION_KEY_CONTEXT = "episub 2025 connection session key v1"  # blake3 derive_key context
+# A Hello is ~110 bytes (version, a 64-byte id at most, the nonce), a Proof 34.
+MAX_HANDSHAKE_FRAME = 256
+HANDSHAKE_TIMEOUT = 5.0  # brief: a connection that has not proven itself in 5 s is dropped
+_READ_CHUNK = 4096  # handshake reads are small; what follows the Proof is handed on
+_LENGTH = struct.Struct(">I")
+
+
+class HandshakeError(Exception):
+    """The handshake failed; the message says why (wrong key, version, malformed, ...)."""
+
+
+class Role(enum.Enum):
+    INITIATOR = b"I"  # dialled
+    RESPONDER = b"R"  # accepted
+
+
+@dataclass(frozen=True, slots=True)
+class HandshakeResult:
+    peer_id: bytes
+    session_key: bytes
+    trailing_data: bytes  # bytes after the peer's Proof: the start of its frames
+
+
+class _State(enum.Enum):
+    AWAIT_HELLO = "await hello"
+    AWAIT_PROOF = "await proof"
+    DONE = "done"
+    FAILED = "failed"
+
+
+def _frame(message: pb.Handshake) -> tuple[bytes, bytes]:
+    body = message.SerializeToString()
+    return _LENGTH.pack(len(body)) + body, body
+
+
+def _mac(key: bytes, initiator_hello: bytes, responder_hello: bytes, role: Role) -> bytes:
+    hasher = blake3.blake3(key=key)
+    for part in (DOMAIN, initiator_hello, responder_hello):
+        hasher.update(_LENGTH.pack(len(part)))
+        hasher.update(part)
+    hasher.update(role.value)
+    return hasher.digest()
+
+
+def check_key(key: object) -> bytes:
+    if not isinstance(key, bytes) or len(key) != KEY_SIZE:
+        shown = f"{len(key)} bytes" if isinstance(key, bytes) else repr(key)
+        raise ValueError(f"key must be {KEY_SIZE} bytes (blake3 keyed mode), not {shown}")
+    return key
+
+
+class Handshake:
+    """One side of the handshake. Feed it the peer's bytes; send what it hands back.
+
+    `receive_data` raises HandshakeError on anything wrong, after which the machine
+    refuses further use. Once `done`, `result` has the peer's id, the session key and
+    the bytes that came after the peer's Proof.
+    """
+
+    def __init__(self, *, key: bytes, my_id: bytes, initiator: bool, nonce: bytes) -> None:
+        self._key = check_key(key)
+        if len(nonce) != NONCE_SIZE:
+            raise ValueError(f"nonce must be {NONCE_SIZE} bytes, not {len(nonce)}")
+        self._my_id = my_id
+        self._role = Role.INITIATOR if initiator else Role.RESPONDER
+        self._nonce = nonce
+        hello = pb.Handshake()
+        hello.hello.version = PROTOCOL_VERSION
+        hello.hello.peer_id = my_id
+        hello.hello.nonce = nonce
+        frame, self._my_hello = _frame(hello)
+        self._outgoing = bytearray(frame)
+        self._buffer = bytearray()
+        self._state = _State.AWAIT_HELLO
+        self._peer_hello = b""
+        self._peer_nonce = b""
+        self._peer_id = b""
+        self._result: HandshakeResult | None = None
+
+    @property
+    def done(self) -> bool:
+        return self._state is _State.DONE
+
+    @property
+    def result(self) -> HandshakeResult:
+        if self._result is None:
+            raise RuntimeError(f"handshake not complete (state: {self._state.value})")
+        return self._result
+
+    def data_to_send(self) -> bytes:
+        data = bytes(self._outgoing)
+        self._outgoing.clear()
+        return data
+
+    def receive_data(self, data: bytes) -> None:
+        if self._state is _State.FAILED:
+            raise HandshakeError("handshake already failed")
+        if self._state is _State.DONE:
+            raise RuntimeError("handshake is done: its trailing data goes to the frame decoder")
+        self._buffer += data
+        try:
+            while self._state is not _State.DONE:
+                body = self._next_frame()
+                if body is None:
+                    return
+                self._on_frame(body)
+        except HandshakeError:
+            self._state = _State.FAILED
+            self._buffer.clear()
+            raise
+
+    def _next_frame(self) -> bytes | None:
+        if len(self._buffer) < _LENGTH.size:
+            return None
+        (length,) = _LENGTH.unpack_from(self._buffer)
+        if not 0 < length <= MAX_HANDSHAKE_FRAME:
+            raise HandshakeError(
+                f"handshake frame of {length} bytes announced; they are 1..{MAX_HANDSHAKE_FRAME}"
+                " (not an episub peer?)"
+            )
+        end = _LENGTH.size + length
+        if len(self._buffer) < end:
+            return None
+        body = bytes(self._buffer[_LENGTH.size : end])
+        del self._buffer[:end]
+        return body
+
+    def _on_frame(self, body: bytes) -> None:
+        message = pb.Handshake()
+        try:
+            message.ParseFromString(body)
+        except DecodeError as exc:
+            raise HandshakeError(f"malformed handshake frame of {len(body)} bytes: {exc}") from None
+        kind = message.WhichOneof("body")
+        if self._state is _State.AWAIT_HELLO:
+            if kind != "hello":
+                raise HandshakeError(
+                    f"expected a hello, got {kind or 'an empty or unknown message'}"
+                )
+            self._on_hello(message.hello, body)
+        elif kind != "proof":
+            raise HandshakeError(f"expected a proof, got {kind or 'an empty or unknown message'}")
+        else:
+            self._on_proof(message.proof.mac)
+
+    def _on_hello(self, hello: pb.Hello, body: bytes) -> None:
+        if hello.version != PROTOCOL_VERSION:
+            raise HandshakeError(
+                f"peer speaks episub protocol version {hello.version}, "
+                f"this node speaks {PROTOCOL_VERSION}"
+            )
+        try:
+            parse_peer_id(hello.peer_id)
+        except PeerIdError as exc:
+            raise HandshakeError(f"malformed hello: {exc}") from None
+        if len(hello.nonce) != NONCE_SIZE:
+            raise HandshakeError(
+                f"malformed hello: nonce of {len(hello.nonce)} bytes, not {NONCE_SIZE}"
+            )
+        if hello.peer_id == self._my_id:
+            raise HandshakeError(f"connected to ourselves ({self._my_id!r})")
+        if hello.nonce == self._nonce:
+            raise HandshakeError("peer echoed our nonce (a reflected hello)")
+        self._peer_hello, self._peer_nonce, self._peer_id = body, hello.nonce, hello.peer_id
+        proof = pb.Handshake()
+        proof.proof.mac = _mac(self._key, *self._transcript(), self._role)
+        self._outgoing += _frame(proof)[0]
+        self._state = _State.AWAIT_PROOF
+
+    def _on_proof(self, mac: bytes) -> None:
+        peer_role = Role.RESPONDER if self._role is Role.INITIATOR else Role.INITIATOR
+        expected = _mac(self._key, *self._transcript(), peer_role)
+        if not hmac.compare_digest(mac, expected):
+            raise HandshakeError(
+                f"peer {self._peer_id!r} failed to prove the deployment key "
+                "(a different key, or not an episub peer)"
+            )
+        initiator_nonce, responder_nonce = (
+            (self._nonce, self._peer_nonce)
+            if self._role is Role.INITIATOR
+            else (self._peer_nonce, self._nonce)
+        )
+        deriver = blake3.blake3(derive_key_context=SESSION_KEY_CONTEXT)
+        deriver.update(self._key + initiator_nonce + responder_nonce)
+        self._result = HandshakeResult(
+            peer_id=self._peer_id,
+            session_key=deriver.digest(),
+            trailing_data=bytes(self._buffer),
+        )
+        self._buffer.clear()
+        self._state = _State.DONE
+
+    def _transcript(self) -> tuple[bytes, bytes]:
+        if self._role is Role.INITIATOR:
+            return self._my_hello, self._peer_hello
+        return self._peer_hello, self._my_hello
+
+
+async def perform_handshake(
+    stream: trio.abc.Stream,
+    *,
+    key: bytes,
+    my_id: bytes,
+    initiator: bool,
+    timeout: float = HANDSHAKE_TIMEOUT,
+) -> HandshakeResult:
+    """Run the handshake on `stream`; HandshakeError if it fails or takes over `timeout`.
+
+    The stream is left open either way: the caller owns it.
+    """
+    machine = Handshake(
+        key=key, my_id=my_id, initiator=initiator, nonce=secrets.token_bytes(NONCE_SIZE)
+    )
+    try:
+        with trio.fail_after(timeout):
+            await stream.send_all(machine.data_to_send())
+            while not machine.done:
+                data = await stream.receive_some(_READ_CHUNK)
+                if not data:
+                    raise HandshakeError("peer closed the connection during the handshake")
+                try:
+                    machine.receive_data(data)
+                except HandshakeError:
+                    # Our proof still goes out, best effort: then the peer logs the real
+                    # reason (a wrong key) rather than "closed during the handshake".
+                    with contextlib.suppress(trio.BrokenResourceError, OSError):
+                        if outgoing := machine.data_to_send():
+                            await stream.send_all(outgoing)
+                    raise
+                if outgoing := machine.data_to_send():
+                    await stream.send_all(outgoing)
+    except trio.TooSlowError:
+        raise HandshakeError(f"no complete handshake within {timeout} s") from None
+    except (trio.BrokenResourceError, OSError) as exc:
+        raise HandshakeError(f"connection failed during the handshake: {exc!r}") from None
+    return machine.result

@@ -1,0 +1,472 @@
+"""Peers and their connections: queues, dialling, inbound handshakes, duplicates, closes.
+
+`Network` knows nothing of the protocol. The runtime hands it encoded items to send,
+asks it to close peers, and learns through three callbacks what it must tell the core:
+frames that arrived (`on_frame`), peers that became unreachable (`on_lost`), and it
+answers one question for it (`uses`: is this peer still a neighbour in some topic?).
+
+Rules:
+- Sending: the item joins the peer's queue; with no connection a dial starts (one per
+  peer at a time, bounded by `dial_timeout`, then `handshake_timeout`). A queue over
+  `send_queue_cap` items or `send_queue_max_bytes` means the peer cannot keep up: it is
+  lost (connections closed, queue dropped, `on_lost`). Memory stays bounded.
+- A failed dial is a loss. So is a dialled address answering with another peer id (the
+  node restarted): the old id is lost, the connection is kept under the new one.
+- Two connections to one peer (both sides dialled at once) are resolved the same way at
+  both ends: the one dialled by the lower id stays; the other is closed gracefully after
+  what was already written on it has been read (connection.py).
+- A connection that ends is a loss when it failed (bad frame, reset, abort) or when the
+  peer closed it while the core still uses the peer; a peer that leaves a link it no
+  longer needs says DISCONNECT or LEAVE first, on the same connection, so its EOF is a
+  goodbye. Closes we start (ClosePeer, idle, duplicates, shutdown) are never losses.
+- Connections the core does not use that carried nothing for `idle_timeout` are closed;
+  a neighbour silent for `liveness_timeout` is lost, since TCP alone may take many
+  minutes to notice a vanished host.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
+from functools import partial
+
+import trio
+
+from episub.net.connection import Connection, FrameItems, Peer, show_peer
+from episub.net.handshake import HandshakeError, HandshakeResult, perform_handshake
+from episub.net.link_delay import LinkDelay
+from episub.net.peer_id import Address, PeerIdError, parse_peer_id
+
+__all__ = [
+    "DIAL_TIMEOUT",
+    "IDLE_TIMEOUT",
+    "MAX_PENDING_HANDSHAKES",
+    "SEND_QUEUE_CAP",
+    "SEND_QUEUE_MAX_BYTES",
+    "NetCounters",
+    "Network",
+]
+
+log = logging.getLogger("episub.net")
+
+# A peer's send queue: a few seconds of a busy topic's traffic to one neighbour. A peer
+# further behind than this is too slow, and waiting for it would hold memory for nothing.
+SEND_QUEUE_CAP = 4096  # guess: messages
+SEND_QUEUE_MAX_BYTES = 16 * 1024 * 1024  # guess; raised to 2 frames if max frames are larger
+DIAL_TIMEOUT = 10.0  # Kafka's socket.connection.setup.timeout.ms default (10 s)
+MAX_PENDING_HANDSHAKES = 64  # guess: unauthenticated inbound connections held at once
+IDLE_TIMEOUT = 60.0  # guess: a passive peer's probe connection is re-dialled when next needed
+
+
+@dataclass(slots=True)
+class NetCounters:
+    """Runtime counters, as `node.stats()` reports them."""
+
+    connections_opened: int = 0
+    connections_closed: int = 0
+    dials: int = 0
+    dial_failures: int = 0
+    handshake_failures: int = 0
+    frames_in: int = 0
+    frames_out: int = 0
+    messages_in: int = 0
+    messages_out: int = 0
+    bytes_in: int = 0
+    bytes_out: int = 0
+    invalid_frames: int = 0
+    queue_overflows: int = 0
+    peer_misbehaved: int = 0
+    peers_lost: int = 0
+    core_errors: int = 0
+    # Outgoing messages dropped, by why; every reason is always present.
+    dropped: dict[str, int] = field(
+        default_factory=lambda: dict.fromkeys(
+            ("queue_overflow", "peer_lost", "unencodable", "oversized", "shutdown", "to_self"), 0
+        )
+    )
+
+    def as_dict(self) -> dict[str, int]:
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "dropped"}
+        out.update({f"dropped_{reason}": n for reason, n in self.dropped.items()})
+        return out
+
+
+class Network:
+    def __init__(
+        self,
+        *,
+        key: bytes,
+        me: bytes,
+        counters: NetCounters,
+        on_frame: Callable[[Connection, FrameItems], None],
+        on_lost: Callable[[bytes], None],
+        uses: Callable[[bytes], bool],
+        max_frame_size: int,
+        liveness_timeout: float,
+        link_delay: LinkDelay | None,
+        handshake_timeout: float,
+        dial_timeout: float,
+        send_queue_cap: int,
+        send_queue_max_bytes: int,
+        idle_timeout: float,
+    ) -> None:
+        self._key = key
+        self.me = me
+        self.counters = counters
+        self._on_frame = on_frame
+        self._on_lost = on_lost
+        self._uses = uses
+        self._max_frame_size = max_frame_size
+        self._liveness_timeout = liveness_timeout
+        self._link_delay = link_delay
+        self._handshake_timeout = handshake_timeout
+        self._dial_timeout = dial_timeout
+        self._queue_cap = send_queue_cap
+        self._queue_max_bytes = max(send_queue_max_bytes, 2 * max_frame_size)
+        self._idle_timeout = idle_timeout
+        self.peers: dict[bytes, Peer] = {}
+        self._progress = trio.Event()  # set whenever bytes go out or a connection ends
+        self._nursery: trio.Nursery | None = None
+        self._listener_scope = trio.CancelScope()
+        self._handshakes = 0
+        self.closing = False
+
+    async def run(
+        self,
+        listeners: list[trio.SocketListener],
+        *,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Serve `listeners`; own the tasks of dials and connections; sweep idle and
+        silent connections. Runs until cancelled."""
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            await nursery.start(self._listen, listeners)
+            task_status.started()
+            while True:
+                await trio.sleep(min(self._idle_timeout, self._liveness_timeout) / 4)
+                self._sweep()
+
+    async def _listen(
+        self, listeners: list[trio.SocketListener], *, task_status: trio.TaskStatus[None]
+    ) -> None:
+        # Handlers run in our nursery, not the listener's: when the listener stops at
+        # shutdown, the connections it accepted still close gracefully.
+        with self._listener_scope:
+            await trio.serve_listeners(
+                self._on_inbound, listeners, handler_nursery=self._nursery, task_status=task_status
+            )
+
+    # -- sending --------------------------------------------------------------------------
+
+    def send(self, peer_id: bytes, item: bytes) -> None:
+        """Queue an encoded item (wire.encode_item) for `peer_id`; dial if need be."""
+        if self.closing:
+            self.counters.dropped["shutdown"] += 1
+            return
+        peer = self.peers.get(peer_id)
+        if peer is None:
+            peer = self.peers[peer_id] = Peer(peer_id)
+        if len(peer.queue) >= self._queue_cap or (
+            peer.queued_bytes + len(item) > self._queue_max_bytes
+        ):
+            self._overflow(peer)
+            return
+        peer.queue.append(item)
+        peer.queued_bytes += len(item)
+        peer.close_requested = False
+        if peer.conn is None and peer.dial_scope is None:
+            self._start_dial(peer)
+        else:
+            peer.notify()
+
+    def close_peer(self, peer_id: bytes) -> None:
+        """Close the peer's connection once its queue is drained (the core's ClosePeer)."""
+        peer = self.peers.get(peer_id)
+        if peer is None:
+            return
+        if peer.conn is None and peer.dial_scope is None and not peer.queue:
+            if not peer.conns:
+                del self.peers[peer.id]
+            return
+        peer.close_requested = True
+        peer.notify()
+
+    def _overflow(self, peer: Peer) -> None:
+        self.counters.queue_overflows += 1
+        self.counters.dropped["queue_overflow"] += len(peer.queue)
+        log.warning(
+            "send queue to %s overflowed (%d messages, %d bytes queued): the peer is too slow; "
+            "closing its connection",
+            show_peer(peer.id),
+            len(peer.queue),
+            peer.queued_bytes,
+        )
+        peer.queue.clear()
+        peer.queued_bytes = 0
+        self._lose(peer, "send queue overflow")
+
+    def _lose(self, peer: Peer, reason: str) -> None:
+        """The peer is unreachable: drop what is queued, close its connections, report it.
+        Its connections, ending later, find the peer forgotten and stay quiet."""
+        if self.peers.get(peer.id) is peer:
+            del self.peers[peer.id]
+        self.counters.peers_lost += 1
+        self.counters.dropped["peer_lost"] += len(peer.queue)
+        peer.queue.clear()
+        peer.queued_bytes = 0
+        peer.conn = None
+        for conn in peer.conns:
+            conn.abort(reason)
+        if peer.dial_scope is not None:
+            peer.dial_scope.cancel()
+        peer.notify()
+        self._notify_progress()
+        if not self.closing:
+            self._on_lost(peer.id)
+
+    # -- dialling -------------------------------------------------------------------------
+
+    def _start_dial(self, peer: Peer) -> None:
+        assert self._nursery is not None, "the network is not running"
+        peer.dial_scope = trio.CancelScope()
+        self._nursery.start_soon(self._dial, peer, peer.dial_scope)
+
+    async def _open(self, address: Address) -> tuple[trio.SocketStream, HandshakeResult]:
+        """Dial and authenticate `address`; OSError or HandshakeError on failure."""
+        self.counters.dials += 1
+        stream: trio.SocketStream | None = None
+        try:
+            with trio.move_on_after(self._dial_timeout):
+                stream = await trio.open_tcp_stream(address.host, address.port)
+            if stream is None:
+                raise TimeoutError(f"no connection to {address} within {self._dial_timeout} s")
+        except OSError:
+            self.counters.dial_failures += 1
+            raise
+        try:
+            result = await perform_handshake(
+                stream,
+                key=self._key,
+                my_id=self.me,
+                initiator=True,
+                timeout=self._handshake_timeout,
+            )
+        except BaseException as exc:
+            if isinstance(exc, HandshakeError):
+                self.counters.handshake_failures += 1
+            await trio.aclose_forcefully(stream)
+            raise
+        return stream, result
+
+    async def _dial(self, peer: Peer, scope: trio.CancelScope) -> None:
+        opened: tuple[trio.SocketStream, HandshakeResult] | None = None
+        failure = ""
+        with scope:
+            try:
+                opened = await self._open(parse_peer_id(peer.id))
+            except (OSError, HandshakeError, PeerIdError) as exc:
+                failure = str(exc) or repr(exc)
+        if peer.dial_scope is scope:
+            peer.dial_scope = None
+        self._notify_progress()
+        if opened is None:
+            if not scope.cancelled_caught and self.peers.get(peer.id) is peer:
+                log.info("dial to %s failed: %s", show_peer(peer.id), failure)
+                self._lose(peer, f"dial failed: {failure}")
+            return
+        stream, result = opened
+        if scope.cancel_called or self.closing:  # lost or shut down meanwhile
+            await trio.aclose_forcefully(stream)
+            return
+        if result.peer_id != peer.id:
+            log.info(
+                "%s answered as %s (restarted?); the old id is gone",
+                show_peer(peer.id),
+                show_peer(result.peer_id),
+            )
+            if self.peers.get(peer.id) is peer:
+                self._lose(peer, "answered with another peer id")
+        await self._serve(self._register(stream, result, outbound=True))
+
+    async def connect(self, address: Address) -> bytes:
+        """Connect to `address` (a bootstrap contact); return the peer id it proves.
+
+        Reuses a live connection to a peer at that address. OSError or HandshakeError.
+        """
+        for peer in list(self.peers.values()):
+            if peer.conn is not None and _address_of(peer.id) == address:
+                return peer.id
+        stream, result = await self._open(address)
+        if self.closing:
+            await trio.aclose_forcefully(stream)
+            raise trio.ClosedResourceError("the node is shutting down")
+        conn = self._register(stream, result, outbound=True)
+        assert self._nursery is not None
+        self._nursery.start_soon(self._serve, conn)
+        return result.peer_id
+
+    async def _on_inbound(self, stream: trio.SocketStream) -> None:
+        """The listener's handler: authenticate, then serve until the connection ends."""
+        where = _remote(stream)
+        if self._handshakes >= MAX_PENDING_HANDSHAKES or self.closing:
+            log.warning("refusing connection from %s: too many handshakes in progress", where)
+            return  # serve_listeners closes the stream
+        self._handshakes += 1
+        try:
+            result = await perform_handshake(
+                stream,
+                key=self._key,
+                my_id=self.me,
+                initiator=False,
+                timeout=self._handshake_timeout,
+            )
+        except HandshakeError as exc:
+            self.counters.handshake_failures += 1
+            log.warning("handshake with %s failed: %s", where, exc)
+            return
+        finally:
+            self._handshakes -= 1
+        if not self.closing:
+            await self._serve(self._register(stream, result, outbound=False))
+
+    # -- connections ----------------------------------------------------------------------
+
+    def _register(
+        self, stream: trio.SocketStream, result: HandshakeResult, *, outbound: bool
+    ) -> Connection:
+        peer_id = result.peer_id
+        peer = self.peers.get(peer_id)
+        if peer is None:
+            peer = self.peers[peer_id] = Peer(peer_id)
+        link_delay = self._link_delay
+        conn = Connection(
+            stream=stream,
+            peer=peer,
+            outbound=outbound,
+            session_key=result.session_key,
+            trailing_data=result.trailing_data,
+            max_frame_size=self._max_frame_size,
+            delay=None if link_delay is None else partial(link_delay, self.me, peer_id),
+            on_frame=self._on_frame,
+            on_written=self._on_written,
+        )
+        peer.conns.append(conn)
+        if peer.conn is None or self._prefer(conn, peer.conn):
+            peer.conn = conn  # a replaced connection's writer sees this and closes it
+        peer.notify()
+        self.counters.connections_opened += 1
+        log.debug("connected to %s (%s)", show_peer(peer_id), "out" if outbound else "in")
+        return conn
+
+    def _prefer(self, new: Connection, old: Connection) -> bool:
+        """Both ends keep the connection dialled by the lower id; of two dialled by the same
+        side, the newer (the older is likely dead at the other end)."""
+        peer_id = new.peer.id
+        new_dialer = self.me if new.outbound else peer_id
+        old_dialer = self.me if old.outbound else peer_id
+        return new_dialer == old_dialer or new_dialer == min(self.me, peer_id)
+
+    async def _serve(self, conn: Connection) -> None:
+        try:
+            await conn.serve()
+        finally:
+            self._ended(conn)
+
+    def _ended(self, conn: Connection) -> None:
+        peer = conn.peer
+        self.counters.connections_closed += 1
+        self.counters.invalid_frames += conn.invalid_frame
+        if conn in peer.conns:
+            peer.conns.remove(conn)
+        if peer.conn is conn:
+            peer.conn = None
+        self._notify_progress()
+        if self.closing or self.peers.get(peer.id) is not peer:
+            return  # shutting down, or the peer was already lost and reported
+        if peer.conn is not None or peer.dial_scope is not None:
+            return  # another connection carries on
+        if not conn.we_closed and (conn.failure is not None or self._uses(peer.id)):
+            reason = conn.failure or "closed by the peer while still a neighbour"
+            log.info("lost %s: %s", show_peer(peer.id), reason)
+            self._lose(peer, reason)
+        elif peer.queue:
+            self._start_dial(peer)  # queued while the connection was closing
+        elif not peer.conns:
+            del self.peers[peer.id]
+
+    def _on_written(self, conn: Connection, count: int, size: int) -> None:
+        counters = self.counters
+        counters.frames_out += 1
+        counters.messages_out += count
+        counters.bytes_out += size
+        self._notify_progress()
+
+    def _notify_progress(self) -> None:
+        self._progress.set()
+        self._progress = trio.Event()
+
+    def _sweep(self) -> None:
+        """Close idle connections nobody uses; declare silent neighbours lost."""
+        now = trio.current_time()
+        for peer in list(self.peers.values()):
+            conn = peer.conn
+            if conn is None:
+                continue
+            if self._uses(peer.id):
+                silent = now - conn.last_received
+                if silent > self._liveness_timeout:
+                    log.info("neighbour %s silent for %.1f s", show_peer(peer.id), silent)
+                    conn.abort(f"silent for {silent:.1f} s")
+            elif (
+                not peer.queue
+                and conn.in_flight == 0
+                and now - max(conn.last_received, conn.last_sent) > self._idle_timeout
+            ):
+                peer.close_requested = True
+                peer.notify()
+
+    # -- shutting down ---------------------------------------------------------------------
+
+    async def close(self) -> None:
+        """Stop listening, refuse new work, drain every queue, close every connection
+        gracefully, and wait for them all to end (bound it from outside)."""
+        self.closing = True
+        self._listener_scope.cancel()
+        for peer in self.peers.values():
+            if peer.dial_scope is not None:
+                peer.dial_scope.cancel()  # what it would carry is dropped anyway
+            peer.close_requested = True
+            peer.notify()
+        while True:
+            progress = self._progress
+            if not any(peer.conns or peer.dial_scope for peer in self.peers.values()):
+                return
+            await progress.wait()
+
+    # -- queries ----------------------------------------------------------------------------
+
+    def connected_peers(self) -> list[bytes]:
+        return [peer.id for peer in self.peers.values() if peer.conn is not None]
+
+    def stats(self) -> dict[str, int]:
+        return {
+            "connections": sum(len(peer.conns) for peer in self.peers.values()),
+            "queued_messages": sum(len(peer.queue) for peer in self.peers.values()),
+        }
+
+
+def _address_of(peer_id: bytes) -> Address | None:
+    try:
+        return parse_peer_id(peer_id)
+    except PeerIdError:
+        return None
+
+
+def _remote(stream: trio.SocketStream) -> str:
+    try:
+        host, port = stream.socket.getpeername()[:2]
+    except OSError:
+        return "an unknown address"
+    return f"{host}:{port}"

@@ -1,0 +1,293 @@
+"""The trio runtime: one NodeState driven over TCP.
+
+The runtime only pumps (aioquic's protocol.py): it feeds the core an input with `now`,
+carries out the outputs, and re-arms the timer task. What each output becomes:
+
+- Send: the message is encoded once (wire.encode_item; a GOSSIP to seven peers is one
+  encoding) and handed to the network, which queues it for the peer (network.py).
+- ScheduleTimer: (deadline, seq, token) on a heap; one task sleeps until the earliest.
+- ClosePeer: the network closes that connection once its queue is drained.
+- PeerMisbehaved: logged (logger "episub.net") and counted.
+- Deliver, Published, DataLost, NeighborUp, NeighborDown: handed to `on_event` (the API).
+
+Inputs come from the listener and connections (Received, ConnectionLost), the timer task
+(TimerFired) and the API (JoinTopic, LeaveTopic, Publish). The core is called from one
+task at a time and never re-entered: an input that arises while outputs are carried out
+(a queue overflow's ConnectionLost) is fed right after them.
+
+`now` for the core is trio's clock plus a fixed offset to the Unix epoch, taken once: it
+is monotonic, as the core needs, and the timestamps the core stamps on messages read as
+wall-clock milliseconds, as users of the timestamp expect.
+
+Every task lives in the runtime's nursery, which the caller's cancellation does not reach:
+the runtime ends with `shutdown()`, which leaves the topics and closes gracefully first.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+import math
+import time
+from collections import deque
+from collections.abc import Callable, Hashable
+from random import Random
+
+import trio
+
+from episub.net.connection import Connection, FrameItems, show_peer
+from episub.net.framing import max_frame_size
+from episub.net.handshake import HANDSHAKE_TIMEOUT, check_key
+from episub.net.link_delay import LinkDelay
+from episub.net.network import (
+    DIAL_TIMEOUT,
+    IDLE_TIMEOUT,
+    SEND_QUEUE_CAP,
+    SEND_QUEUE_MAX_BYTES,
+    NetCounters,
+    Network,
+)
+from episub.net.peer_id import Address
+from episub.proto.config import NodeConfig
+from episub.proto.events import (
+    ClosePeer,
+    ConnectionLost,
+    InEvent,
+    LeaveTopic,
+    OutEvent,
+    PeerMisbehaved,
+    Received,
+    ScheduleTimer,
+    Send,
+    TimerFired,
+)
+from episub.proto.node import NodeState
+from episub.proto.wire import encode_item
+
+__all__ = ["DIAL_TIMEOUT", "LIVENESS_PINGS", "Runtime"]
+
+log = logging.getLogger("episub.net")
+
+LIVENESS_PINGS = 3  # missed pings before a silent neighbour is declared lost (guess)
+
+
+class Runtime:
+    def __init__(
+        self,
+        *,
+        key: bytes,
+        my_id: bytes,
+        config: NodeConfig,
+        rng: Random,
+        on_event: Callable[[OutEvent], None],
+        link_delay: LinkDelay | None = None,
+        handshake_timeout: float = HANDSHAKE_TIMEOUT,
+        dial_timeout: float = DIAL_TIMEOUT,
+        send_queue_cap: int = SEND_QUEUE_CAP,
+        send_queue_max_bytes: int = SEND_QUEUE_MAX_BYTES,
+        idle_timeout: float = IDLE_TIMEOUT,
+    ) -> None:
+        for name, value in (
+            ("handshake_timeout", handshake_timeout),
+            ("dial_timeout", dial_timeout),
+            ("idle_timeout", idle_timeout),
+        ):
+            if not value > 0:
+                raise ValueError(f"{name} must be > 0 seconds, not {value!r}")
+        if send_queue_cap < 1:
+            raise ValueError(f"send_queue_cap must be >= 1, not {send_queue_cap!r}")
+        self.me = my_id
+        self.state = NodeState(my_id, config, rng)
+        self._on_event = on_event
+        self.max_frame_size = max_frame_size(config.broadcast.max_message_size)
+        ping = config.membership
+        # An active neighbour answers our pings every ping_interval (+ jitter): three
+        # missed ones and the ping timeout mean it is gone, whatever TCP believes.
+        self.liveness_timeout = (
+            LIVENESS_PINGS * ping.ping_interval * (1 + ping.timer_jitter) + ping.ping_timeout
+        )
+        self.counters = NetCounters()
+        self.network = Network(
+            key=check_key(key),
+            me=my_id,
+            counters=self.counters,
+            on_frame=self._on_frame,
+            on_lost=self._on_lost,
+            uses=self._uses,
+            max_frame_size=self.max_frame_size,
+            liveness_timeout=self.liveness_timeout,
+            link_delay=link_delay,
+            handshake_timeout=handshake_timeout,
+            dial_timeout=dial_timeout,
+            send_queue_cap=send_queue_cap,
+            send_queue_max_bytes=send_queue_max_bytes,
+            idle_timeout=idle_timeout,
+        )
+        self._timers: list[tuple[float, int, Hashable]] = []
+        self._timer_seq = itertools.count()
+        self._timers_changed = trio.Event()
+        self._deferred: deque[InEvent] = deque()
+        self._pumping = False
+        self._run_scope = trio.CancelScope(shield=True)
+        self._epoch = time.time() - trio.current_time()
+
+    # -- running --------------------------------------------------------------------------
+
+    async def run(
+        self,
+        listeners: list[trio.SocketListener],
+        *,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Serve `listeners` and drive the core until `shutdown()`.
+
+        Shielded from the caller's cancellation: the owner ends the runtime with shutdown(),
+        which still needs these tasks to send LEAVE when the owner is being cancelled.
+        """
+        with self._run_scope:
+            async with trio.open_nursery() as nursery:
+                await nursery.start(self.network.run, listeners)
+                nursery.start_soon(self._timer_loop)
+                task_status.started()
+
+    def now(self) -> float:
+        """The core's clock: monotonic, in seconds since the Unix epoch (see the docstring)."""
+        return trio.current_time() + self._epoch
+
+    async def connect(self, address: Address) -> bytes:
+        """Connect to a bootstrap address; the peer id it proves (network.connect)."""
+        return await self.network.connect(address)
+
+    async def shutdown(self, timeout: float) -> None:
+        """Leave every topic, stop listening, drain the queues and close every connection
+        gracefully, within `timeout` seconds even if the caller is being cancelled; then
+        end every task."""
+        try:
+            with trio.move_on_after(timeout) as scope:
+                scope.shield = True
+                for topic in self.state.topics():
+                    self.input(LeaveTopic(topic))
+                await self.network.close()
+        finally:
+            self.network.closing = True
+            self._run_scope.cancel()
+
+    # -- the pump -------------------------------------------------------------------------
+
+    def input(self, event: InEvent) -> list[OutEvent]:
+        """Feed the core one event and carry out its outputs; returns them."""
+        if self._pumping:
+            self._deferred.append(event)
+            return []
+        self._pumping = True
+        try:
+            outputs = self.state.handle(event, self.now())
+            self._carry_out(outputs)
+            while self._deferred:
+                self._carry_out(self.state.handle(self._deferred.popleft(), self.now()))
+        finally:
+            self._pumping = False
+        return outputs
+
+    def _carry_out(self, outputs: list[OutEvent]) -> None:
+        encoded: dict[tuple[str | None, int], bytes] = {}  # one encoding per message object
+        for out in outputs:
+            kind = type(out)
+            if kind is Send:
+                self._send(out, encoded)
+            elif kind is ScheduleTimer:
+                self._schedule(out.delay, out.token)
+            elif kind is ClosePeer:
+                self.network.close_peer(out.peer)
+            elif kind is PeerMisbehaved:
+                self.counters.peer_misbehaved += 1
+                log.warning("peer %s misbehaved: %s", _show(out.peer), out.reason)
+            else:
+                self._on_event(out)
+
+    def _send(self, out: Send, encoded: dict[tuple[str | None, int], bytes]) -> None:
+        dropped = self.counters.dropped
+        if out.peer == self.me:
+            dropped["to_self"] += 1
+            log.error("the core sent %s to ourselves; dropped", type(out.message).__name__)
+            return
+        cache_key = (out.topic, id(out.message))
+        item = encoded.get(cache_key)
+        if item is None:
+            try:
+                item = encoded[cache_key] = encode_item(out.topic, out.message)
+            except (TypeError, ValueError) as exc:
+                dropped["unencodable"] += 1
+                log.error("cannot encode %r for %s: %s", out.message, _show(out.peer), exc)
+                return
+        if len(item) > self.max_frame_size:
+            # The peer would refuse the frame and drop the connection; only this goes.
+            dropped["oversized"] += 1
+            log.error(
+                "%s of %d bytes to %s exceeds the %d-byte frame limit; dropped",
+                type(out.message).__name__,
+                len(item),
+                _show(out.peer),
+                self.max_frame_size,
+            )
+            return
+        self.network.send(out.peer, item)
+
+    def _on_frame(self, conn: Connection, items: FrameItems) -> None:
+        counters = self.counters
+        counters.frames_in += 1
+        counters.messages_in += len(items)
+        counters.bytes_in += conn.take_bytes_in()
+        peer_id = conn.peer.id
+        for topic, message in items:
+            try:
+                self.input(Received(peer_id, topic, message))
+            except Exception:
+                # A core bug met by a peer's input: the peer is cut off, the node carries on.
+                counters.core_errors += 1
+                log.exception("core failed on %r from %s", message, show_peer(peer_id))
+                conn.abort("core error")
+                return
+
+    def _on_lost(self, peer_id: bytes) -> None:
+        self.input(ConnectionLost(peer_id))
+
+    def _uses(self, peer_id: bytes) -> bool:
+        state = self.state
+        return any(peer_id in state.active_view(topic) for topic in state.topics())
+
+    # -- timers ---------------------------------------------------------------------------
+
+    def _schedule(self, delay: float, token: Hashable) -> None:
+        deadline = trio.current_time() + delay
+        if not self._timers or deadline < self._timers[0][0]:
+            self._timers_changed.set()  # the sleeper wakes to re-arm for the new head
+            self._timers_changed = trio.Event()
+        heapq.heappush(self._timers, (deadline, next(self._timer_seq), token))
+
+    async def _timer_loop(self) -> None:
+        while True:
+            changed = self._timers_changed
+            now = trio.current_time()
+            while self._timers and self._timers[0][0] <= now:
+                _, _, token = heapq.heappop(self._timers)
+                self.input(TimerFired(token))
+            deadline = self._timers[0][0] if self._timers else math.inf
+            with trio.move_on_at(deadline):
+                await changed.wait()
+
+    # -- queries ----------------------------------------------------------------------------
+
+    def connected_peers(self) -> list[bytes]:
+        return self.network.connected_peers()
+
+    def stats(self) -> dict[str, int]:
+        out = self.counters.as_dict()
+        out.update(self.network.stats())
+        out["timers"] = len(self._timers)
+        return out
+
+
+def _show(peer_id: object) -> str:
+    return show_peer(peer_id) if isinstance(peer_id, bytes) else repr(peer_id)

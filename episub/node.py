@@ -1,0 +1,425 @@
+"""The public async API: one episub node, as a trio async context manager.
+
+    async with Node(key=KEY, listen="127.0.0.1:0") as node:
+        await node.join("prices", bootstrap=["10.0.0.5:7000"])
+        async with node.subscribe("prices") as sub:
+            await node.publish("prices", b"42")
+            async for item in sub:
+                ...
+
+Entering starts the listener and the runtime (episub.net); leaving leaves every topic
+(LEAVE is sent and flushed within `CLOSE_TIMEOUT`), closes every connection, and ends
+every subscription. A node's id is `b"host:port/<random tag>"`, new on every start.
+
+Choices the API makes:
+- A node's own publishes reach its own subscribers (and its retention store) too, as a
+  Kafka consumer sees what its own process produced.
+- `join` dials every bootstrap address at once (trio's open_tcp_stream does the same with
+  addresses of one host); once one answers, the others get `BOOTSTRAP_GRACE` to answer as
+  well, then are cancelled. The node's own address is skipped, so every node of a
+  deployment can be given the same bootstrap list.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import AsyncIterator, Iterable, Mapping
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import dataclass
+from random import Random
+from types import TracebackType
+from typing import Literal
+
+import trio
+
+from episub.net.handshake import HANDSHAKE_TIMEOUT, HandshakeError, check_key
+from episub.net.link_delay import LinkDelay
+from episub.net.peer_id import (
+    Address,
+    PeerIdError,
+    format_address,
+    make_peer_id,
+    parse_address,
+    parse_peer_id,
+)
+from episub.net.runtime import DIAL_TIMEOUT, Runtime
+from episub.proto.config import NodeConfig
+from episub.proto.errors import LocalProtocolError
+from episub.proto.events import (
+    DataLost,
+    Deliver,
+    JoinTopic,
+    LeaveTopic,
+    OutEvent,
+    Publish,
+    Published,
+)
+from episub.proto.messages import MAX_HEADERS, Envelope, LinkKind, check_topic_name
+from episub.retention import RetentionConfig, RetentionStore
+from episub.subscription import Lost, Message, Subscription
+
+__all__ = [
+    "BOOTSTRAP_GRACE",
+    "CLOSE_TIMEOUT",
+    "SUBSCRIPTION_BUFFER",
+    "BootstrapError",
+    "Neighbor",
+    "Node",
+]
+
+# After the first bootstrap contact answers, how long the others may still answer.
+BOOTSTRAP_GRACE = 0.25  # trio's happy_eyeballs_delay default: "is the next one coming?"
+# Leaving on exit: LEAVE out, flushed, EOFs exchanged. One RTT when all is well.
+CLOSE_TIMEOUT = 2.0  # guess: covers a slow WAN round trip or two; exit stays prompt
+SUBSCRIPTION_BUFFER = 1024  # guess: ~a second of a busy topic; trio has no default on purpose
+_WILDCARD_HOSTS = frozenset({"", "0.0.0.0", "::"})
+
+
+class BootstrapError(ConnectionError):
+    """No bootstrap address could be reached; `failures` maps each address to its error."""
+
+    def __init__(self, failures: Mapping[str, BaseException]) -> None:
+        self.failures = dict(failures)
+        detail = "; ".join(f"{address}: {error}" for address, error in self.failures.items())
+        super().__init__(f"could not reach any bootstrap address ({detail})")
+
+
+@dataclass(frozen=True, slots=True)
+class Neighbor:
+    """One link of a topic's active view, as `Node.neighbors` reports it."""
+
+    peer_id: bytes
+    address: str  # "host:port" from the peer id
+    kind: Literal["rand", "near"]  # GoCast: a random link, or one of the nearest by RTT
+    role: Literal["eager", "lazy"]  # Plumtree: pushes payloads, or only announces ids
+    rtt_ms: float | None  # smoothed RTT; None until a ping was answered
+
+
+class Node:
+    """One episub node. Use as `async with Node(key=...) as node:`.
+
+    key: the deployment's shared 32-byte key; peers without it cannot connect.
+    listen: "host:port" to listen on; port 0 picks a free port.
+    config: protocol parameters (episub.proto.config).
+    link_delay: optional f(my_id, peer_id) -> seconds to hold back every frame sent to
+        that peer (emulated network delay, for tests and demos; see zones_link_delay).
+    retention: bounds of the store behind `retained()`.
+    advertise: the host peers should dial, when `listen` is a wildcard like 0.0.0.0.
+    handshake_timeout: a new connection must prove the key within this (default 5 s).
+    dial_timeout: a TCP connect to a peer must succeed within this (default 10 s).
+    seed: seeds the protocol's random choices (default: fresh randomness).
+    """
+
+    def __init__(
+        self,
+        *,
+        key: bytes,
+        listen: str = "127.0.0.1:0",
+        config: NodeConfig | None = None,
+        link_delay: LinkDelay | None = None,
+        retention: RetentionConfig | None = None,
+        advertise: str | None = None,
+        handshake_timeout: float = HANDSHAKE_TIMEOUT,
+        dial_timeout: float = DIAL_TIMEOUT,
+        seed: int | None = None,
+    ) -> None:
+        self._key = check_key(key)
+        self._listen = parse_address(listen, allow_port_zero=True)
+        host = advertise if advertise is not None else self._listen.host
+        if host in _WILDCARD_HOSTS:
+            raise ValueError(
+                f"listening on {listen!r} needs advertise= the host peers should dial "
+                "(peer ids carry it)"
+            )
+        self._advertise = parse_address(format_address(host, 1)).host
+        self._config = config if config is not None else NodeConfig()
+        self._link_delay = link_delay
+        self._retention = RetentionStore[Message](retention or RetentionConfig())
+        self._handshake_timeout = handshake_timeout
+        self._dial_timeout = dial_timeout
+        self._seed = seed if seed is not None else secrets.randbits(64)
+        self._runtime: Runtime | None = None
+        self._address = ""
+        self._subscriptions: dict[str, list[Subscription]] = {}
+        self._lifetime_cm: AbstractAsyncContextManager[Node] | None = None
+
+    # -- lifetime ---------------------------------------------------------------------------
+
+    async def __aenter__(self) -> Node:
+        if self._lifetime_cm is not None:
+            raise LocalProtocolError("a Node can be entered once")
+        self._lifetime_cm = self._lifetime()
+        return await self._lifetime_cm.__aenter__()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None:
+        assert self._lifetime_cm is not None
+        return await self._lifetime_cm.__aexit__(exc_type, exc, tb)
+
+    @asynccontextmanager
+    async def _lifetime(self) -> AsyncIterator[Node]:
+        # The body's exception is re-raised outside the nursery, so that the caller sees it
+        # as raised, not wrapped in an ExceptionGroup by the nursery.
+        body_error: BaseException | None = None
+        async with trio.open_nursery() as nursery:
+            listeners = await self._open_listeners()
+            port = listeners[0].socket.getsockname()[1]
+            my_id = make_peer_id(self._advertise, port)
+            self._address = format_address(self._advertise, port)
+            runtime = Runtime(
+                key=self._key,
+                my_id=my_id,
+                config=self._config,
+                rng=Random(self._seed),
+                on_event=self._on_event,
+                link_delay=self._link_delay,
+                handshake_timeout=self._handshake_timeout,
+                dial_timeout=self._dial_timeout,
+            )
+            await nursery.start(runtime.run, listeners)
+            self._runtime = runtime
+            try:
+                yield self
+            except BaseException as exc:
+                body_error = exc
+            finally:
+                await runtime.shutdown(CLOSE_TIMEOUT)
+                for subs in self._subscriptions.values():
+                    for sub in subs:
+                        sub.close()
+                self._runtime = None
+                nursery.cancel_scope.cancel()
+        if body_error is not None:
+            raise body_error
+
+    async def _open_listeners(self) -> list[trio.SocketListener]:
+        host, port = self._listen.host, self._listen.port
+        try:
+            listeners = await trio.open_tcp_listeners(port, host=host)
+        except OSError as exc:
+            raise OSError(exc.errno, f"cannot listen on {self._listen}: {exc.strerror}") from exc
+        ports = {listener.socket.getsockname()[1] for listener in listeners}
+        if len(ports) > 1:
+            for listener in listeners:
+                await listener.aclose()
+            raise ValueError(
+                f"{host!r} resolves to several addresses that got different free ports; "
+                "listen on one IP address, or give a port"
+            )
+        return listeners
+
+    def _running(self) -> Runtime:
+        if self._runtime is None:
+            raise LocalProtocolError(
+                "the node is not running: use it inside `async with Node(...)`"
+            )
+        return self._runtime
+
+    # -- identity ---------------------------------------------------------------------------
+
+    @property
+    def id(self) -> bytes:
+        """This run's peer id, b"host:port/tag"."""
+        return self._running().me
+
+    @property
+    def address(self) -> str:
+        """ "host:port" that peers dial (and bootstrap lists name)."""
+        self._running()
+        return self._address
+
+    # -- topics -----------------------------------------------------------------------------
+
+    async def join(self, topic: str, bootstrap: Iterable[str] = ()) -> None:
+        """Join `topic` through any of the `bootstrap` addresses ("host:port").
+
+        An empty list (or one naming only this node) starts the topic's overlay here.
+        Raises BootstrapError, with every address's failure, when none answers.
+        """
+        runtime = self._running()
+        check_topic_name(topic)
+        if isinstance(bootstrap, str | bytes):
+            raise TypeError(f"bootstrap must be a list of 'host:port' strings, not {bootstrap!r}")
+        if topic in runtime.state.topics():
+            raise LocalProtocolError(f"already joined topic {topic!r}")
+        own = parse_address(self._address)
+        addresses = list(dict.fromkeys(a for a in map(parse_address, bootstrap) if a != own))
+        contacts: list[bytes] = []
+        if addresses:
+            contacts = await self._reach(runtime, addresses)
+        else:
+            await trio.lowlevel.checkpoint()
+        runtime.input(JoinTopic(topic, tuple(dict.fromkeys(contacts))))
+
+    async def _reach(self, runtime: Runtime, addresses: list[Address]) -> list[bytes]:
+        found: dict[Address, bytes] = {}
+        failures: dict[str, BaseException] = {}
+        remaining = len(addresses)
+        async with trio.open_nursery() as nursery:
+
+            async def grace() -> None:
+                await trio.sleep(BOOTSTRAP_GRACE)
+                nursery.cancel_scope.cancel()
+
+            async def attempt(address: Address) -> None:
+                nonlocal remaining
+                try:
+                    found[address] = await runtime.connect(address)
+                    if len(found) == 1:
+                        nursery.start_soon(grace)
+                except (OSError, HandshakeError) as exc:
+                    failures[str(address)] = exc
+                finally:
+                    remaining -= 1
+                    if remaining == 0:
+                        nursery.cancel_scope.cancel()
+
+            for address in addresses:
+                nursery.start_soon(attempt, address)
+        if not found:
+            raise BootstrapError(failures)
+        return [found[a] for a in addresses if a in found]
+
+    async def leave(self, topic: str) -> None:
+        """Leave `topic`: neighbours are told (LEAVE); subscriptions stay open."""
+        runtime = self._running()
+        await trio.lowlevel.checkpoint()
+        runtime.input(LeaveTopic(topic))
+
+    async def publish(
+        self,
+        topic: str,
+        value: bytes,
+        key: bytes | None = None,
+        headers: Mapping[str, bytes] | Iterable[tuple[str, bytes]] | None = None,
+    ) -> bytes:
+        """Publish `value` on a joined topic; returns the message id.
+
+        Raises MessageTooLarge over the config's max_message_size (value + key + headers).
+        """
+        runtime = self._running()
+        value = _as_bytes("value", value)
+        key = None if key is None else _as_bytes("key", key)
+        fields = _headers(headers)
+        await trio.lowlevel.checkpoint()
+        for out in runtime.input(Publish(topic, value, key, fields)):
+            if type(out) is Published:
+                return out.id
+        raise AssertionError("the core accepted a publish without reporting it")
+
+    def subscribe(self, topic: str, buffer: int = SUBSCRIPTION_BUFFER) -> Subscription:
+        """Items of `topic` (Message, Lagged, Lost) from entering `async with` on.
+
+        The topic need not be joined yet: items flow while it is.
+        """
+        self._running()
+        return Subscription(topic, buffer, self._add_subscription, self._remove_subscription)
+
+    def _add_subscription(self, sub: Subscription) -> None:
+        self._running()
+        self._subscriptions.setdefault(sub.topic, []).append(sub)
+
+    def _remove_subscription(self, sub: Subscription) -> None:
+        subs = self._subscriptions.get(sub.topic, [])
+        if sub in subs:
+            subs.remove(sub)
+        if not subs:
+            self._subscriptions.pop(sub.topic, None)
+
+    def _on_event(self, event: OutEvent) -> None:
+        kind = type(event)
+        if kind is Deliver or kind is Published:
+            message = _message(event.topic, event.id, event.envelope)  # type: ignore[union-attr]
+            self._retention.add(message, trio.current_time())
+            for sub in self._subscriptions.get(message.topic, ()):
+                sub.offer(message)
+        elif kind is DataLost:
+            lost = Lost(event.publisher, event.first_seq, event.last_seq)  # type: ignore[union-attr]
+            for sub in self._subscriptions.get(event.topic, ()):  # type: ignore[union-attr]
+                sub.offer(lost)
+
+    # -- queries ----------------------------------------------------------------------------
+
+    def neighbors(self, topic: str) -> list[Neighbor]:
+        """The topic's active view: near links first, then random ones, by peer id."""
+        state = self._running().state
+        eager = set(state.eager_peers(topic))
+        out = []
+        for peer, kind in state.active_view(topic).items():
+            try:
+                address = str(parse_peer_id(peer))
+            except PeerIdError:
+                address = "?"
+            rtt = state.rtt(peer)
+            out.append(
+                Neighbor(
+                    peer_id=peer,  # type: ignore[arg-type]
+                    address=address,
+                    kind="near" if kind is LinkKind.NEAR else "rand",
+                    role="eager" if peer in eager else "lazy",
+                    rtt_ms=None if rtt is None else rtt * 1000.0,
+                )
+            )
+        return sorted(out, key=lambda n: (n.kind != "near", n.peer_id))
+
+    def stats(self) -> dict[str, int]:
+        """Core counters (summed over topics), runtime counters, subscriptions, retention."""
+        runtime = self._running()
+        out = dict(runtime.state.stats())
+        out.update(runtime.stats())
+        subs = [s for group in self._subscriptions.values() for s in group]
+        out["subscriptions"] = len(subs)
+        out["subscriber_dropped"] = sum(s.dropped for s in subs)
+        out["retained_messages"] = len(self._retention)
+        out["retained_bytes"] = self._retention.bytes
+        return out
+
+    def retained(
+        self, topic: str, publisher: bytes, first_seq: int, last_seq: int
+    ) -> list[Message]:
+        """Stored messages of `publisher` on `topic`, first_seq..last_seq, in order; what
+        was never delivered here, or has aged out of retention, is absent."""
+        self._running()
+        return self._retention.get(topic, publisher, first_seq, last_seq, trio.current_time())
+
+
+def _message(topic: str, message_id: bytes, envelope: Envelope) -> Message:
+    return Message(
+        topic=topic,
+        publisher=envelope.publisher,  # type: ignore[arg-type]
+        seq=envelope.seq,
+        timestamp_ms=envelope.timestamp_ms,
+        key=envelope.key,
+        value=envelope.payload,
+        headers=envelope.headers,
+        id=message_id,
+    )
+
+
+def _as_bytes(name: str, value: object) -> bytes:
+    if isinstance(value, bytes):
+        return value
+    if isinstance(value, bytearray | memoryview):
+        return bytes(value)
+    hint = " (encode it first)" if isinstance(value, str) else ""
+    raise TypeError(f"{name} must be bytes, not {type(value).__name__}{hint}: {value!r:.80}")
+
+
+def _headers(
+    headers: Mapping[str, bytes] | Iterable[tuple[str, bytes]] | None,
+) -> tuple[tuple[str, bytes], ...]:
+    if headers is None:
+        return ()
+    pairs = list(headers.items() if isinstance(headers, Mapping) else headers)
+    if len(pairs) > MAX_HEADERS:
+        raise ValueError(f"at most {MAX_HEADERS} headers, not {len(pairs)}")
+    out = []
+    for pair in pairs:
+        if not (isinstance(pair, tuple) and len(pair) == 2 and isinstance(pair[0], str)):
+            raise TypeError(f"a header is a (str, bytes) pair, not {pair!r:.80}")
+        out.append((pair[0], _as_bytes(f"header {pair[0]!r}", pair[1])))
+    return tuple(out)

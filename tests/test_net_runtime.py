@@ -1,0 +1,164 @@
+"""Runtime rules on real sockets: dialling, duplicate connections, graceful closes,
+idle connections, link-delay emulation.
+
+Some tests hand the runtime outputs directly (`Runtime._carry_out`), as if the core had
+produced them, to exercise one rule without building the protocol state that leads there.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import pytest
+import trio
+
+from episub import Node
+from episub.net.peer_id import make_peer_id
+from episub.net.runtime import Runtime
+from episub.proto.config import NodeConfig
+from episub.proto.events import ClosePeer, OutEvent, Send
+from episub.proto.messages import Ping, Prune
+from tests.net_helpers import KEY, TOPIC, WAIT, RawPeer, fast_config, run, wait_until
+
+
+def runtime_of(node: Node) -> Runtime:
+    assert node._runtime is not None
+    return node._runtime
+
+
+@asynccontextmanager
+async def bare_runtime(**options: object) -> AsyncIterator[Runtime]:
+    """A Runtime without the Node around it, for options the Node does not expose."""
+    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    port = listeners[0].socket.getsockname()[1]
+    events: list[OutEvent] = []
+    runtime = Runtime(
+        key=KEY,
+        my_id=make_peer_id("127.0.0.1", port),
+        config=NodeConfig(),
+        rng=random.Random(1),
+        on_event=events.append,
+        **options,  # type: ignore[arg-type]
+    )
+    async with trio.open_nursery() as nursery:
+        await nursery.start(runtime.run, listeners)
+        try:
+            yield runtime
+        finally:
+            await runtime.shutdown(1.0)
+
+
+def test_two_peers_dialling_each_other_at_once_keep_the_connection_of_the_lower_id() -> None:
+    async def main() -> None:
+        async with Node(key=KEY) as a, Node(key=KEY) as b:
+            ra, rb = runtime_of(a), runtime_of(b)
+            # Neither has joined a topic: each answers the other's PING with a PONG and
+            # nothing else, so exactly two messages reach each side.
+            ra._carry_out([Send(b.id, "x", Ping(nonce=1))])
+            rb._carry_out([Send(a.id, "x", Ping(nonce=2))])
+            await wait_until(lambda: ra.counters.connections_opened == 2, what="a's 2 conns")
+            await wait_until(lambda: rb.counters.connections_opened == 2, what="b's 2 conns")
+            await wait_until(
+                lambda: a.stats()["connections"] == 1 and b.stats()["connections"] == 1,
+                what="one connection each",
+            )
+            kept_a, kept_b = ra.network.peers[b.id].conn, rb.network.peers[a.id].conn
+            assert kept_a is not None and kept_b is not None
+            assert kept_a.outbound == (a.id < b.id)
+            assert kept_b.outbound == (b.id < a.id)
+            await wait_until(lambda: a.stats()["messages_in"] == 2 == b.stats()["messages_in"])
+            assert a.stats()["peers_lost"] == 0 == b.stats()["peers_lost"]
+
+    run(main)
+
+
+def test_close_peer_sends_what_is_queued_then_closes_quietly() -> None:
+    async def main() -> None:
+        async with Node(key=KEY) as a, Node(key=KEY) as b:
+            # PRUNE on a topic b is not in: b takes it and answers nothing.
+            runtime_of(a)._carry_out([Send(b.id, "x", Prune()), ClosePeer(b.id)])
+            await wait_until(lambda: b.stats()["messages_in"] == 1, what="the PRUNE")
+            await wait_until(
+                lambda: a.stats()["connections"] == 0 == b.stats()["connections"],
+                what="the close",
+            )
+            assert a.stats()["peers_lost"] == 0 == b.stats()["peers_lost"]
+
+    run(main)
+
+
+def test_a_failed_dial_is_connection_lost_and_drops_what_was_queued(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="episub.net")
+
+    async def main() -> None:
+        listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+        nobody = make_peer_id("127.0.0.1", listeners[0].socket.getsockname()[1])
+        await listeners[0].aclose()
+        async with Node(key=KEY) as a:
+            ra = runtime_of(a)
+            ra._carry_out([Send(nobody, "x", Prune()), Send(b"not an id", "x", Prune())])
+            await wait_until(lambda: a.stats()["peers_lost"] == 2, what="two losses")
+            assert a.stats()["dial_failures"] == 1  # the unparsable id is never dialled
+            assert a.stats()["dropped_peer_lost"] == 2
+
+    run(main)
+    assert "dial to 127.0.0.1:" in caplog.text and "failed" in caplog.text
+    assert "peer id must be 'host:port/tag'" in caplog.text
+
+
+def test_a_connection_nobody_uses_closes_after_idle_timeout_quietly() -> None:
+    async def main() -> None:
+        async with bare_runtime(idle_timeout=0.2) as runtime, Node(key=KEY) as b:
+            runtime_of(b)._carry_out([Send(runtime.me, "x", Prune())])
+            await wait_until(lambda: runtime.counters.messages_in == 1, what="the PRUNE")
+            await wait_until(
+                lambda: runtime.stats()["connections"] == 0 == b.stats()["connections"],
+                what="the idle close",
+            )
+            assert runtime.counters.peers_lost == 0 == b.stats()["peers_lost"]
+
+    run(main)
+
+
+def test_link_delay_holds_frames_back_and_keeps_their_order() -> None:
+    async def main() -> None:
+        jitter = random.Random(7)
+        # A fresh delay per frame, 0-20 ms: later frames are often due before earlier ones.
+        async with Node(key=KEY, link_delay=lambda me, peer: jitter.uniform(0, 0.02)) as a:
+            raw = await RawPeer.connect(a.address)
+            for nonce in range(200):  # one PING per frame: one PONG per frame back
+                await raw.send_items([("x", Ping(nonce=nonce))])
+            nonces = []
+            with trio.fail_after(WAIT):
+                while len(nonces) < 200:
+                    frame = await raw.reader.receive_frame()
+                    assert frame is not None
+                    nonces += [message.nonce for _, message in frame]  # type: ignore[union-attr]
+            assert nonces == list(range(200))
+            await raw.aclose()
+
+    run(main)
+
+
+def test_link_delay_shows_in_the_measured_rtt() -> None:
+    async def main() -> None:
+        delay = 0.05
+        config = fast_config()
+        async with (
+            Node(key=KEY, config=config, link_delay=lambda me, peer: delay) as a,
+            Node(key=KEY, config=config) as b,
+        ):
+            await a.join(TOPIC)
+            await b.join(TOPIC, bootstrap=[a.address])
+            await wait_until(
+                lambda: any(n.rtt_ms is not None for n in a.neighbors(TOPIC)), what="an RTT"
+            )
+            (neighbor,) = a.neighbors(TOPIC)
+            assert neighbor.rtt_ms is not None and neighbor.rtt_ms >= delay * 1000
+
+    run(main)

@@ -1,0 +1,310 @@
+"""The public async API on real sockets: publish, subscribe, join, neighbours, retention."""
+
+from __future__ import annotations
+
+import logging
+import time
+from contextlib import AsyncExitStack
+
+import pytest
+import trio
+
+from episub import (
+    BootstrapError,
+    BroadcastConfig,
+    Lagged,
+    LocalProtocolError,
+    Message,
+    MessageTooLarge,
+    Node,
+    NodeConfig,
+)
+from episub.net.peer_id import parse_peer_id
+from episub.proto.events import Send
+from episub.proto.messages import Ping
+from tests.net_helpers import KEY, OTHER_KEY, TOPIC, fast_config, run, wait_until
+
+
+async def receive_messages(sub: object, count: int) -> list[Message]:
+    out = []
+    for _ in range(count):
+        item = await sub.receive()  # type: ignore[attr-defined]
+        assert isinstance(item, Message), item
+        out.append(item)
+    return out
+
+
+async def pair(stack: AsyncExitStack, config: NodeConfig | None = None) -> tuple[Node, Node]:
+    """Two nodes in one topic, each with the other as neighbour."""
+    config = config or fast_config()
+    a = await stack.enter_async_context(Node(key=KEY, config=config))
+    b = await stack.enter_async_context(Node(key=KEY, config=config))
+    await a.join(TOPIC)
+    await b.join(TOPIC, bootstrap=[a.address])
+    await wait_until(lambda: a.neighbors(TOPIC) and b.neighbors(TOPIC), what="a link")
+    return a, b
+
+
+def test_own_publishes_reach_own_subscribers_with_every_field() -> None:
+    async def main() -> None:
+        async with Node(key=KEY) as node:
+            await node.join(TOPIC)
+            async with node.subscribe(TOPIC) as sub:
+                ids = [
+                    await node.publish(TOPIC, b"v0"),
+                    await node.publish(TOPIC, b"v1", key=b"k", headers={"h": b"x"}),
+                ]
+                first, second = await receive_messages(sub, 2)
+        assert (first.seq, first.value, first.key, first.headers) == (0, b"v0", None, ())
+        assert (second.seq, second.key, second.headers) == (1, b"k", (("h", b"x"),))
+        assert [first.id, second.id] == ids
+        assert first.publisher == second.publisher and first.topic == TOPIC
+        # Stamped by the publisher's clock in Unix milliseconds (not trio's clock).
+        assert abs(first.timestamp_ms / 1000 - time.time()) < 3600
+
+    run(main)
+
+
+def test_a_slow_subscriber_gets_lagged_where_items_went_missing() -> None:
+    async def main() -> None:
+        async with Node(key=KEY) as node:
+            await node.join(TOPIC)
+            async with node.subscribe(TOPIC, buffer=2) as sub:
+                for i in range(10):
+                    await node.publish(TOPIC, b"%d" % i)  # never blocks on the subscriber
+                assert [m.seq for m in await receive_messages(sub, 2)] == [0, 1]
+                assert await sub.receive() == Lagged(8)
+                await node.publish(TOPIC, b"10")
+                assert [m.seq for m in await receive_messages(sub, 1)] == [10]
+                assert node.stats()["subscriber_dropped"] == 8
+
+    run(main)
+
+
+def test_lagged_comes_before_the_next_message_after_the_gap() -> None:
+    async def main() -> None:
+        async with Node(key=KEY) as node:
+            await node.join(TOPIC)
+            async with node.subscribe(TOPIC, buffer=1) as sub:
+                for i in range(3):
+                    await node.publish(TOPIC, b"%d" % i)  # 0 kept, 1 and 2 dropped
+                assert [m.seq for m in await receive_messages(sub, 1)] == [0]
+                await node.publish(TOPIC, b"3")
+                assert await sub.receive() == Lagged(2)
+                assert [m.seq for m in await receive_messages(sub, 1)] == [3]
+
+    run(main)
+
+
+def test_subscriptions_end_when_the_node_closes() -> None:
+    async def main() -> None:
+        items = []
+        async with Node(key=KEY) as node:
+            await node.join(TOPIC)
+            sub = node.subscribe(TOPIC)
+            await sub.__aenter__()
+            await node.publish(TOPIC, b"last")
+        async for item in sub:  # what was buffered, then the end
+            items.append(item)
+        assert [m.value for m in items] == [b"last"]  # type: ignore[union-attr]
+
+    run(main)
+
+
+def test_a_message_over_max_message_size_raises_message_too_large() -> None:
+    async def main() -> None:
+        config = NodeConfig(broadcast=BroadcastConfig(max_message_size=100))
+        async with Node(key=KEY, config=config) as node:
+            await node.join(TOPIC)
+            with pytest.raises(MessageTooLarge, match=r"101 bytes exceeds max_message_size \(100"):
+                await node.publish(TOPIC, b"x" * 101)
+            await node.publish(TOPIC, b"x" * 100)
+
+    run(main)
+
+
+def test_join_fails_with_every_bootstrap_failure_when_none_answers() -> None:
+    async def main() -> None:
+        listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+        closed_port = listeners[0].socket.getsockname()[1]
+        await listeners[0].aclose()
+        refused = f"127.0.0.1:{closed_port}"
+        async with Node(key=OTHER_KEY) as stranger, Node(key=KEY) as node:
+            await stranger.join(TOPIC)
+            with pytest.raises(BootstrapError) as caught:
+                await node.join(TOPIC, bootstrap=[refused, stranger.address])
+            assert set(caught.value.failures) == {refused, stranger.address}
+            assert "deployment key" in str(caught.value.failures[stranger.address])
+            assert refused in str(caught.value)
+            assert TOPIC not in node.stats() or node.stats()["topics"] == 0
+
+    run(main)
+
+
+def test_a_node_with_another_key_cannot_join_publish_or_receive(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="episub.net")
+
+    async def main() -> None:
+        async with AsyncExitStack() as stack:
+            a, b = await pair(stack)
+            mallory = await stack.enter_async_context(Node(key=OTHER_KEY, config=fast_config()))
+            with pytest.raises(BootstrapError):
+                await mallory.join(TOPIC, bootstrap=[a.address, b.address])
+            await mallory.join(TOPIC)  # alone, then publishing into the void
+            async with b.subscribe(TOPIC) as sub, mallory.subscribe(TOPIC) as msub:
+                await mallory.publish(TOPIC, b"forged")
+                await a.publish(TOPIC, b"honest")
+                assert [m.value for m in await receive_messages(sub, 1)] == [b"honest"]
+                assert [m.value for m in await receive_messages(msub, 1)] == [b"forged"]
+            assert mallory.stats()["gossip_received"] == 0
+            assert mallory.stats()["connections"] == 0
+            assert a.stats()["handshake_failures"] + b.stats()["handshake_failures"] >= 1
+            assert b.stats()["gossip_received"] == 1
+
+    run(main)
+    assert "failed to prove the deployment key" in caplog.text
+
+
+def test_join_skips_the_nodes_own_address() -> None:
+    async def main() -> None:
+        async with Node(key=KEY) as node:
+            await node.join(TOPIC, bootstrap=[node.address])
+            assert node.stats()["topics"] == 1
+
+    run(main)
+
+
+def test_misuse_raises_with_the_bad_value() -> None:
+    async def main() -> None:
+        async with Node(key=KEY) as node:
+            with pytest.raises(LocalProtocolError, match="not joined to topic 't'"):
+                await node.publish(TOPIC, b"x")
+            await node.join(TOPIC)
+            with pytest.raises(LocalProtocolError, match="already joined topic 't'"):
+                await node.join(TOPIC)
+            with pytest.raises(TypeError, match="list of 'host:port' strings"):
+                await node.join("u", bootstrap="127.0.0.1:1")
+            with pytest.raises(
+                TypeError, match=r"value must be bytes, not str \(encode it first\)"
+            ):
+                await node.publish(TOPIC, "text")  # type: ignore[arg-type]
+            with pytest.raises(ValueError, match="buffer must be an int >= 1, not 0"):
+                node.subscribe(TOPIC, buffer=0)
+            with pytest.raises(LocalProtocolError, match="until entered"):
+                await node.subscribe(TOPIC).receive()
+        with pytest.raises(LocalProtocolError, match="not running"):
+            node.id  # noqa: B018
+
+    run(main)
+    with pytest.raises(ValueError, match="key must be 32 bytes"):
+        Node(key=b"short")
+    with pytest.raises(ValueError, match="needs advertise="):
+        Node(key=KEY, listen="0.0.0.0:0")
+
+
+def test_an_exception_in_the_body_comes_out_as_raised() -> None:
+    async def main() -> None:
+        with pytest.raises(KeyError, match="boom"):
+            async with Node(key=KEY) as node:
+                await node.join(TOPIC)
+                raise KeyError("boom")
+
+    run(main)
+
+
+def test_neighbors_show_addresses_kinds_roles_and_rtts_after_pings() -> None:
+    async def main() -> None:
+        async with AsyncExitStack() as stack:
+            nodes = list(await pair(stack))
+            c = await stack.enter_async_context(Node(key=KEY, config=fast_config()))
+            await c.join(TOPIC, bootstrap=[nodes[0].address])
+            nodes.append(c)
+            await wait_until(
+                lambda: all(
+                    n.neighbors(TOPIC) and all(x.rtt_ms is not None for x in n.neighbors(TOPIC))
+                    for n in nodes
+                ),
+                what="RTTs to every neighbour",
+            )
+            for node in nodes:
+                for neighbor in node.neighbors(TOPIC):
+                    assert neighbor.address == str(parse_peer_id(neighbor.peer_id))
+                    assert neighbor.kind in ("rand", "near")
+                    assert neighbor.role in ("eager", "lazy")
+                    assert neighbor.rtt_ms is not None and neighbor.rtt_ms > 0
+
+    run(main)
+
+
+def test_retained_serves_delivered_and_own_messages_by_range() -> None:
+    async def main() -> None:
+        async with AsyncExitStack() as stack:
+            a, b = await pair(stack)
+            async with b.subscribe(TOPIC) as sub:
+                for i in range(5):
+                    await a.publish(TOPIC, b"%d" % i)
+                await receive_messages(sub, 5)
+            for node in (a, b):
+                assert [m.value for m in node.retained(TOPIC, a.id, 1, 3)] == [b"1", b"2", b"3"]
+            assert b.retained(TOPIC, b.id, 0, 9) == []
+            assert b.stats()["retained_messages"] == 5
+
+    run(main)
+
+
+def test_leaving_on_exit_is_a_goodbye_not_a_failure(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="episub.net")
+
+    async def main() -> None:
+        async with Node(key=KEY, config=fast_config()) as a:
+            async with Node(key=KEY, config=fast_config()) as b:
+                await a.join(TOPIC)
+                await b.join(TOPIC, bootstrap=[a.address])
+                await wait_until(lambda: a.neighbors(TOPIC) and b.neighbors(TOPIC))
+            await wait_until(lambda: not a.neighbors(TOPIC), what="a to drop b")
+            await wait_until(lambda: a.stats()["connections"] == 0, what="the connection closed")
+            assert a.stats()["peers_lost"] == 0  # b said LEAVE before closing: nothing lost
+
+    run(main)
+    assert "lost" not in caplog.text
+
+
+def test_a_node_cancelled_from_outside_still_says_goodbye() -> None:
+    async def main() -> None:
+        async with Node(key=KEY, config=fast_config()) as a:
+            await a.join(TOPIC)
+            with trio.CancelScope() as outer:
+                async with Node(key=KEY, config=fast_config()) as b:
+                    await b.join(TOPIC, bootstrap=[a.address])
+                    await wait_until(lambda: a.neighbors(TOPIC) and b.neighbors(TOPIC))
+                    outer.cancel()
+                    await trio.sleep_forever()
+            await wait_until(lambda: not a.neighbors(TOPIC), what="a to drop b")
+            assert a.stats()["peers_lost"] == 0  # LEAVE went out despite the cancellation
+
+    run(main)
+
+
+def test_a_restarted_peer_answering_under_a_new_id_replaces_the_old_one(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="episub.net")
+
+    async def main() -> None:
+        async with Node(key=KEY) as a:
+            async with Node(key=KEY) as old:
+                old_id, address = old.id, old.address
+            async with Node(key=KEY, listen=address) as new:
+                # The core asks for a peer it still knows by its old id (a stale passive
+                # entry, say); the runtime dials the address in that id.
+                runtime = a._runtime
+                assert runtime is not None
+                runtime._carry_out([Send(old_id, TOPIC, Ping(nonce=1))])
+                await wait_until(lambda: new.id in runtime.connected_peers(), what="new id")
+                assert old_id not in runtime.connected_peers()
+                assert runtime.counters.peers_lost == 1  # ConnectionLost(old id) to the core
+
+    run(main)
+    assert "(restarted?)" in caplog.text
