@@ -50,6 +50,7 @@ from episub.proto.events import (
     Deliver,
     JoinTopic,
     LeaveTopic,
+    NeighborUp,
     OutEvent,
     Publish,
     Published,
@@ -71,6 +72,9 @@ __all__ = [
 BOOTSTRAP_GRACE = 0.25  # trio's happy_eyeballs_delay default: "is the next one coming?"
 # Leaving on exit: LEAVE out, flushed, EOFs exchanged. One RTT when all is well.
 CLOSE_TIMEOUT = 2.0  # guess: covers a slow WAN round trip or two; exit stays prompt
+# join() returns once the topic has a first neighbour, so that a publish right after it
+# reaches someone; a JOIN walk plus a NEIGHBOR exchange is a few RTTs.
+JOIN_TIMEOUT = 10.0  # guess: = DIAL_TIMEOUT, far above a few loopback or LAN RTTs
 SUBSCRIPTION_BUFFER = 1024  # guess: ~a second of a busy topic; trio has no default on purpose
 _WILDCARD_HOSTS = frozenset({"", "0.0.0.0", "::"})
 
@@ -141,6 +145,7 @@ class Node:
         self._runtime: Runtime | None = None
         self._address = ""
         self._subscriptions: dict[str, list[Subscription]] = {}
+        self._first_neighbor: dict[str, trio.Event] = {}
         self._lifetime_cm: AbstractAsyncContextManager[Node] | None = None
 
     # -- lifetime ---------------------------------------------------------------------------
@@ -234,11 +239,16 @@ class Node:
 
     # -- topics -----------------------------------------------------------------------------
 
-    async def join(self, topic: str, bootstrap: Iterable[str] = ()) -> None:
+    async def join(
+        self, topic: str, bootstrap: Iterable[str] = (), *, timeout: float = JOIN_TIMEOUT
+    ) -> None:
         """Join `topic` through any of the `bootstrap` addresses ("host:port").
 
         An empty list (or one naming only this node) starts the topic's overlay here.
-        Raises BootstrapError, with every address's failure, when none answers.
+        Otherwise this returns once the topic has its first neighbour, so that a publish
+        right after it reaches the overlay. Raises BootstrapError, with every address's
+        failure, when none answers; TimeoutError when no neighbour came within `timeout`
+        seconds (the node stays joined and keeps trying).
         """
         runtime = self._running()
         check_topic_name(topic)
@@ -253,7 +263,17 @@ class Node:
             contacts = await self._reach(runtime, addresses)
         else:
             await trio.lowlevel.checkpoint()
+        up = self._first_neighbor[topic] = trio.Event()
         runtime.input(JoinTopic(topic, tuple(dict.fromkeys(contacts))))
+        if not contacts:
+            return
+        with trio.move_on_after(timeout):
+            await up.wait()
+            return
+        raise TimeoutError(
+            f"joined topic {topic!r} through {', '.join(map(str, addresses))} but no "
+            f"neighbour came within {timeout} s; the node stays joined and keeps trying"
+        )
 
     async def _reach(self, runtime: Runtime, addresses: list[Address]) -> list[bytes]:
         found: dict[Address, bytes] = {}
@@ -337,6 +357,10 @@ class Node:
             self._retention.add(message, trio.current_time())
             for sub in self._subscriptions.get(message.topic, ()):
                 sub.offer(message)
+        elif kind is NeighborUp:
+            up = self._first_neighbor.get(event.topic)  # type: ignore[union-attr]
+            if up is not None:
+                up.set()
         elif kind is DataLost:
             lost = Lost(event.publisher, event.first_seq, event.last_seq)  # type: ignore[union-attr]
             for sub in self._subscriptions.get(event.topic, ()):  # type: ignore[union-attr]

@@ -308,3 +308,30 @@ def test_a_restarted_peer_answering_under_a_new_id_replaces_the_old_one(
 
     run(main)
     assert "(restarted?)" in caplog.text
+
+
+def test_join_returns_once_a_neighbour_is_up_so_a_publish_right_after_it_arrives():
+    # The README's first example: publish straight after join, nothing else in between.
+    async def main() -> Message:
+        async with Node(key=KEY) as a, Node(key=KEY) as b:
+            await a.join(TOPIC)
+            await b.join(TOPIC, bootstrap=[a.address])
+            assert b.neighbors(TOPIC)
+            async with b.subscribe(TOPIC) as sub:
+                await a.publish(TOPIC, b"hello")
+                with trio.fail_after(30):  # bounds a broken build, not a speed claim
+                    return (await receive_messages(sub, 1))[0]
+
+    message = run(main)
+    assert (message.seq, message.value) == (0, b"hello")
+
+
+def test_join_with_no_neighbour_in_time_raises_timeout_error_and_stays_joined():
+    async def main() -> None:
+        async with Node(key=KEY) as a, Node(key=KEY) as b:
+            # `a` never joins the topic: it answers, but no link can form.
+            with pytest.raises(TimeoutError, match="no neighbour came within"):
+                await b.join(TOPIC, bootstrap=[a.address], timeout=0.5)
+            await b.leave(TOPIC)  # still joined, so leaving works
+
+    run(main)
