@@ -1,0 +1,284 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class Header(_message.Message):
+    __slots__ = ("name", "value")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    value: bytes
+    def __init__(self, name: _Optional[str] = ..., value: _Optional[bytes] = ...) -> None: ...
+
+class Record(_message.Message):
+    __slots__ = ("value", "key", "headers")
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    HEADERS_FIELD_NUMBER: _ClassVar[int]
+    value: bytes
+    key: bytes
+    headers: _containers.RepeatedCompositeFieldContainer[Header]
+    def __init__(self, value: _Optional[bytes] = ..., key: _Optional[bytes] = ..., headers: _Optional[_Iterable[_Union[Header, _Mapping]]] = ...) -> None: ...
+
+class Request(_message.Message):
+    __slots__ = ("id", "join", "leave", "publish", "publish_batch", "subscribe", "unsubscribe", "read_range", "offsets", "inspect")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    JOIN_FIELD_NUMBER: _ClassVar[int]
+    LEAVE_FIELD_NUMBER: _ClassVar[int]
+    PUBLISH_FIELD_NUMBER: _ClassVar[int]
+    PUBLISH_BATCH_FIELD_NUMBER: _ClassVar[int]
+    SUBSCRIBE_FIELD_NUMBER: _ClassVar[int]
+    UNSUBSCRIBE_FIELD_NUMBER: _ClassVar[int]
+    READ_RANGE_FIELD_NUMBER: _ClassVar[int]
+    OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    INSPECT_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    join: Join
+    leave: Leave
+    publish: Publish
+    publish_batch: PublishBatch
+    subscribe: Subscribe
+    unsubscribe: Unsubscribe
+    read_range: ReadRange
+    offsets: GetOffsets
+    inspect: Inspect
+    def __init__(self, id: _Optional[int] = ..., join: _Optional[_Union[Join, _Mapping]] = ..., leave: _Optional[_Union[Leave, _Mapping]] = ..., publish: _Optional[_Union[Publish, _Mapping]] = ..., publish_batch: _Optional[_Union[PublishBatch, _Mapping]] = ..., subscribe: _Optional[_Union[Subscribe, _Mapping]] = ..., unsubscribe: _Optional[_Union[Unsubscribe, _Mapping]] = ..., read_range: _Optional[_Union[ReadRange, _Mapping]] = ..., offsets: _Optional[_Union[GetOffsets, _Mapping]] = ..., inspect: _Optional[_Union[Inspect, _Mapping]] = ...) -> None: ...
+
+class Join(_message.Message):
+    __slots__ = ("topic", "bootstrap")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    BOOTSTRAP_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    bootstrap: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, topic: _Optional[str] = ..., bootstrap: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class Leave(_message.Message):
+    __slots__ = ("topic",)
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    def __init__(self, topic: _Optional[str] = ...) -> None: ...
+
+class Publish(_message.Message):
+    __slots__ = ("topic", "record")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    RECORD_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    record: Record
+    def __init__(self, topic: _Optional[str] = ..., record: _Optional[_Union[Record, _Mapping]] = ...) -> None: ...
+
+class PublishBatch(_message.Message):
+    __slots__ = ("topic", "records")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    records: _containers.RepeatedCompositeFieldContainer[Record]
+    def __init__(self, topic: _Optional[str] = ..., records: _Optional[_Iterable[_Union[Record, _Mapping]]] = ...) -> None: ...
+
+class Subscribe(_message.Message):
+    __slots__ = ("topic", "buffer")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    BUFFER_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    buffer: int
+    def __init__(self, topic: _Optional[str] = ..., buffer: _Optional[int] = ...) -> None: ...
+
+class Unsubscribe(_message.Message):
+    __slots__ = ("subscribe_id",)
+    SUBSCRIBE_ID_FIELD_NUMBER: _ClassVar[int]
+    subscribe_id: int
+    def __init__(self, subscribe_id: _Optional[int] = ...) -> None: ...
+
+class ReadRange(_message.Message):
+    __slots__ = ("topic", "publisher", "first_seq", "last_seq")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PUBLISHER_FIELD_NUMBER: _ClassVar[int]
+    FIRST_SEQ_FIELD_NUMBER: _ClassVar[int]
+    LAST_SEQ_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    publisher: bytes
+    first_seq: int
+    last_seq: int
+    def __init__(self, topic: _Optional[str] = ..., publisher: _Optional[bytes] = ..., first_seq: _Optional[int] = ..., last_seq: _Optional[int] = ...) -> None: ...
+
+class GetOffsets(_message.Message):
+    __slots__ = ("topic",)
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    def __init__(self, topic: _Optional[str] = ...) -> None: ...
+
+class Inspect(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class Response(_message.Message):
+    __slots__ = ("id", "error", "done", "published", "item", "end", "messages", "offsets", "node_info")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    DONE_FIELD_NUMBER: _ClassVar[int]
+    PUBLISHED_FIELD_NUMBER: _ClassVar[int]
+    ITEM_FIELD_NUMBER: _ClassVar[int]
+    END_FIELD_NUMBER: _ClassVar[int]
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    NODE_INFO_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    error: Error
+    done: Done
+    published: PublishedList
+    item: Item
+    end: End
+    messages: Messages
+    offsets: Offsets
+    node_info: NodeInfo
+    def __init__(self, id: _Optional[int] = ..., error: _Optional[_Union[Error, _Mapping]] = ..., done: _Optional[_Union[Done, _Mapping]] = ..., published: _Optional[_Union[PublishedList, _Mapping]] = ..., item: _Optional[_Union[Item, _Mapping]] = ..., end: _Optional[_Union[End, _Mapping]] = ..., messages: _Optional[_Union[Messages, _Mapping]] = ..., offsets: _Optional[_Union[Offsets, _Mapping]] = ..., node_info: _Optional[_Union[NodeInfo, _Mapping]] = ...) -> None: ...
+
+class Error(_message.Message):
+    __slots__ = ("kind", "message")
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    kind: str
+    message: str
+    def __init__(self, kind: _Optional[str] = ..., message: _Optional[str] = ...) -> None: ...
+
+class Done(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class PublishedList(_message.Message):
+    __slots__ = ("publisher", "published")
+    PUBLISHER_FIELD_NUMBER: _ClassVar[int]
+    PUBLISHED_FIELD_NUMBER: _ClassVar[int]
+    publisher: bytes
+    published: _containers.RepeatedCompositeFieldContainer[Published]
+    def __init__(self, publisher: _Optional[bytes] = ..., published: _Optional[_Iterable[_Union[Published, _Mapping]]] = ...) -> None: ...
+
+class Published(_message.Message):
+    __slots__ = ("id", "seq")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    id: bytes
+    seq: int
+    def __init__(self, id: _Optional[bytes] = ..., seq: _Optional[int] = ...) -> None: ...
+
+class Message(_message.Message):
+    __slots__ = ("topic", "publisher", "seq", "timestamp_ms", "key", "value", "headers", "id")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PUBLISHER_FIELD_NUMBER: _ClassVar[int]
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    HEADERS_FIELD_NUMBER: _ClassVar[int]
+    ID_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    publisher: bytes
+    seq: int
+    timestamp_ms: int
+    key: bytes
+    value: bytes
+    headers: _containers.RepeatedCompositeFieldContainer[Header]
+    id: bytes
+    def __init__(self, topic: _Optional[str] = ..., publisher: _Optional[bytes] = ..., seq: _Optional[int] = ..., timestamp_ms: _Optional[int] = ..., key: _Optional[bytes] = ..., value: _Optional[bytes] = ..., headers: _Optional[_Iterable[_Union[Header, _Mapping]]] = ..., id: _Optional[bytes] = ...) -> None: ...
+
+class Item(_message.Message):
+    __slots__ = ("message", "lagged", "lost")
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    LAGGED_FIELD_NUMBER: _ClassVar[int]
+    LOST_FIELD_NUMBER: _ClassVar[int]
+    message: Message
+    lagged: Lagged
+    lost: Lost
+    def __init__(self, message: _Optional[_Union[Message, _Mapping]] = ..., lagged: _Optional[_Union[Lagged, _Mapping]] = ..., lost: _Optional[_Union[Lost, _Mapping]] = ...) -> None: ...
+
+class Lagged(_message.Message):
+    __slots__ = ("count",)
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    count: int
+    def __init__(self, count: _Optional[int] = ...) -> None: ...
+
+class Lost(_message.Message):
+    __slots__ = ("publisher", "first_seq", "last_seq")
+    PUBLISHER_FIELD_NUMBER: _ClassVar[int]
+    FIRST_SEQ_FIELD_NUMBER: _ClassVar[int]
+    LAST_SEQ_FIELD_NUMBER: _ClassVar[int]
+    publisher: bytes
+    first_seq: int
+    last_seq: int
+    def __init__(self, publisher: _Optional[bytes] = ..., first_seq: _Optional[int] = ..., last_seq: _Optional[int] = ...) -> None: ...
+
+class End(_message.Message):
+    __slots__ = ("reason",)
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    reason: str
+    def __init__(self, reason: _Optional[str] = ...) -> None: ...
+
+class Messages(_message.Message):
+    __slots__ = ("messages", "next_seq")
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    NEXT_SEQ_FIELD_NUMBER: _ClassVar[int]
+    messages: _containers.RepeatedCompositeFieldContainer[Message]
+    next_seq: int
+    def __init__(self, messages: _Optional[_Iterable[_Union[Message, _Mapping]]] = ..., next_seq: _Optional[int] = ...) -> None: ...
+
+class Offsets(_message.Message):
+    __slots__ = ("publishers",)
+    PUBLISHERS_FIELD_NUMBER: _ClassVar[int]
+    publishers: _containers.RepeatedCompositeFieldContainer[PublisherOffsets]
+    def __init__(self, publishers: _Optional[_Iterable[_Union[PublisherOffsets, _Mapping]]] = ...) -> None: ...
+
+class PublisherOffsets(_message.Message):
+    __slots__ = ("publisher", "first_retained_seq", "last_seq")
+    PUBLISHER_FIELD_NUMBER: _ClassVar[int]
+    FIRST_RETAINED_SEQ_FIELD_NUMBER: _ClassVar[int]
+    LAST_SEQ_FIELD_NUMBER: _ClassVar[int]
+    publisher: bytes
+    first_retained_seq: int
+    last_seq: int
+    def __init__(self, publisher: _Optional[bytes] = ..., first_retained_seq: _Optional[int] = ..., last_seq: _Optional[int] = ...) -> None: ...
+
+class NodeInfo(_message.Message):
+    __slots__ = ("node_id", "address", "pid", "topics", "stats")
+    class StatsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    PID_FIELD_NUMBER: _ClassVar[int]
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    STATS_FIELD_NUMBER: _ClassVar[int]
+    node_id: bytes
+    address: str
+    pid: int
+    topics: _containers.RepeatedCompositeFieldContainer[TopicView]
+    stats: _containers.ScalarMap[str, int]
+    def __init__(self, node_id: _Optional[bytes] = ..., address: _Optional[str] = ..., pid: _Optional[int] = ..., topics: _Optional[_Iterable[_Union[TopicView, _Mapping]]] = ..., stats: _Optional[_Mapping[str, int]] = ...) -> None: ...
+
+class TopicView(_message.Message):
+    __slots__ = ("topic", "neighbors")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    NEIGHBORS_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    neighbors: _containers.RepeatedCompositeFieldContainer[Neighbor]
+    def __init__(self, topic: _Optional[str] = ..., neighbors: _Optional[_Iterable[_Union[Neighbor, _Mapping]]] = ...) -> None: ...
+
+class Neighbor(_message.Message):
+    __slots__ = ("peer_id", "address", "kind", "role", "rtt_ms")
+    PEER_ID_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    RTT_MS_FIELD_NUMBER: _ClassVar[int]
+    peer_id: bytes
+    address: str
+    kind: str
+    role: str
+    rtt_ms: float
+    def __init__(self, peer_id: _Optional[bytes] = ..., address: _Optional[str] = ..., kind: _Optional[str] = ..., role: _Optional[str] = ..., rtt_ms: _Optional[float] = ...) -> None: ...

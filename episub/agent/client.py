@@ -1,0 +1,443 @@
+"""A blocking client of the agent, for Spark's Python workers and the `episub` command.
+
+    with AgentClient("/tmp/episub/agent.sock") as agent:
+        agent.join("prices")
+        with agent.subscribe("prices") as sub:
+            agent.publish("prices", b"42")
+            for item in sub:  # Message, Lagged or Lost
+                ...
+
+Plain blocking sockets: workers run no event loop, and a worker may be forked or killed at
+any time, so nothing here starts a thread. One connection carries every request of the
+client, a subscription's items included; while a call waits for its reply, items that
+arrive for a subscription are held for it, at most its `buffer` of them: more are dropped
+and counted, and the subscription yields `Lagged(count)` where they went missing (as the
+agent does for a subscriber that falls behind). Not thread-safe: one client per thread.
+
+Errors: `AgentUnavailable` (no agent at the path, connection lost, no answer within the
+timeout; the connection is closed then) and `AgentError` (the agent refused a request, with
+its kind and message; the connection stays usable).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import socket
+import time
+from collections import deque
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from types import TracebackType
+
+from episub.agent import agent_pb2 as pb
+from episub.agent.wire import (
+    MAX_BATCH_RECORDS,
+    MAX_REQUEST_SIZE,
+    MAX_RESPONSE_SIZE,
+    FrameDecoder,
+    FrameError,
+    Published,
+    Record,
+    decode_response,
+    encode_frame,
+    item_from_pb,
+    message_from_pb,
+    neighbor_from_pb,
+    record_to_pb,
+)
+from episub.node import SUBSCRIPTION_BUFFER, Neighbor
+from episub.subscription import Item, Lagged, Message
+
+__all__ = [
+    "DEFAULT_TIMEOUT",
+    "AgentClient",
+    "AgentError",
+    "AgentStatus",
+    "AgentSubscription",
+    "AgentTimeout",
+    "AgentUnavailable",
+]
+
+# Longest wait for one reply. Guess: a join may spend the node's 10 s DIAL_TIMEOUT on a
+# bootstrap address that does not answer; this leaves room for a loaded machine on top.
+DEFAULT_TIMEOUT = 30.0
+RECEIVE_CHUNK = 65_536  # bytes read at a time, as the server (trio's default receive size)
+# Room for the Request envelope around a batch's records (topic, field tags, lengths).
+_BATCH_OVERHEAD = 1024
+
+
+class AgentUnavailable(ConnectionError):
+    """No agent answers at the socket, or the connection to it was lost."""
+
+
+class AgentTimeout(AgentUnavailable, TimeoutError):
+    """The agent did not answer a request within the client's timeout."""
+
+
+class AgentError(Exception):
+    """The agent refused or failed a request; `kind` is one of Error.kind (agent.proto).
+
+    `published` lists what a publish_batch had published before the failing request."""
+
+    def __init__(self, kind: str, message: str, published: list[Published] | None = None) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+        self.published = published or []
+
+
+@dataclass(frozen=True, slots=True)
+class AgentStatus:
+    """What `inspect()` reports: the node, its topics' active views, and its counters."""
+
+    node_id: bytes
+    address: str
+    pid: int  # the agent's process
+    topics: dict[str, list[Neighbor]]
+    stats: dict[str, int]
+
+
+class AgentClient:
+    """One connection to the agent at `socket_path`; `timeout` bounds each reply's wait."""
+
+    def __init__(self, socket_path: str, timeout: float | None = DEFAULT_TIMEOUT) -> None:
+        if timeout is not None and not timeout > 0:
+            raise ValueError(f"timeout must be > 0 seconds or None, not {timeout!r}")
+        self.socket_path = socket_path
+        self.timeout = timeout
+        self._decoder = FrameDecoder(MAX_RESPONSE_SIZE)
+        self._ids = itertools.count(1)
+        self._subscriptions: dict[int, AgentSubscription] = {}
+        self._sock: socket.socket | None = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            self._sock.settimeout(timeout)
+            self._sock.connect(socket_path)
+        except OSError as exc:
+            self._sock.close()
+            self._sock = None
+            reason = exc.strerror or type(exc).__name__
+            raise AgentUnavailable(f"no agent answers at {socket_path!r}: {reason}") from None
+
+    # -- lifetime ---------------------------------------------------------------------------
+
+    def close(self) -> None:
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+        for sub in self._subscriptions.values():
+            sub._ended = "the client was closed"
+        self._subscriptions.clear()
+
+    @property
+    def closed(self) -> bool:
+        return self._sock is None
+
+    def __enter__(self) -> AgentClient:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # -- requests ---------------------------------------------------------------------------
+
+    def join(self, topic: str, bootstrap: Iterable[str] = ()) -> None:
+        """Join `topic` (a no-op when joined); no bootstrap: the agent's own list."""
+        if isinstance(bootstrap, str):
+            raise TypeError(f"bootstrap must be a list of 'host:port' strings, not {bootstrap!r}")
+        self._call(join=pb.Join(topic=topic, bootstrap=list(bootstrap)))
+
+    def leave(self, topic: str) -> None:
+        self._call(leave=pb.Leave(topic=topic))
+
+    def publish(
+        self,
+        topic: str,
+        value: bytes,
+        key: bytes | None = None,
+        headers: Mapping[str, bytes] | Iterable[tuple[str, bytes]] | None = None,
+    ) -> Published:
+        record = record_to_pb(value, key, headers)
+        reply = self._call(publish=pb.Publish(topic=topic, record=record)).published
+        return _published(reply)[0]
+
+    def publish_batch(self, topic: str, records: Iterable[Record | bytes]) -> list[Published]:
+        """Publish `records` in order, in as few requests as the bounds allow. Each request
+        is all or none; if one fails, AgentError.published lists what went before it."""
+        out: list[Published] = []
+        chunk: list[pb.Record] = []
+        size = 0
+        for record in records:
+            if isinstance(record, Record):
+                encoded = record_to_pb(record.value, record.key, record.headers)
+            else:
+                encoded = record_to_pb(record)
+            record_size = encoded.ByteSize() + 8  # its tag and length
+            if record_size > MAX_REQUEST_SIZE - _BATCH_OVERHEAD:
+                raise AgentError(
+                    "too_large",
+                    f"a record of {record_size} bytes does not fit a request "
+                    f"({MAX_REQUEST_SIZE - _BATCH_OVERHEAD} bytes at most)",
+                    out,
+                )
+            if chunk and (
+                len(chunk) >= MAX_BATCH_RECORDS
+                or size + record_size > MAX_REQUEST_SIZE - _BATCH_OVERHEAD
+            ):
+                out += self._publish_chunk(topic, chunk, out)
+                chunk, size = [], 0
+            chunk.append(encoded)
+            size += record_size
+        if chunk:
+            out += self._publish_chunk(topic, chunk, out)
+        return out
+
+    def _publish_chunk(
+        self, topic: str, chunk: list[pb.Record], before: list[Published]
+    ) -> list[Published]:
+        try:
+            reply = self._call(publish_batch=pb.PublishBatch(topic=topic, records=chunk))
+        except AgentError as exc:
+            exc.published = list(before)
+            raise
+        return _published(reply.published)
+
+    def subscribe(self, topic: str, buffer: int = SUBSCRIPTION_BUFFER) -> AgentSubscription:
+        """Items of `topic` from now on (the agent has subscribed when this returns)."""
+        if not isinstance(buffer, int) or isinstance(buffer, bool) or buffer < 1:
+            raise ValueError(f"buffer must be an int >= 1, not {buffer!r}")
+        rid = next(self._ids)
+        sub = AgentSubscription(self, rid, topic, buffer)
+        self._subscriptions[rid] = sub  # before sending: items may follow the reply at once
+        try:
+            self._call(subscribe=pb.Subscribe(topic=topic, buffer=buffer), rid=rid)
+        except BaseException:
+            self._subscriptions.pop(rid, None)
+            raise
+        return sub
+
+    def read_range(
+        self, topic: str, publisher: bytes, first_seq: int, last_seq: int
+    ) -> list[Message]:
+        """Retained messages of `publisher`, first_seq..last_seq, in order (what the agent
+        no longer holds is absent). Large ranges come in several replies."""
+        if not 0 <= first_seq <= last_seq:
+            raise ValueError(f"need 0 <= first_seq <= last_seq, not {first_seq!r}..{last_seq!r}")
+        out: list[Message] = []
+        seq = first_seq
+        while seq <= last_seq:
+            body = pb.ReadRange(topic=topic, publisher=publisher, first_seq=seq, last_seq=last_seq)
+            page = self._call(read_range=body).messages
+            out += (message_from_pb(m) for m in page.messages)
+            if page.next_seq <= seq:
+                raise AgentError("internal", f"read_range made no progress at seq {seq}")
+            seq = page.next_seq
+        return out
+
+    def offsets(self, topic: str) -> dict[bytes, tuple[int, int]]:
+        """publisher -> (first retained seq, last seq) of what the agent's node holds of
+        `topic`; first > last when nothing of that publisher is retained any more."""
+        reply = self._call(offsets=pb.GetOffsets(topic=topic)).offsets
+        return {p.publisher: (p.first_retained_seq, p.last_seq) for p in reply.publishers}
+
+    def inspect(self) -> AgentStatus:
+        info = self._call(inspect=pb.Inspect()).node_info
+        return AgentStatus(
+            node_id=info.node_id,
+            address=info.address,
+            pid=info.pid,
+            topics={t.topic: [neighbor_from_pb(n) for n in t.neighbors] for t in info.topics},
+            stats=dict(sorted(info.stats.items())),
+        )
+
+    # -- plumbing ---------------------------------------------------------------------------
+
+    def _call(self, rid: int | None = None, **body: object) -> pb.Response:
+        if rid is None:
+            rid = next(self._ids)
+        self._send(pb.Request(id=rid, **body))  # type: ignore[arg-type]
+        deadline = None if self.timeout is None else time.monotonic() + self.timeout
+        while True:
+            try:
+                response = self._receive(deadline)
+            except TimeoutError:
+                self.close()  # its reply may still come: the stream is no use any more
+                raise AgentTimeout(
+                    f"no answer from the agent at {self.socket_path!r} within {self.timeout} s"
+                ) from None
+            if response.id == rid:
+                if response.WhichOneof("body") == "error":
+                    raise AgentError(response.error.kind, response.error.message)
+                return response
+            self._route(response)
+
+    def _send(self, request: pb.Request) -> None:
+        sock = self._connected()
+        try:
+            sock.settimeout(self.timeout)
+            sock.sendall(encode_frame(request))
+        except OSError as exc:
+            refusal = self._refusal()
+            self.close()
+            if refusal is not None:
+                raise refusal from None
+            raise AgentUnavailable(f"lost the agent at {self.socket_path!r}: {exc}") from None
+
+    def _refusal(self) -> AgentError | None:
+        """The agent's reason for closing the connection (too many clients), if it sent
+        one before closing: the frame is still readable after our send failed."""
+        sock = self._connected()
+        try:
+            sock.settimeout(0)  # only what has arrived already
+            while data := sock.recv(RECEIVE_CHUNK):
+                self._decoder.feed(data)
+        except OSError:
+            pass  # nothing more to read
+        try:
+            while (body := self._decoder.next_frame()) is not None:
+                response = decode_response(body)
+                if response.id == 0 and response.WhichOneof("body") == "error":
+                    return AgentError(response.error.kind, response.error.message)
+        except FrameError:
+            pass  # a broken frame says nothing: the send's error stands
+        return None
+
+    def _connected(self) -> socket.socket:
+        if self._sock is None:
+            raise AgentUnavailable(f"the connection to the agent at {self.socket_path!r} is closed")
+        return self._sock
+
+    def _receive(self, deadline: float | None) -> pb.Response:
+        """The next response; TimeoutError past `deadline` (time.monotonic())."""
+        while True:
+            try:
+                body = self._decoder.next_frame()
+                if body is not None:
+                    return decode_response(body)
+            except FrameError as exc:
+                self.close()
+                raise AgentUnavailable(f"the agent sent a malformed frame: {exc}") from None
+            sock = self._connected()
+            if deadline is not None:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise TimeoutError
+                sock.settimeout(remaining)
+            else:
+                sock.settimeout(None)
+            try:
+                data = sock.recv(RECEIVE_CHUNK)
+            except TimeoutError:
+                raise
+            except OSError as exc:
+                self.close()
+                raise AgentUnavailable(f"lost the agent at {self.socket_path!r}: {exc}") from None
+            if not data:
+                self.close()
+                raise AgentUnavailable(f"the agent at {self.socket_path!r} closed the connection")
+            self._decoder.feed(data)
+
+    def _route(self, response: pb.Response) -> None:
+        """A response that is not the awaited reply: a subscription's, or a stray."""
+        sub = self._subscriptions.get(response.id)
+        if sub is not None:
+            sub._take(response)
+        elif response.id == 0 and response.WhichOneof("body") == "error":
+            self.close()  # the agent refused the connection itself (too many clients)
+            raise AgentError(response.error.kind, response.error.message)
+        # Otherwise the End of a subscription closed here, or a reply nobody awaits.
+
+    def _pump(self, deadline: float | None) -> None:
+        self._route(self._receive(deadline))
+
+
+class AgentSubscription:
+    """Items of one topic: iterate, or `receive(timeout)`; `close()` ends it."""
+
+    def __init__(self, client: AgentClient, rid: int, topic: str, buffer: int) -> None:
+        self._client = client
+        self._rid = rid
+        self.topic = topic
+        self.buffer = buffer
+        self._items: deque[Item] = deque()
+        self._held = 0
+        self._lag = 0
+        self._ended: str | None = None  # why the subscription ended
+        self.dropped = 0
+
+    def _take(self, response: pb.Response) -> None:
+        kind = response.WhichOneof("body")
+        if kind == "end":
+            self._ended = response.end.reason or "ended"
+            self._client._subscriptions.pop(self._rid, None)
+        elif kind == "item":
+            item = item_from_pb(response.item)
+            if isinstance(item, Lagged):
+                self._lag += item.count  # the agent's own drops: reported at the same place
+                return
+            if self._held >= self.buffer:
+                self._lag += 1
+                self.dropped += 1
+                return
+            if self._lag:
+                self._items.append(Lagged(self._lag))
+                self._lag = 0
+            self._items.append(item)
+            self._held += 1
+
+    def receive(self, timeout: float | None = None) -> Item | None:
+        """The next item; None once the subscription has ended; TimeoutError when nothing
+        came within `timeout` seconds (None: wait as long as it takes)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self._items:
+            if self._lag:
+                lag, self._lag = self._lag, 0
+                return Lagged(lag)
+            if self._ended is not None:
+                return None
+            self._client._pump(deadline)
+        item = self._items.popleft()
+        if not isinstance(item, Lagged):
+            self._held -= 1
+        return item
+
+    @property
+    def ended(self) -> str | None:
+        """Why the subscription ended, or None while it runs."""
+        return self._ended
+
+    def __iter__(self) -> Iterator[Item]:
+        while (item := self.receive()) is not None:
+            yield item
+
+    def close(self) -> None:
+        """End the subscription (the agent stops sending its items)."""
+        if self._ended is not None:
+            return
+        self._ended = "closed"
+        self._items.clear()
+        if self._client._subscriptions.pop(self._rid, None) is None or self._client.closed:
+            return
+        # An AgentError: it had ended at the agent already, nothing left to stop.
+        with contextlib.suppress(AgentError):
+            self._client._call(unsubscribe=pb.Unsubscribe(subscribe_id=self._rid))
+
+    def __enter__(self) -> AgentSubscription:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+def _published(reply: pb.PublishedList) -> list[Published]:
+    return [Published(p.id, reply.publisher, p.seq) for p in reply.published]

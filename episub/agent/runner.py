@@ -1,0 +1,106 @@
+"""One node process: `episub node` in the foreground, `episub agent` for ensure_agent.
+
+Both run the same thing: a `Node`, the agent service on it, optionally the Unix socket,
+the topics given at start; then they wait for SIGTERM/SIGINT, for the owner process to go,
+or for the idle timeout, and leave cleanly (socket removed first, so no new client
+connects to a process on its way out; then every topic left, LEAVE flushed by the node).
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import trio
+
+from episub.agent.lifetime import OwnerProcess
+from episub.agent.server import AgentServer
+from episub.agent.service import AgentLimits, AgentRequestError, AgentService
+from episub.net.link_delay import LinkDelay
+from episub.node import Node
+from episub.proto.config import NodeConfig
+
+__all__ = ["NodeOptions", "run_node"]
+
+log = logging.getLogger("episub.agent")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NodeOptions:
+    key: bytes
+    listen: str = "127.0.0.1:0"
+    advertise: str | None = None
+    bootstrap: Sequence[str] = ()
+    topics: Sequence[str] = ()
+    config: NodeConfig = field(default_factory=NodeConfig)
+    link_delay: LinkDelay | None = None
+    socket_path: str | None = None
+    owner_pid: int | None = None
+    idle_timeout: float | None = None  # seconds; needs socket_path (idle = no client)
+    limits: AgentLimits = field(default_factory=AgentLimits)
+
+
+async def run_node(options: NodeOptions, on_ready: Callable[[Node], None]) -> str:
+    """Run until told to stop; returns why it stopped. `on_ready(node)` is called once the
+    node listens, the socket (if any) accepts and the start topics are joined."""
+    watched = options.idle_timeout is not None or options.owner_pid is not None
+    if options.socket_path is None and watched:
+        raise ValueError("an owner pid or idle timeout needs a socket (idle means: no client)")
+    owner = OwnerProcess(options.owner_pid) if options.owner_pid is not None else None
+    reasons: list[str] = []
+    # Opened before anything else, so a SIGTERM during start-up still exits cleanly.
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async with trio.open_nursery() as nursery:
+
+            def stop(reason: str) -> None:
+                reasons.append(reason)
+                nursery.cancel_scope.cancel()
+
+            async def on_signal() -> None:
+                async for signum in signals:
+                    stop(f"got {signal.Signals(signum).name}")
+
+            nursery.start_soon(on_signal)
+            nursery.start_soon(_serve, options, owner, on_ready, stop)
+    return reasons[0] if reasons else "stopped"
+
+
+async def _serve(
+    options: NodeOptions,
+    owner: OwnerProcess | None,
+    on_ready: Callable[[Node], None],
+    stop: Callable[[str], None],
+) -> None:
+    node = Node(
+        key=options.key,
+        listen=options.listen,
+        advertise=options.advertise,
+        config=options.config,
+        link_delay=options.link_delay,
+    )
+    async with node, trio.open_nursery() as nursery:
+        service = AgentService(
+            node,
+            max_message_size=options.config.broadcast.max_message_size,
+            bootstrap=options.bootstrap,
+            limits=options.limits,
+        )
+        await nursery.start(service.run)
+        server = None
+        if options.socket_path is not None:
+            server = AgentServer(service, options.socket_path)
+            await nursery.start(server.run)
+        for topic in options.topics:
+            try:
+                await service.join(topic)
+            except AgentRequestError as exc:
+                if exc.kind != "timeout":
+                    raise
+                # Joined without a neighbour yet (logged): serve, the node keeps trying.
+        log.info("node %s listening on %s", node.id.decode("ascii", "replace"), node.address)
+        on_ready(node)
+        if server is None:
+            await trio.sleep_forever()  # until a signal
+        stop(await server.wait_retired(idle_timeout=options.idle_timeout, owner=owner))

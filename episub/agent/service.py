@@ -1,0 +1,287 @@
+"""What the agent does with its node, apart from any socket: the requests' meaning.
+
+server.py carries requests over a Unix socket and calls this; the CLI's `episub node` calls
+it directly for `--topic`. Everything a client can ask for is bounded here or there
+(`AgentLimits`), and a request the agent refuses raises `AgentRequestError(kind, message)`,
+which the server turns into an Error reply.
+
+Choices:
+- Joining a topic already joined is a no-op, so every worker can just `join` what it uses;
+  concurrent joins of one topic wait for the first. A join with no bootstrap addresses uses
+  the agent's own list (given at start), or starts the topic's overlay when that is empty.
+- Leaving is for the whole agent: every client of it loses the topic (Spark workers never
+  leave; the agent leaves everything when it exits).
+- The agent follows every topic it joins with a subscription of its own, to answer
+  `offsets(topic)` (ledger.py); it shows in `node.stats()["subscriptions"]`. Leaving the
+  topic forgets its offsets, so the ledgers are bounded by the node's max_topics.
+- A publish reports (publisher, seq) next to the id. `Node.publish` returns only the id,
+  so the agent counts seqs per topic as the core does (from 0 at each join, one per
+  publish) and checks the count against retention whenever retention holds the message.
+  No await comes between the core numbering a message and the agent counting it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import trio
+
+from episub.agent import agent_pb2 as pb
+from episub.agent.ledger import OffsetLedger
+from episub.agent.wire import (
+    MAX_BATCH_RECORDS,
+    MAX_REQUEST_SIZE,
+    message_to_pb,
+    neighbor_to_pb,
+    record_from_pb,
+)
+from episub.node import Node
+from episub.proto.messages import MAX_HEADERS, check_topic_name
+
+__all__ = ["AgentLimits", "AgentRequestError", "AgentService"]
+
+log = logging.getLogger("episub.agent")
+
+LEDGER_BUFFER = 65_536  # guess: the ledger drains at once; this only absorbs a stalled loop
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AgentLimits:
+    max_clients: int = 64  # guess: a few workers per task slot, plus tools; Spark has ~16 slots
+    max_in_flight: int = 64  # guess: requests per client at once, subscriptions apart
+    max_subscriptions: int = 16  # guess: per client; a worker reads a handful of topics
+    max_subscription_buffer: int = 65_536  # guess: 64x the node's default of 1,024
+    max_batch_records: int = MAX_BATCH_RECORDS  # see wire.py
+    max_bootstrap: int = 64  # guess: a deployment lists a handful of seed addresses
+    max_request_size: int = MAX_REQUEST_SIZE
+    read_page_bytes: int = 16 * 1024 * 1024  # a ReadRange reply's size, see wire.py
+    read_page_messages: int = 10_000  # guess: a micro-batch reads several pages at most
+
+    def __post_init__(self) -> None:
+        for name in self.__slots__:
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"AgentLimits.{name} must be an int >= 1, not {value!r}")
+
+
+class AgentRequestError(Exception):
+    """A request the agent refuses; becomes an Error reply of `kind`."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+class AgentService:
+    """The agent's operations on `node` (running); `run` must be started before `join`.
+
+    max_message_size: the node's limit (NodeConfig.broadcast), to check a batch up front.
+    bootstrap: addresses a join with none of its own uses.
+    """
+
+    def __init__(
+        self,
+        node: Node,
+        *,
+        max_message_size: int,
+        bootstrap: Sequence[str] = (),
+        limits: AgentLimits | None = None,
+    ) -> None:
+        self.node = node
+        self.max_message_size = max_message_size
+        self.bootstrap = list(bootstrap)
+        self.limits = limits or AgentLimits()
+        self._nursery: trio.Nursery | None = None
+        self._started = time.monotonic()
+        self._joined: dict[str, int] = {}  # topic -> the seq our next publish gets
+        self._joining: dict[str, trio.Event] = {}
+        self._ledgers: dict[str, tuple[OffsetLedger, trio.CancelScope]] = {}
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Hosts the ledgers' tasks until cancelled."""
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            task_status.started()
+            await trio.sleep_forever()
+
+    # -- topics -----------------------------------------------------------------------------
+
+    async def join(self, topic: str, bootstrap: Sequence[str] | None = None) -> bool:
+        """Join `topic` (through the agent's bootstrap list when `bootstrap` is empty);
+        False when it was joined already. Concurrent joins of one topic wait for the first.
+        AgentRequestError("timeout") when no neighbour came in time (joined all the same)."""
+        check_topic_name(topic)
+        contacts = list(bootstrap) if bootstrap else self.bootstrap
+        while topic not in self._joined:
+            pending = self._joining.get(topic)
+            if pending is None:
+                break
+            await pending.wait()
+        else:
+            return False
+        done = self._joining[topic] = trio.Event()
+        try:
+            await self._follow(topic)
+            try:
+                await self.node.join(topic, contacts)
+            except TimeoutError as exc:
+                # Joined, but no neighbour yet: the node stays joined and keeps trying, so
+                # the topic counts as joined here too; the caller still hears of it.
+                self._joined[topic] = 0
+                log.warning("%s", exc)
+                raise AgentRequestError("timeout", str(exc)) from None
+            except BaseException:
+                self._unfollow(topic)
+                raise
+            self._joined[topic] = 0  # the core numbers a publisher's messages from 0 per join
+            log.info("joined %r through %s", topic, ", ".join(contacts) or "nobody (first node)")
+            return True
+        finally:
+            del self._joining[topic]
+            done.set()
+
+    async def leave(self, topic: str) -> None:
+        """Leave `topic`; its offsets are forgotten with it (what retention holds of it can
+        still be read by range)."""
+        if topic not in self._joined:
+            raise AgentRequestError("bad_request", f"not joined to topic {topic!r}")
+        del self._joined[topic]
+        self._unfollow(topic)
+        await self.node.leave(topic)
+        log.info("left %r", topic)
+
+    @property
+    def topics(self) -> list[str]:
+        return sorted(self._joined)
+
+    async def _follow(self, topic: str) -> None:
+        """Start the topic's ledger subscription before joining, so it misses nothing.
+        One per joined topic, so the node's max_topics bounds them."""
+        assert self._nursery is not None, "join() needs AgentService.run started"
+        ledger = OffsetLedger(topic)
+        scope = trio.CancelScope()
+        self._ledgers[topic] = (ledger, scope)
+
+        async def follow(task_status: trio.TaskStatus[None]) -> None:
+            with scope:
+                async with self.node.subscribe(topic, LEDGER_BUFFER) as sub:
+                    task_status.started()
+                    async for item in sub:
+                        ledger.record(item)
+
+        await self._nursery.start(follow)
+
+    def _unfollow(self, topic: str) -> None:
+        entry = self._ledgers.pop(topic, None)
+        if entry is not None:
+            entry[1].cancel()
+
+    # -- requests ---------------------------------------------------------------------------
+
+    async def join_request(self, body: pb.Join) -> None:
+        if len(body.bootstrap) > self.limits.max_bootstrap:
+            raise AgentRequestError(
+                "limit",
+                f"at most {self.limits.max_bootstrap} bootstrap addresses, "
+                f"not {len(body.bootstrap)}",
+            )
+        await self.join(body.topic, list(body.bootstrap))
+
+    async def publish(self, topic: str, records: Sequence[pb.Record]) -> pb.PublishedList:
+        if topic not in self._joined:
+            raise AgentRequestError("bad_request", f"not joined to topic {topic!r}: join it first")
+        if not records:
+            raise AgentRequestError("bad_request", "a batch needs at least one record")
+        if len(records) > self.limits.max_batch_records:
+            raise AgentRequestError(
+                "limit",
+                f"at most {self.limits.max_batch_records} records per batch, not {len(records)}",
+            )
+        checked = [record_from_pb(r) for r in records]
+        for i, record in enumerate(checked):  # all or none: check every record first
+            where = f"record {i} of {len(checked)}: " if len(checked) > 1 else ""
+            if len(record.headers) > MAX_HEADERS:
+                raise AgentRequestError(
+                    "bad_request",
+                    f"{where}at most {MAX_HEADERS} headers, not {len(record.headers)}",
+                )
+            size = len(record.value) + len(record.key or b"")
+            size += sum(len(name) + len(value) for name, value in record.headers)
+            if size > self.max_message_size:
+                raise AgentRequestError(
+                    "too_large",
+                    f"{where}message of {size} bytes exceeds max_message_size "
+                    f"({self.max_message_size} bytes) on topic {topic!r}",
+                )
+        out = pb.PublishedList(publisher=self.node.id)
+        for i, record in enumerate(checked):
+            try:
+                message_id = await self.node.publish(
+                    topic, record.value, record.key, record.headers
+                )
+            except Exception as exc:
+                if i == 0:
+                    raise
+                raise AgentRequestError(
+                    "internal",
+                    f"record {i} of {len(checked)} failed after {i} were published: {exc}",
+                ) from exc
+            out.published.add(id=message_id, seq=self._take_seq(topic, message_id))
+        return out
+
+    def _take_seq(self, topic: str, message_id: bytes) -> int:
+        seq = self._joined.get(topic, 0)
+        self._joined[topic] = seq + 1
+        held = self.node.retained(topic, self.node.id, seq, seq)
+        if held and held[0].id != message_id:
+            raise AgentRequestError(
+                "internal",
+                f"published {message_id.hex()} on {topic!r}, but retention holds "
+                f"{held[0].id.hex()} at the seq the agent counted ({seq})",
+            )
+        return seq
+
+    def read_range(self, body: pb.ReadRange) -> pb.Messages:
+        first, last = body.first_seq, body.last_seq
+        if first > last:
+            raise AgentRequestError(
+                "bad_request", f"need first_seq <= last_seq, not {first}..{last}"
+            )
+        found = self.node.retained(body.topic, body.publisher, first, last)
+        out = pb.Messages(next_seq=last + 1)
+        size = 0
+        for message in found:
+            if out.messages and (
+                size + message.size > self.limits.read_page_bytes
+                or len(out.messages) >= self.limits.read_page_messages
+            ):
+                out.next_seq = message.seq  # the page is full: the client asks again from here
+                break
+            out.messages.append(message_to_pb(message))
+            size += message.size
+        return out
+
+    def offsets(self, topic: str) -> pb.Offsets:
+        check_topic_name(topic)
+        entry = self._ledgers.get(topic)
+        out = pb.Offsets()
+        if entry is not None:
+            for publisher, (first, last) in entry[0].offsets(self.node.retained).items():
+                out.publishers.add(publisher=publisher, first_retained_seq=first, last_seq=last)
+        return out
+
+    def node_info(self, extra_stats: Mapping[str, int]) -> pb.NodeInfo:
+        out = pb.NodeInfo(node_id=self.node.id, address=self.node.address, pid=os.getpid())
+        for topic in self.topics:
+            view = out.topics.add(topic=topic)
+            view.neighbors.extend(neighbor_to_pb(n) for n in self.node.neighbors(topic))
+        stats = dict(self.node.stats())
+        stats.update(extra_stats)
+        stats["agent_ledger_lagged"] = sum(ledger.lagged for ledger, _ in self._ledgers.values())
+        stats["agent_uptime_s"] = int(time.monotonic() - self._started)
+        out.stats.update(stats)
+        return out

@@ -1,0 +1,251 @@
+"""The agent protocol's framing and value conversions, with no I/O (h11's manner).
+
+The trio server (server.py) and the blocking client (client.py) both frame with
+`encode_frame` and a `FrameDecoder`, and convert with the functions here, so the two ends
+cannot disagree. A frame is a 4-byte big-endian length, then one protobuf `Request` or
+`Response` (agent.proto), as on the node wire (episub/proto/wire.py).
+
+Every size is bounded before the bytes are held: a header announcing more than the
+decoder's `max_size` raises `FrameError` from its 4 bytes alone.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from google.protobuf.message import DecodeError
+
+from episub.agent import agent_pb2 as pb
+from episub.node import Neighbor
+from episub.subscription import Item, Lagged, Lost, Message
+
+__all__ = [
+    "LENGTH_PREFIX",
+    "MAX_BATCH_RECORDS",
+    "MAX_REQUEST_SIZE",
+    "MAX_RESPONSE_SIZE",
+    "FrameDecoder",
+    "FrameError",
+    "Published",
+    "Record",
+    "decode_request",
+    "decode_response",
+    "encode_frame",
+    "item_from_pb",
+    "item_to_pb",
+    "message_from_pb",
+    "message_to_pb",
+    "neighbor_from_pb",
+    "neighbor_to_pb",
+    "record_from_pb",
+    "record_to_pb",
+]
+
+LENGTH_PREFIX = struct.Struct(">I")
+# A request is at most one PublishBatch: 32 MiB holds 32 records at the node's default 1 MiB
+# message limit, or tens of thousands of the small rows a Spark sink writes; the client
+# splits bigger batches (client.py). Guess: a bound on what one client can make us hold.
+MAX_REQUEST_SIZE = 32 * 1024 * 1024
+# A response is at most one ReadRange page (server.py's READ_PAGE_BYTES, 16 MiB) plus one
+# message that alone may exceed the page; the node wire's own frame bound is of that order.
+MAX_RESPONSE_SIZE = 64 * 1024 * 1024
+# Records in one PublishBatch. Guess: a Spark partition's rows go in a few requests.
+MAX_BATCH_RECORDS = 10_000
+
+
+class FrameError(ValueError):
+    """A frame that cannot be a protocol frame: too big, or not the expected protobuf.
+
+    The stream cannot be resynchronised after one, so the connection is to be closed."""
+
+
+def encode_frame(message: pb.Request | pb.Response) -> bytes:
+    body = message.SerializeToString()
+    return LENGTH_PREFIX.pack(len(body)) + body
+
+
+class FrameDecoder:
+    """Feed it bytes as they arrive; `next_frame()` hands back each whole frame's body."""
+
+    def __init__(self, max_size: int) -> None:
+        if max_size < 1:
+            raise ValueError(f"max_size must be >= 1 byte, not {max_size!r}")
+        self.max_size = max_size
+        self._buffer = bytearray()
+
+    def feed(self, data: bytes) -> None:
+        self._buffer += data
+
+    @property
+    def pending(self) -> int:
+        """Bytes held of a frame not yet complete."""
+        return len(self._buffer)
+
+    def next_frame(self) -> bytes | None:
+        """The next complete frame's body, or None until more bytes arrive."""
+        if len(self._buffer) < LENGTH_PREFIX.size:
+            return None
+        (size,) = LENGTH_PREFIX.unpack_from(self._buffer)
+        if size > self.max_size:
+            raise FrameError(f"frame of {size} bytes announced, more than {self.max_size}")
+        end = LENGTH_PREFIX.size + size
+        if len(self._buffer) < end:
+            return None
+        body = bytes(self._buffer[LENGTH_PREFIX.size : end])
+        del self._buffer[:end]
+        return body
+
+
+def decode_request(body: bytes) -> pb.Request:
+    request = pb.Request()
+    try:
+        request.ParseFromString(body)
+    except DecodeError as exc:
+        raise FrameError(f"not an agent Request ({len(body)} bytes): {exc}") from None
+    return request
+
+
+def decode_response(body: bytes) -> pb.Response:
+    response = pb.Response()
+    try:
+        response.ParseFromString(body)
+    except DecodeError as exc:
+        raise FrameError(f"not an agent Response ({len(body)} bytes): {exc}") from None
+    return response
+
+
+# -- values ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One record to publish (the client's publish_batch takes these, or bare bytes)."""
+
+    value: bytes
+    key: bytes | None = None
+    headers: tuple[tuple[str, bytes], ...] = field(default=())
+
+
+@dataclass(frozen=True, slots=True)
+class Published:
+    """Where a published message landed: its id, and (publisher, seq) for offsets."""
+
+    id: bytes
+    publisher: bytes
+    seq: int
+
+
+def _headers_to_pb(target: object, headers: Iterable[tuple[str, bytes]]) -> None:
+    for name, value in headers:
+        target.add(name=name, value=value)  # type: ignore[attr-defined]
+
+
+def _headers_from_pb(headers: Iterable[pb.Header]) -> tuple[tuple[str, bytes], ...]:
+    return tuple((h.name, h.value) for h in headers)
+
+
+def record_to_pb(
+    value: bytes,
+    key: bytes | None = None,
+    headers: Mapping[str, bytes] | Iterable[tuple[str, bytes]] | None = None,
+) -> pb.Record:
+    """Checks types here, so a caller's mistake is reported before anything is sent."""
+    if not isinstance(value, bytes | bytearray | memoryview):
+        hint = " (encode it first)" if isinstance(value, str) else ""
+        raise TypeError(f"value must be bytes, not {type(value).__name__}{hint}: {value!r:.80}")
+    if key is not None and not isinstance(key, bytes | bytearray | memoryview):
+        raise TypeError(f"key must be bytes or None, not {type(key).__name__}: {key!r:.80}")
+    record = pb.Record(value=bytes(value))
+    if key is not None:
+        record.key = bytes(key)
+    pairs = headers.items() if isinstance(headers, Mapping) else (headers or ())
+    for pair in pairs:
+        if not (
+            isinstance(pair, tuple)
+            and len(pair) == 2
+            and isinstance(pair[0], str)
+            and isinstance(pair[1], bytes | bytearray | memoryview)
+        ):
+            raise TypeError(f"a header is a (str, bytes) pair, not {pair!r:.80}")
+        record.headers.add(name=pair[0], value=bytes(pair[1]))
+    return record
+
+
+def record_from_pb(record: pb.Record) -> Record:
+    return Record(
+        value=record.value,
+        key=record.key if record.HasField("key") else None,
+        headers=_headers_from_pb(record.headers),
+    )
+
+
+def message_to_pb(message: Message) -> pb.Message:
+    out = pb.Message(
+        topic=message.topic,
+        publisher=message.publisher,
+        seq=message.seq,
+        timestamp_ms=message.timestamp_ms,
+        value=message.value,
+        id=message.id,
+    )
+    if message.key is not None:
+        out.key = message.key
+    _headers_to_pb(out.headers, message.headers)
+    return out
+
+
+def message_from_pb(message: pb.Message) -> Message:
+    return Message(
+        topic=message.topic,
+        publisher=message.publisher,
+        seq=message.seq,
+        timestamp_ms=message.timestamp_ms,
+        key=message.key if message.HasField("key") else None,
+        value=message.value,
+        headers=_headers_from_pb(message.headers),
+        id=message.id,
+    )
+
+
+def item_to_pb(item: Item) -> pb.Item:
+    if isinstance(item, Message):
+        return pb.Item(message=message_to_pb(item))
+    if isinstance(item, Lagged):
+        return pb.Item(lagged=pb.Lagged(count=item.count))
+    return pb.Item(
+        lost=pb.Lost(publisher=item.publisher, first_seq=item.first_seq, last_seq=item.last_seq)
+    )
+
+
+def item_from_pb(item: pb.Item) -> Item:
+    kind = item.WhichOneof("kind")
+    if kind == "message":
+        return message_from_pb(item.message)
+    if kind == "lagged":
+        return Lagged(item.lagged.count)
+    if kind == "lost":
+        return Lost(item.lost.publisher, item.lost.first_seq, item.lost.last_seq)
+    raise FrameError(f"subscription item with no kind: {item!r:.200}")
+
+
+def neighbor_to_pb(neighbor: Neighbor) -> pb.Neighbor:
+    out = pb.Neighbor(
+        peer_id=neighbor.peer_id, address=neighbor.address, kind=neighbor.kind, role=neighbor.role
+    )
+    if neighbor.rtt_ms is not None:
+        out.rtt_ms = neighbor.rtt_ms
+    return out
+
+
+def neighbor_from_pb(neighbor: pb.Neighbor) -> Neighbor:
+    kind = "near" if neighbor.kind == "near" else "rand"
+    role = "eager" if neighbor.role == "eager" else "lazy"
+    return Neighbor(
+        peer_id=neighbor.peer_id,
+        address=neighbor.address,
+        kind=kind,
+        role=role,
+        rtt_ms=neighbor.rtt_ms if neighbor.HasField("rtt_ms") else None,
+    )

@@ -1,0 +1,270 @@
+"""The agent protocol's rules, with the agent in this process: bounds, paging, ends.
+
+The agent (a Node, AgentService and AgentServer) runs under trio in a background thread,
+with small limits; the test thread talks to it with the blocking AgentClient, as a Spark
+worker would. Pure parts (the frame decoder, the offsets ledger, option loading) are
+tested without any socket.
+"""
+
+from __future__ import annotations
+
+import shutil
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+import trio
+
+from episub import Node
+from episub.agent import AgentClient, AgentError, AgentSubscription, Record
+from episub.agent import agent_pb2 as pb
+from episub.agent.ledger import OffsetLedger
+from episub.agent.options import UsageError, load_key, load_link_delay
+from episub.agent.server import AgentServer
+from episub.agent.service import AgentLimits, AgentService
+from episub.agent.wire import FrameDecoder, FrameError, encode_frame, item_to_pb
+from episub.subscription import Lagged, Message
+from tests.proc_helpers import KEY, TOPIC, WAIT, socket_dir
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@contextmanager
+def agent(**limits: int) -> Iterator[str]:
+    """An agent in a background thread, serving a fresh socket; yields its path."""
+    directory = socket_dir()
+    path = str(Path(directory) / "agent.sock")
+    ready = threading.Event()
+    stop: list[Callable[[], None]] = []
+    errors: list[BaseException] = []
+
+    async def main() -> None:
+        async with Node(key=KEY) as node, trio.open_nursery() as nursery:
+            service = AgentService(node, max_message_size=1000, limits=AgentLimits(**limits))
+            await nursery.start(service.run)
+            await nursery.start(AgentServer(service, path).run)
+            await service.join(TOPIC)
+            token = trio.lowlevel.current_trio_token()
+            stop.append(lambda: token.run_sync_soon(nursery.cancel_scope.cancel))
+            ready.set()
+
+    def thread() -> None:
+        try:
+            trio.run(main)
+        except BaseException as exc:
+            errors.append(exc)
+            ready.set()
+
+    runner = threading.Thread(target=thread, daemon=True)
+    runner.start()
+    assert ready.wait(WAIT), "the agent did not start"
+    assert not errors, errors
+    try:
+        yield path
+    finally:
+        stop[0]()
+        runner.join(WAIT)
+        shutil.rmtree(directory, ignore_errors=True)
+        assert not errors, errors
+
+
+def message(seq: int, value: bytes = b"v") -> Message:
+    return Message(
+        topic=TOPIC, publisher=b"p", seq=seq, timestamp_ms=0, key=None, value=value,
+        headers=(), id=b"%d" % seq,
+    )  # fmt: skip
+
+
+# -- through a socket -------------------------------------------------------------------------
+
+
+def test_publish_reports_publisher_and_seq_and_offsets_follow() -> None:
+    with agent() as path, AgentClient(path) as client:
+        first = client.publish(TOPIC, b"a", key=b"k", headers={"h": b"1"})
+        batch = client.publish_batch(TOPIC, [b"b", Record(b"c", None, (("x", b"y"),))])
+        assert [p.seq for p in [first, *batch]] == [0, 1, 2]
+        assert {p.publisher for p in batch} == {first.publisher}
+        assert client.offsets(TOPIC) == {first.publisher: (0, 2)}
+        assert client.offsets("never-joined") == {}
+        got = client.read_range(TOPIC, first.publisher, 0, 2)
+        assert [(m.seq, m.value, m.id) for m in got] == [
+            (0, b"a", first.id),
+            (1, b"b", batch[0].id),
+            (2, b"c", batch[1].id),
+        ]
+        assert got[0].key == b"k" and got[0].headers == (("h", b"1"),)
+
+
+def test_join_is_idempotent_and_leave_forgets_the_topic() -> None:
+    with agent() as path, AgentClient(path) as client:
+        client.join(TOPIC)  # joined at start already: a no-op
+        client.join("other")
+        client.publish("other", b"x")
+        assert len(client.offsets("other")) == 1
+        assert sorted(client.inspect().topics) == ["other", TOPIC]
+        client.leave("other")
+        assert client.offsets("other") == {} and list(client.inspect().topics) == [TOPIC]
+        with pytest.raises(AgentError, match="not joined to topic 'other'"):
+            client.leave("other")
+        with pytest.raises(AgentError, match="could not reach any bootstrap") as raised:
+            client.join("third", ["127.0.0.1:1"])
+        assert raised.value.kind == "bootstrap"
+        assert list(client.inspect().topics) == [TOPIC]
+
+
+def test_a_read_range_bigger_than_a_page_comes_in_several_replies() -> None:
+    with agent(read_page_messages=3) as path, AgentClient(path) as client:
+        published = client.publish_batch(TOPIC, [b"%d" % i for i in range(10)])
+        publisher = published[0].publisher
+        assert [m.seq for m in client.read_range(TOPIC, publisher, 2, 8)] == list(range(2, 9))
+        assert client.read_range(TOPIC, publisher, 20, 30) == []
+        assert client.inspect().stats["agent_requests"] >= 3
+
+
+def test_a_batch_is_all_or_nothing_when_one_record_is_too_large() -> None:
+    with agent() as path, AgentClient(path) as client:
+        with pytest.raises(AgentError, match="record 1 of 2: message of 1001 bytes") as raised:
+            client.publish_batch(TOPIC, [b"ok", b"x" * 1001])
+        assert raised.value.kind == "too_large"
+        assert client.offsets(TOPIC) == {}  # nothing was published
+        assert client.publish(TOPIC, b"next").seq == 0
+
+
+def test_every_client_bound_is_enforced_with_a_clear_error() -> None:
+    limits = {"max_clients": 2, "max_subscriptions": 1, "max_subscription_buffer": 10}
+    with agent(**limits) as path, AgentClient(path) as client:
+        with pytest.raises(AgentError, match="at most 10 items, not 11"):
+            client.subscribe(TOPIC, buffer=11)
+        with (
+            client.subscribe(TOPIC, buffer=10),
+            pytest.raises(AgentError, match="at most 1 subscriptions per client"),
+        ):
+            client.subscribe(TOPIC, buffer=5)
+        with AgentClient(path) as second:
+            second.inspect()
+            with pytest.raises(AgentError, match="at most 2 clients") as raised:
+                AgentClient(path).inspect()
+            assert raised.value.kind == "limit"
+        with pytest.raises(AgentError, match="at most 64 bootstrap addresses, not 65"):
+            client.join("other", [f"127.0.0.1:{1000 + i}" for i in range(65)])
+
+
+def test_items_that_arrive_while_a_call_waits_are_held_for_the_subscription() -> None:
+    with agent() as path, AgentClient(path) as client:
+        sub = client.subscribe(TOPIC, buffer=100)
+        client.publish_batch(TOPIC, [b"%d" % i for i in range(5)])
+        client.inspect()
+        assert [sub.receive(WAIT).seq for _ in range(5)] == list(range(5))  # type: ignore[union-attr]
+        sub.close()
+        assert sub.receive(WAIT) is None and sub.ended == "closed"
+        client.publish(TOPIC, b"more")  # the connection carries on
+
+
+def test_held_items_are_bounded_and_what_is_dropped_is_reported_in_place() -> None:
+    # The client's side alone, fed responses as they would arrive: buffer 2, then 3 items
+    # dropped here and 4 reported dropped by the agent, then the end.
+    client = SimpleNamespace(_subscriptions={})  # all a subscription touches of its client
+    sub = AgentSubscription(client, 1, TOPIC, buffer=2)  # type: ignore[arg-type]
+
+    def item(seq: int) -> pb.Response:
+        return pb.Response(id=1, item=item_to_pb(message(seq)))
+
+    for seq in range(5):
+        sub._take(item(seq))
+    sub._take(pb.Response(id=1, item=pb.Item(lagged=pb.Lagged(count=4))))
+    sub._take(pb.Response(id=1, end=pb.End(reason="unsubscribed")))
+    assert [sub.receive(0).seq for _ in range(2)] == [0, 1]  # type: ignore[union-attr]
+    assert (sub.receive(0), sub.receive(0), sub.dropped) == (Lagged(7), None, 3)
+    assert sub.ended == "unsubscribed"
+
+
+def test_unsubscribing_ends_the_stream_at_the_agent() -> None:
+    with agent() as path, AgentClient(path) as client:
+        with client.subscribe(TOPIC) as sub:
+            client.publish(TOPIC, b"one")
+            assert isinstance(sub.receive(WAIT), Message)
+        assert client.inspect().stats["subscriptions"] == 1  # only the agent's own ledger
+
+
+def test_a_request_id_already_in_flight_is_refused() -> None:
+    with agent() as path, AgentClient(path) as client, client.subscribe(TOPIC) as sub:
+        rid = sub._rid  # a subscription stays in flight under its request's id
+        with pytest.raises(AgentError, match=f"request id {rid} is already in flight"):
+            client._call(rid=rid, inspect=pb.Inspect())
+
+
+# -- without a socket -------------------------------------------------------------------------
+
+
+def test_the_frame_decoder_takes_bytes_one_at_a_time_and_refuses_big_frames() -> None:
+    frames = [encode_frame(pb.Request(id=i, inspect=pb.Inspect())) for i in range(3)]
+    decoder = FrameDecoder(100)
+    out = []
+    for byte in b"".join(frames):
+        decoder.feed(bytes([byte]))
+        while (body := decoder.next_frame()) is not None:
+            out.append(body)
+    assert [pb.Request.FromString(b).id for b in out] == [0, 1, 2]
+    decoder.feed(b"\x00\x00\x00\x65")  # 101 bytes announced
+    with pytest.raises(FrameError, match="frame of 101 bytes announced, more than 100"):
+        decoder.next_frame()
+
+
+def test_the_ledger_finds_the_first_retained_seq_after_eviction() -> None:
+    ledger = OffsetLedger(TOPIC)
+    held = {seq: message(seq) for seq in range(100)}
+    for seq in range(100):
+        ledger.record(held[seq])
+
+    def retained(topic: str, publisher: bytes, first: int, last: int) -> list[Message]:
+        return [held[s] for s in range(first, last + 1) if s in held]
+
+    assert ledger.offsets(retained) == {b"p": (0, 99)}
+    for seq in range(37):
+        del held[seq]
+    assert ledger.offsets(retained) == {b"p": (37, 99)}
+    held.clear()
+    assert ledger.offsets(retained) == {b"p": (100, 99)}  # nothing left: first > last
+
+
+def test_a_publisher_first_seen_mid_stream_is_probed_from_zero() -> None:
+    ledger = OffsetLedger(TOPIC, max_publishers=1)
+    ledger.record(message(5))
+    held = {seq: message(seq) for seq in range(3, 6)}
+
+    def retained(topic: str, publisher: bytes, first: int, last: int) -> list[Message]:
+        return [held[s] for s in range(first, last + 1) if s in held]
+
+    assert ledger.offsets(retained) == {b"p": (3, 5)}
+    ledger.record(Message(**{**_fields(message(0)), "publisher": b"q"}))
+    assert list(ledger.offsets(retained)) == [b"q"] and ledger.forgotten == 1
+
+
+def _fields(m: Message) -> dict[str, Any]:
+    return {name: getattr(m, name) for name in Message.__slots__}
+
+
+def test_keys_load_from_raw_or_hex_files_and_the_environment(tmp_path: Path) -> None:
+    raw, hexed = tmp_path / "raw", tmp_path / "hex"
+    raw.write_bytes(KEY)
+    hexed.write_text(KEY.hex() + "\n")
+    assert load_key(str(raw)) == load_key(str(hexed)) == KEY
+    assert load_key(None, {"EPISUB_KEY": KEY.hex()}) == KEY
+    with pytest.raises(UsageError, match="EPISUB_KEY must be 64 hex characters"):
+        load_key(None, {"EPISUB_KEY": "zz" * 32})
+
+
+def test_the_link_delay_file_maps_zones(tmp_path: Path) -> None:
+    path = tmp_path / "zones.json"
+    path.write_text('{"zones": {"127.0.0.1:7001": "a", "127.0.0.1:7002": "a"}, "inter_ms": 30}')
+    delay = load_link_delay(str(path))
+    assert delay is not None
+    mine, mate, far = (b"127.0.0.1:%d/0123456789abcdef" % p for p in (7001, 7002, 7003))
+    assert (delay(mine, mate), delay(mine, far)) == (0.0, 0.03)
+    path.write_text('{"zones": {}, "inter_ms": -1}')
+    with pytest.raises(UsageError, match="inter_ms must be a number >= 0, not -1"):
+        load_link_delay(str(path))
