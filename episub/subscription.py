@@ -21,7 +21,7 @@ from episub.proto.messages import check_topic_name
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-__all__ = ["Item", "Lagged", "Lost", "Message", "Subscription"]
+__all__ = ["Item", "LagBuffer", "Lagged", "Lost", "Message", "Subscription"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -64,6 +64,50 @@ class Lost:
 Item: TypeAlias = Message | Lagged | Lost
 
 
+class LagBuffer:
+    """A bounded FIFO whose producer never waits: past `capacity` held items, an item is
+    dropped and counted, and the consumer gets `Lagged(count)` where the drops happened.
+    Shared by the async `Subscription` and the agent's blocking client."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self._items: deque[Item] = deque()
+        self._held = 0  # items that count against `capacity` (not Lagged markers)
+        self._lag = 0  # dropped since the last item was queued
+        self.dropped = 0  # items ever dropped here
+
+    def put(self, item: Item) -> None:
+        if self._held >= self.capacity:
+            self._lag += 1
+            self.dropped += 1
+            return
+        if self._lag:
+            self._items.append(Lagged(self._lag))
+            self._lag = 0
+        self._items.append(item)
+        self._held += 1
+
+    def add_lag(self, count: int) -> None:
+        """Items dropped before they reached this buffer, reported at the same place."""
+        self._lag += count
+
+    def take(self) -> Item | None:
+        """The next item or Lagged marker; None when there is nothing."""
+        if self._items:
+            item = self._items.popleft()
+            if not isinstance(item, Lagged):
+                self._held -= 1
+            return item
+        if self._lag:
+            lag, self._lag = self._lag, 0
+            return Lagged(lag)
+        return None
+
+    def clear(self) -> None:
+        self._items.clear()
+        self._held = self._lag = 0
+
+
 class Subscription:
     """A topic's items for one subscriber: `async for item in sub`, or `await sub.receive()`.
 
@@ -86,13 +130,10 @@ class Subscription:
         self.buffer = buffer
         self._on_enter = on_enter
         self._on_exit = on_exit
-        self._items: deque[Item] = deque()
-        self._held = 0  # items in _items that count against `buffer` (not Lagged markers)
-        self._lag = 0  # dropped since the last item was queued
+        self._buffer = LagBuffer(buffer)
         self._changed = trio.Event()
         self._entered = False
         self._closed = False
-        self.dropped = 0  # all items ever dropped for this subscriber
 
     async def __aenter__(self) -> Subscription:
         self._on_enter(self)
@@ -113,16 +154,13 @@ class Subscription:
         """Called by the node, never blocks: queue `item`, or drop and count it."""
         if self._closed:
             return
-        if self._held >= self.buffer:
-            self._lag += 1
-            self.dropped += 1
-            return
-        if self._lag:
-            self._items.append(Lagged(self._lag))
-            self._lag = 0
-        self._items.append(item)
-        self._held += 1
+        self._buffer.put(item)
         self._wake()
+
+    @property
+    def dropped(self) -> int:
+        """All items ever dropped for this subscriber."""
+        return self._buffer.dropped
 
     def close(self) -> None:
         """No more items; the subscriber gets what is buffered, then the end."""
@@ -143,14 +181,9 @@ class Subscription:
         await trio.lowlevel.checkpoint()
         while True:
             changed = self._changed
-            if self._items:
-                item = self._items.popleft()
-                if not isinstance(item, Lagged):
-                    self._held -= 1
+            item = self._buffer.take()
+            if item is not None:
                 return item
-            if self._lag:
-                lag, self._lag = self._lag, 0
-                return Lagged(lag)
             if self._closed:
                 raise trio.EndOfChannel(f"subscription to {self.topic!r} is closed")
             await changed.wait()

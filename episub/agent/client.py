@@ -25,7 +25,6 @@ import contextlib
 import itertools
 import socket
 import time
-from collections import deque
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from types import TracebackType
@@ -47,7 +46,7 @@ from episub.agent.wire import (
     record_to_pb,
 )
 from episub.node import SUBSCRIPTION_BUFFER, Neighbor
-from episub.subscription import Item, Lagged, Message
+from episub.subscription import Item, LagBuffer, Lagged, Message
 
 __all__ = [
     "DEFAULT_TIMEOUT",
@@ -364,11 +363,8 @@ class AgentSubscription:
         self._rid = rid
         self.topic = topic
         self.buffer = buffer
-        self._items: deque[Item] = deque()
-        self._held = 0
-        self._lag = 0
+        self._buffer = LagBuffer(buffer)
         self._ended: str | None = None  # why the subscription ended
-        self.dropped = 0
 
     def _take(self, response: pb.Response) -> None:
         kind = response.WhichOneof("body")
@@ -378,32 +374,23 @@ class AgentSubscription:
         elif kind == "item":
             item = item_from_pb(response.item)
             if isinstance(item, Lagged):
-                self._lag += item.count  # the agent's own drops: reported at the same place
-                return
-            if self._held >= self.buffer:
-                self._lag += 1
-                self.dropped += 1
-                return
-            if self._lag:
-                self._items.append(Lagged(self._lag))
-                self._lag = 0
-            self._items.append(item)
-            self._held += 1
+                self._buffer.add_lag(item.count)  # the agent's own drops
+            else:
+                self._buffer.put(item)
+
+    @property
+    def dropped(self) -> int:
+        """Items dropped here because they were not taken in time."""
+        return self._buffer.dropped
 
     def receive(self, timeout: float | None = None) -> Item | None:
         """The next item; None once the subscription has ended; TimeoutError when nothing
         came within `timeout` seconds (None: wait as long as it takes)."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        while not self._items:
-            if self._lag:
-                lag, self._lag = self._lag, 0
-                return Lagged(lag)
+        while (item := self._buffer.take()) is None:
             if self._ended is not None:
                 return None
             self._client._pump(deadline)
-        item = self._items.popleft()
-        if not isinstance(item, Lagged):
-            self._held -= 1
         return item
 
     @property
@@ -420,7 +407,7 @@ class AgentSubscription:
         if self._ended is not None:
             return
         self._ended = "closed"
-        self._items.clear()
+        self._buffer.clear()
         if self._client._subscriptions.pop(self._rid, None) is None or self._client.closed:
             return
         # An AgentError: it had ended at the agent already, nothing left to stop.
