@@ -150,9 +150,14 @@ class Broadcast:
             for mid, hops, exclude in self.lazy_queue
             if exclude != peer and mid not in skip
         ]
+        self._send_ihave(peer, pending, out)
+
+    def _send_ihave(
+        self, peer: PeerId, summaries: list[tuple[MessageId, int]], out: list[OutEvent]
+    ) -> None:
         limit = self.config.max_ihave_ids
-        for start in range(0, len(pending), limit):
-            chunk = tuple(pending[start : start + limit])
+        for start in range(0, len(summaries), limit):
+            chunk = tuple(summaries[start : start + limit])
             self.counters.ihave_ids_sent += len(chunk)
             out.append(Send(peer, self.topic, m.IHave(summaries=chunk)))
 
@@ -303,30 +308,22 @@ class Broadcast:
         if self._is_neighbor(peer):
             self._make_eager(peer, out, skip=frozenset(ids))
         for mid in ids:
-            cached = self.cache.get(mid)
-            if cached is not None:
-                out.append(
-                    Send(
-                        peer,
-                        self.topic,
-                        m.Gossip(id=mid, envelope=cached.envelope, hops=cached.hops + 1),
-                    )
-                )
+            self._send_cached(peer, mid, out)
 
     def _on_pull(
         self, peer: PeerId, publisher: PeerId, first: int, last: int, out: list[OutEvent]
     ) -> None:
         for seq in range(first, last + 1):
             mid = self.by_seq.get((publisher, seq))
-            cached = self.cache.get(mid) if mid is not None else None
-            if cached is not None:
-                out.append(
-                    Send(
-                        peer,
-                        self.topic,
-                        m.Gossip(id=mid, envelope=cached.envelope, hops=cached.hops + 1),
-                    )
-                )
+            if mid is not None:
+                self._send_cached(peer, mid, out)
+
+    def _send_cached(self, peer: PeerId, mid: MessageId, out: list[OutEvent]) -> None:
+        """Answer a GRAFT or PULL from the cache; an id we no longer hold is skipped."""
+        cached = self.cache.get(mid)
+        if cached is not None:
+            gossip = m.Gossip(id=mid, envelope=cached.envelope, hops=cached.hops + 1)
+            out.append(Send(peer, self.topic, gossip))
 
     # -- timers -------------------------------------------------------------------------
 
@@ -353,13 +350,9 @@ class Broadcast:
 
     def _flush_ihave(self, out: list[OutEvent]) -> None:
         queue, self.lazy_queue = self.lazy_queue, []
-        limit = self.config.max_ihave_ids
         for peer in self.lazy:
             summaries = [(mid, hops) for mid, hops, exclude in queue if exclude != peer]
-            for start in range(0, len(summaries), limit):
-                chunk = tuple(summaries[start : start + limit])
-                self.counters.ihave_ids_sent += len(chunk)
-                out.append(Send(peer, self.topic, m.IHave(summaries=chunk)))
+            self._send_ihave(peer, summaries, out)
 
     def _check_missing(self, out: list[OutEvent]) -> None:
         """The draft's single heartbeat: mark on the first tick, GRAFT from the second, one
@@ -447,29 +440,22 @@ class Broadcast:
             return
         if seq < stream.next_seq or seq in stream.held:
             return  # delivered already, or from before we joined
+        publisher = envelope.publisher
         if seq - stream.next_seq > c.max_gap:
             # Too far ahead to pull what lies between: report it lost and resynchronise.
-            self._give_up(envelope.publisher, stream, seq - c.max_gap, out)
-        if seq == stream.next_seq:
-            self._emit(mid, envelope, hops, out)
-            stream.next_seq += 1
-            self._release_held(envelope.publisher, stream, out)
-            return
-        if len(stream.held) >= c.max_held_per_publisher:
-            self._give_up(envelope.publisher, stream, min(stream.held), out)
-            self._release_held(envelope.publisher, stream, out)
-            if seq < stream.next_seq:
-                return
-            if seq == stream.next_seq:
-                self._emit(mid, envelope, hops, out)
-                stream.next_seq += 1
-                self._release_held(envelope.publisher, stream, out)
-                return
+            self._give_up(publisher, stream, seq - c.max_gap, out)
+        if seq > stream.next_seq and len(stream.held) >= c.max_held_per_publisher:
+            # No room to wait for the gap: give it up and deliver what is held.
+            self._give_up(publisher, stream, min(stream.held), out)
+            self._release_held(publisher, stream, out)
+        # Every message goes through `held`: releasing delivers it, and what it unblocks,
+        # when it is the next in sequence; otherwise it waits for the gap before it.
         stream.held[seq] = (mid, envelope, hops)
-        if stream.gap_since is None:
+        self._release_held(publisher, stream, out)
+        if stream.held and stream.gap_since is None:
             stream.gap_since = now
             stream.pull_attempts = 0
-        self._arm_gap_timer(out)
+            self._arm_gap_timer(out)
 
     def _end_settling(self, now: float, out: list[OutEvent]) -> None:
         for publisher, stream in self.streams.items():
