@@ -114,7 +114,7 @@ class Runtime:
             counters=self.counters,
             on_frame=self._on_frame,
             on_lost=self._on_lost,
-            uses=self._uses,
+            uses=self.state.uses,
             max_frame_size=self.max_frame_size,
             liveness_timeout=self.liveness_timeout,
             link_delay=link_delay,
@@ -252,10 +252,6 @@ class Runtime:
 
     def _on_lost(self, peer_id: bytes) -> None:
         self.input(ConnectionLost(peer_id))
-
-    def _uses(self, peer_id: bytes) -> bool:
-        state = self.state
-        return any(peer_id in state.active_view(topic) for topic in state.topics())
 
     # -- timers ---------------------------------------------------------------------------
 

@@ -171,12 +171,14 @@ class NodeState:
             return
         released: set[PeerId] = set()
         for peer in downs:
-            if peer in released or self._uses(peer):
+            if peer in released or self.uses(peer):
                 continue
             released.add(peer)
             out.append(ClosePeer(peer))
 
-    def _uses(self, peer: PeerId) -> bool:
+    def uses(self, peer: PeerId) -> bool:
+        """Does any topic hold `peer` as a neighbour, or wait for it to become one?
+        While it does, its connection must stay (a query: no side effects)."""
         return any(
             peer in t.membership.active or peer in t.membership.pending
             for t in self._topics.values()
