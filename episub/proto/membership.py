@@ -244,11 +244,7 @@ class Membership:
         if peer in self.active or peer in self.passive:
             self._make_dormant(peer, now)
         # A dormant peer's backoff already grew when its probe was sent.
-        if peer in self.active:
-            self._remove_active(peer, out)
-        self.pending.pop(peer, None)
-        self.passive.pop(peer, None)
-        self.near_candidates.pop(peer, None)
+        self._forget(peer, out)
         for nonce in [n for n, p in self.pings.items() if p.peer == peer]:
             del self.pings[nonce]
         if self.joined and not self.active and not self.passive:
@@ -494,6 +490,17 @@ class Membership:
         del self.active[peer]
         out.append(NeighborDown(self.topic, peer))
 
+    def _forget(self, peer: PeerId, out: list[OutEvent]) -> bool:
+        """Take `peer` out of every view; True if it was in the active or passive view or
+        had a request pending."""
+        known = peer in self.active or peer in self.passive or peer in self.pending
+        if peer in self.active:
+            self._remove_active(peer, out)
+        self.pending.pop(peer, None)
+        self.passive.pop(peer, None)
+        self.near_candidates.pop(peer, None)
+        return known
+
     def _drop_link(self, peer: PeerId, out: list[OutEvent]) -> None:
         """We end a link on our initiative: tell the peer, keep it as a passive peer."""
         out.append(Send(peer, self.topic, m.Disconnect(alive=True)))
@@ -508,12 +515,7 @@ class Membership:
         if departed == self.me:
             return
         self._expire_left(now)
-        removed = departed in self.active or departed in self.passive or departed in self.pending
-        if departed in self.active:
-            self._remove_active(departed, out)
-        self.passive.pop(departed, None)
-        self.pending.pop(departed, None)
-        self.near_candidates.pop(departed, None)
+        removed = self._forget(departed, out)
         first_time = departed not in self.left
         if len(self.left) < self.config.max_left_memory or not first_time:
             self.left[departed] = now + self.config.left_memory
@@ -649,10 +651,7 @@ class Membership:
         self.rtts.sample(peer, max(now - ping.sent_at, 0.0))
         revived = self.dormant.pop(peer, None) is not None
         if not pong.subscribed:
-            self.passive.pop(peer, None)
-            self.near_candidates.pop(peer, None)
-            if peer in self.active:
-                self._remove_active(peer, out)
+            self._forget(peer, out)
             return
         if revived and peer not in self.active and peer not in self.pending:
             # Reachable again after a failure: link to it at once (high priority), since
