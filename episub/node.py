@@ -46,6 +46,7 @@ from episub.net.runtime import DIAL_TIMEOUT, Runtime
 from episub.proto.config import NodeConfig
 from episub.proto.errors import LocalProtocolError
 from episub.proto.events import (
+    AlreadyPublished,
     DataLost,
     Deliver,
     JoinTopic,
@@ -56,6 +57,7 @@ from episub.proto.events import (
     Published,
 )
 from episub.proto.messages import MAX_HEADERS, Envelope, LinkKind, check_topic_name
+from episub.proto.wire import MAX_PEER_ID_SIZE
 from episub.retention import RetentionConfig, RetentionStore
 from episub.subscription import Lost, Message, Subscription
 
@@ -66,6 +68,7 @@ __all__ = [
     "BootstrapError",
     "Neighbor",
     "Node",
+    "Receipt",
 ]
 
 # After the first bootstrap contact answers, how long the others may still answer.
@@ -86,6 +89,20 @@ class BootstrapError(ConnectionError):
         self.failures = dict(failures)
         detail = "; ".join(f"{address}: {error}" for address, error in self.failures.items())
         super().__init__(f"could not reach any bootstrap address ({detail})")
+
+
+@dataclass(frozen=True, slots=True)
+class Receipt:
+    """Where a publish went: the message id, and its place (publisher, seq).
+
+    duplicate: the place was taken already and nothing was published; `id` is then the
+    message that holds it, when this node still caches it (else None). `id` is None too
+    for a named-stream publish held behind an earlier place that has not arrived yet."""
+
+    id: bytes | None
+    publisher: bytes
+    seq: int
+    duplicate: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -320,15 +337,48 @@ class Node:
         """Publish `value` on a joined topic; returns the message id.
 
         Raises MessageTooLarge over the config's max_message_size (value + key + headers).
+        `publish_record` says which sequence number the message got as well.
+        """
+        receipt = await self.publish_record(topic, value, key, headers)
+        assert receipt.id is not None, "our own stream has no taken places"
+        return receipt.id
+
+    async def publish_record(
+        self,
+        topic: str,
+        value: bytes,
+        key: bytes | None = None,
+        headers: Mapping[str, bytes] | Iterable[tuple[str, bytes]] | None = None,
+        *,
+        stream: tuple[bytes, int] | None = None,
+    ) -> Receipt:
+        """Publish as `publish` does, and say where the message went: its publisher and seq.
+
+        stream: (publisher, seq) to publish at that place of a stream the caller names
+        instead of this node's own (publisher: up to 64 bytes, not this node's id). A
+        place taken already, here or anywhere this node heard of, publishes nothing and
+        the receipt says `duplicate`: a Spark sink names each row's place after its query,
+        batch, partition and row number, so a retried task re-publishes nothing.
         """
         runtime = self._running()
         value = _as_bytes("value", value)
         key = None if key is None else _as_bytes("key", key)
         fields = _headers(headers)
+        if stream is not None:
+            stream = _stream(stream, runtime.me)
         await trio.lowlevel.checkpoint()
-        for out in runtime.input(Publish(topic, value, key, fields)):
+        for out in runtime.input(Publish(topic, value, key, fields, stream)):
             if type(out) is Published:
-                return out.id
+                envelope = out.envelope
+                return Receipt(out.id, envelope.publisher, envelope.seq, duplicate=False)  # type: ignore[arg-type]
+            if type(out) is AlreadyPublished:
+                return Receipt(out.id, out.publisher, out.seq, duplicate=True)  # type: ignore[arg-type]
+            if type(out) is Deliver and out.envelope.publisher == (stream or (None,))[0]:
+                return Receipt(out.id, out.envelope.publisher, out.envelope.seq, duplicate=False)  # type: ignore[arg-type]
+        if stream is not None:
+            # Held in order behind an earlier place of the stream that has not come yet:
+            # accepted, and delivered here once the gap before it is filled or given up.
+            return Receipt(None, stream[0], stream[1], duplicate=False)
         raise AssertionError("the core accepted a publish without reporting it")
 
     def subscribe(self, topic: str, buffer: int = SUBSCRIPTION_BUFFER) -> Subscription:
@@ -431,6 +481,25 @@ def _as_bytes(name: str, value: object) -> bytes:
         return bytes(value)
     hint = " (encode it first)" if isinstance(value, str) else ""
     raise TypeError(f"{name} must be bytes, not {type(value).__name__}{hint}: {value!r:.80}")
+
+
+MAX_STREAM_NAME = MAX_PEER_ID_SIZE  # a publisher travels as a peer id on the wire
+
+
+def _stream(stream: object, me: bytes) -> tuple[bytes, int]:
+    if not (isinstance(stream, tuple) and len(stream) == 2):
+        raise TypeError(f"stream must be a (publisher, seq) pair, not {stream!r:.80}")
+    publisher, seq = stream
+    publisher = _as_bytes("a stream's publisher", publisher)
+    if not 1 <= len(publisher) <= MAX_STREAM_NAME:
+        raise ValueError(
+            f"a stream's publisher must be 1..{MAX_STREAM_NAME} bytes, not {len(publisher)}"
+        )
+    if publisher == me:
+        raise ValueError("this node's own stream is numbered by the node: name another")
+    if not isinstance(seq, int) or isinstance(seq, bool) or not 0 <= seq < 2**64:
+        raise ValueError(f"a stream's seq must be an int in 0..2**64-1, not {seq!r}")
+    return publisher, seq
 
 
 def _headers(

@@ -99,6 +99,26 @@ def test_publish_reports_publisher_and_seq_and_offsets_follow() -> None:
         assert got[0].key == b"k" and got[0].headers == (("h", b"1"),)
 
 
+def test_records_at_named_stream_places_are_published_once_and_counted_in_offsets() -> None:
+    place = b"sink/q/3/1"
+    with agent() as path, AgentClient(path) as client:
+        rows = [Record(b"r0", stream=(place, 0)), Record(b"r1", stream=(place, 1))]
+        first = client.publish_batch(TOPIC, rows)
+        again = client.publish_batch(TOPIC, [*rows, Record(b"r2", stream=(place, 2))])
+        assert [(p.publisher, p.seq, p.duplicate) for p in first] == [
+            (place, 0, False),
+            (place, 1, False),
+        ]
+        assert [p.duplicate for p in again] == [True, True, False]
+        assert [p.id for p in again[:2]] == [p.id for p in first]
+        assert client.offsets(TOPIC) == {place: (0, 2)}
+        got = client.read_range(TOPIC, place, 0, 2)
+        assert [m.value for m in got] == [b"r0", b"r1", b"r2"]
+        with pytest.raises(AgentError, match="stream's publisher") as refused:
+            client.publish_batch(TOPIC, [b"fine", Record(b"x", stream=(b"", 0))])
+        assert refused.value.kind == "bad_request"
+
+
 def test_join_is_idempotent_and_leave_forgets_the_topic() -> None:
     with agent() as path, AgentClient(path) as client:
         client.join(TOPIC)  # joined at start already: a no-op

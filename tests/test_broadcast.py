@@ -13,12 +13,14 @@ from __future__ import annotations
 import pytest
 
 from episub.proto import messages as m
-from episub.proto.errors import MessageTooLarge
+from episub.proto.errors import LocalProtocolError, MessageTooLarge
 from episub.proto.events import (
+    AlreadyPublished,
     ClosePeer,
     ConnectionLost,
     DataLost,
     Deliver,
+    JoinTopic,
     LeaveTopic,
     NeighborDown,
     PeerMisbehaved,
@@ -552,12 +554,78 @@ def test_held_messages_are_bounded_per_publisher():
     ]
 
 
-def test_publishers_are_bounded_by_max_publishers():
-    node = node_with(1, max_publishers=1)
+def test_a_full_publisher_table_forgets_its_least_recently_active_idle_stream():
+    node = node_with(1, max_publishers=2)
     node.handle(received(1, gossip(env(0))), 1.0)
+    node.handle(received(1, gossip(envelope(7, 0))), 1.0)
+    node.handle(received(1, gossip(env(1))), 1.0)  # publisher 9 is now the most recent
+    newcomer = envelope(8, 0)
+    out = node.handle(received(1, gossip(newcomer)), 1.0)
+    assert deliver(newcomer, 1) in out
+    assert list(node._topics[TOPIC].broadcast.streams) == [PUBLISHER, 8]
+    assert node.stats()["streams_evicted"] == 1
+
+
+def test_a_full_publisher_table_whose_streams_all_wait_for_gaps_refuses_a_new_publisher():
+    node = node_with(1, max_publishers=1, stream_settle=0.0)
+    node.handle(received(1, gossip(env(0))), 1.0)
+    node.handle(received(1, gossip(env(2))), 1.0)  # held: seq 1 is missing
     other = envelope(8, 0)
     out = node.handle(received(1, gossip(other)), 1.0)
     assert out == [PeerMisbehaved(8, "too many publishers on this topic")]
+
+
+# -- named streams: a place (publisher, seq) chosen by the caller, published once --------
+
+
+def test_a_named_stream_publish_reaches_eager_peers_and_our_own_application_in_order():
+    node = node_with(1, 2)
+    out = node.handle(Publish(TOPIC, b"row", stream=(b"sink/q/0/0", 0)), 2.0)
+    e = envelope(b"sink/q/0/0", 0, b"row", timestamp_ms=2000)
+    g = m.Gossip(id=mid(e), envelope=e, hops=1)
+    assert out == [Deliver(TOPIC, mid(e), e, 0), send(1, g), send(2, g), IHAVE_TIMER]
+
+
+def test_a_named_stream_place_taken_already_publishes_nothing():
+    node = node_with(1)
+    node.handle(Publish(TOPIC, b"first", stream=(b"s", 0)), 1.0)
+    out = node.handle(Publish(TOPIC, b"again", stream=(b"s", 0)), 2.0)
+    first = envelope(b"s", 0, b"first", timestamp_ms=1000)
+    assert out == [AlreadyPublished(TOPIC, b"s", 0, mid(first))]
+    assert node.stats()["republished"] == 1
+
+
+def test_a_named_stream_place_delivered_from_a_peer_is_taken_for_our_publish_too():
+    """A retried Spark task on another executor: the first attempt's rows came by gossip."""
+    node = node_with(1)
+    node.handle(received(1, gossip(env(0))), 1.0)
+    out = node.handle(Publish(TOPIC, b"retry", stream=(PUBLISHER, 0)), 2.0)
+    assert out == [AlreadyPublished(TOPIC, PUBLISHER, 0, mid(env(0)))]
+    out = node.handle(Publish(TOPIC, b"next", stream=(PUBLISHER, 1)), 2.0)
+    assert isinstance(out[0], Deliver)
+
+
+def test_our_own_stream_cannot_be_named():
+    node = node_with(1)
+    with pytest.raises(LocalProtocolError):
+        node.handle(Publish(TOPIC, b"x", stream=(ME, 0)), 1.0)
+
+
+def test_a_stream_seen_from_seq_0_needs_no_settle_window():
+    node = node_with(1, 2, stream_settle=0.5)
+    out = node.handle(received(1, gossip(env(0))), 1.0)
+    assert deliver(env(0), 1) in out
+    assert ScheduleTimer(0.5, token("settle")) not in out
+
+
+def test_leaving_and_joining_again_goes_on_with_our_stream_where_it_stopped():
+    node = node_with(1)
+    node.handle(Publish(TOPIC, b"a"), 1.0)
+    node.handle(Publish(TOPIC, b"b"), 1.0)
+    node.handle(LeaveTopic(TOPIC), 2.0)
+    node.handle(JoinTopic(TOPIC, ()), 3.0)
+    out = node.handle(Publish(TOPIC, b"c"), 4.0)
+    assert [e.envelope.seq for e in out if isinstance(e, Published)] == [2]
 
 
 # -- stream settle window: a new subscriber's first copies may arrive out of order -------

@@ -335,3 +335,41 @@ def test_join_with_no_neighbour_in_time_raises_timeout_error_and_stays_joined():
             await b.leave(TOPIC)  # still joined, so leaving works
 
     run(main)
+
+
+def test_publish_record_reports_the_place_and_a_named_place_is_published_once() -> None:
+    """A retried writer on another node re-publishes a named place: nobody gets it twice."""
+
+    async def main() -> None:
+        async with AsyncExitStack() as stack:
+            a, b = await pair(stack)
+            async with b.subscribe(TOPIC) as sub:
+                own = await a.publish_record(TOPIC, b"own")
+                assert (own.publisher, own.seq, own.duplicate) == (a.id, 0, False)
+                assert [m.id for m in await receive_messages(sub, 1)] == [own.id]
+                rows = [(b"row0", 0), (b"row1", 1)]
+                receipts = [
+                    await a.publish_record(TOPIC, v, stream=(b"sink/q/7/0", s)) for v, s in rows
+                ]
+                assert [r.duplicate for r in receipts] == [False, False]
+                first = await receive_messages(sub, 2)
+                # The retry runs on b, which has the first attempt's rows already.
+                retried = [
+                    await b.publish_record(TOPIC, v + b"'", stream=(b"sink/q/7/0", s))
+                    for v, s in [*rows, (b"row2", 2)]
+                ]
+                assert [r.duplicate for r in retried] == [True, True, False]
+                assert [r.id for r in retried[:2]] == [r.id for r in receipts]
+                (third,) = await receive_messages(sub, 1)
+            got = [(m.publisher, m.seq, m.value) for m in [*first, third]]
+            assert got == [
+                (b"sink/q/7/0", 0, b"row0"),
+                (b"sink/q/7/0", 1, b"row1"),
+                (b"sink/q/7/0", 2, b"row2'"),
+            ]
+            with pytest.raises(ValueError, match="own stream"):
+                await a.publish_record(TOPIC, b"x", stream=(a.id, 5))
+            with pytest.raises(ValueError, match=r"1\.\.64 bytes"):
+                await a.publish_record(TOPIC, b"x", stream=(b"s" * 65, 0))
+
+    run(main)

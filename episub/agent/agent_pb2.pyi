@@ -15,14 +15,24 @@ class Header(_message.Message):
     def __init__(self, name: _Optional[str] = ..., value: _Optional[bytes] = ...) -> None: ...
 
 class Record(_message.Message):
-    __slots__ = ("value", "key", "headers")
+    __slots__ = ("value", "key", "headers", "stream")
     VALUE_FIELD_NUMBER: _ClassVar[int]
     KEY_FIELD_NUMBER: _ClassVar[int]
     HEADERS_FIELD_NUMBER: _ClassVar[int]
+    STREAM_FIELD_NUMBER: _ClassVar[int]
     value: bytes
     key: bytes
     headers: _containers.RepeatedCompositeFieldContainer[Header]
-    def __init__(self, value: _Optional[bytes] = ..., key: _Optional[bytes] = ..., headers: _Optional[_Iterable[_Union[Header, _Mapping]]] = ...) -> None: ...
+    stream: StreamPlace
+    def __init__(self, value: _Optional[bytes] = ..., key: _Optional[bytes] = ..., headers: _Optional[_Iterable[_Union[Header, _Mapping]]] = ..., stream: _Optional[_Union[StreamPlace, _Mapping]] = ...) -> None: ...
+
+class StreamPlace(_message.Message):
+    __slots__ = ("publisher", "seq")
+    PUBLISHER_FIELD_NUMBER: _ClassVar[int]
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    publisher: bytes
+    seq: int
+    def __init__(self, publisher: _Optional[bytes] = ..., seq: _Optional[int] = ...) -> None: ...
 
 class Request(_message.Message):
     __slots__ = ("id", "join", "leave", "publish", "publish_batch", "subscribe", "unsubscribe", "read_range", "offsets", "inspect")
@@ -157,12 +167,16 @@ class PublishedList(_message.Message):
     def __init__(self, publisher: _Optional[bytes] = ..., published: _Optional[_Iterable[_Union[Published, _Mapping]]] = ...) -> None: ...
 
 class Published(_message.Message):
-    __slots__ = ("id", "seq")
+    __slots__ = ("id", "seq", "publisher", "duplicate")
     ID_FIELD_NUMBER: _ClassVar[int]
     SEQ_FIELD_NUMBER: _ClassVar[int]
+    PUBLISHER_FIELD_NUMBER: _ClassVar[int]
+    DUPLICATE_FIELD_NUMBER: _ClassVar[int]
     id: bytes
     seq: int
-    def __init__(self, id: _Optional[bytes] = ..., seq: _Optional[int] = ...) -> None: ...
+    publisher: bytes
+    duplicate: bool
+    def __init__(self, id: _Optional[bytes] = ..., seq: _Optional[int] = ..., publisher: _Optional[bytes] = ..., duplicate: _Optional[bool] = ...) -> None: ...
 
 class Message(_message.Message):
     __slots__ = ("topic", "publisher", "seq", "timestamp_ms", "key", "value", "headers", "id")

@@ -160,8 +160,11 @@ class AgentClient:
         value: bytes,
         key: bytes | None = None,
         headers: Mapping[str, bytes] | Iterable[tuple[str, bytes]] | None = None,
+        *,
+        stream: tuple[bytes, int] | None = None,
     ) -> Published:
-        record = record_to_pb(value, key, headers)
+        """Publish one record; `stream` names its place (see Node.publish_record)."""
+        record = record_to_pb(value, key, headers, stream)
         reply = self._call(publish=pb.Publish(topic=topic, record=record)).published
         return _published(reply)[0]
 
@@ -173,7 +176,7 @@ class AgentClient:
         size = 0
         for record in records:
             if isinstance(record, Record):
-                encoded = record_to_pb(record.value, record.key, record.headers)
+                encoded = record_to_pb(record.value, record.key, record.headers, record.stream)
             else:
                 encoded = record_to_pb(record)
             record_size = encoded.ByteSize() + 8  # its tag and length
@@ -427,4 +430,6 @@ class AgentSubscription:
 
 
 def _published(reply: pb.PublishedList) -> list[Published]:
-    return [Published(p.id, reply.publisher, p.seq) for p in reply.published]
+    return [
+        Published(p.id, p.publisher or reply.publisher, p.seq, p.duplicate) for p in reply.published
+    ]

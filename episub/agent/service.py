@@ -14,10 +14,8 @@ Choices:
 - The agent follows every topic it joins with a subscription of its own, to answer
   `offsets(topic)` (ledger.py); it shows in `node.stats()["subscriptions"]`. Leaving the
   topic forgets its offsets, so the ledgers are bounded by the node's max_topics.
-- A publish reports (publisher, seq) next to the id. `Node.publish` returns only the id,
-  so the agent counts seqs per topic as the core does (from 0 at each join, one per
-  publish) and checks the count against retention whenever retention holds the message.
-  No await comes between the core numbering a message and the agent counting it.
+- A publish reports (publisher, seq) next to the id, from `Node.publish_record`; a record
+  may name its stream place (a Spark sink row), and a taken place reports `duplicate`.
 """
 
 from __future__ import annotations
@@ -39,7 +37,7 @@ from episub.agent.wire import (
     neighbor_to_pb,
     record_from_pb,
 )
-from episub.node import Node
+from episub.node import MAX_STREAM_NAME, Node
 from episub.proto.messages import MAX_HEADERS, check_topic_name
 
 __all__ = ["AgentLimits", "AgentRequestError", "AgentService"]
@@ -97,7 +95,7 @@ class AgentService:
         self.limits = limits or AgentLimits()
         self._nursery: trio.Nursery | None = None
         self._started = time.monotonic()
-        self._joined: dict[str, int] = {}  # topic -> the seq our next publish gets
+        self._joined: dict[str, None] = {}  # the topics joined, in the order joined
         self._joining: dict[str, trio.Event] = {}
         self._ledgers: dict[str, tuple[OffsetLedger, trio.CancelScope]] = {}
 
@@ -131,13 +129,13 @@ class AgentService:
             except TimeoutError as exc:
                 # Joined, but no neighbour yet: the node stays joined and keeps trying, so
                 # the topic counts as joined here too; the caller still hears of it.
-                self._joined[topic] = 0
+                self._joined[topic] = None
                 log.warning("%s", exc)
                 raise AgentRequestError("timeout", str(exc)) from None
             except BaseException:
                 self._unfollow(topic)
                 raise
-            self._joined[topic] = 0  # the core numbers a publisher's messages from 0 per join
+            self._joined[topic] = None
             log.info("joined %r through %s", topic, ", ".join(contacts) or "nobody (first node)")
             return True
         finally:
@@ -209,6 +207,14 @@ class AgentService:
                     "bad_request",
                     f"{where}at most {MAX_HEADERS} headers, not {len(record.headers)}",
                 )
+            if record.stream is not None:
+                publisher, _ = record.stream
+                if not 1 <= len(publisher) <= MAX_STREAM_NAME or publisher == self.node.id:
+                    raise AgentRequestError(
+                        "bad_request",
+                        f"{where}a stream's publisher must be 1..{MAX_STREAM_NAME} bytes and "
+                        f"not the node's own id, not {publisher!r:.80}",
+                    )
             size = len(record.value) + len(record.key or b"")
             size += sum(len(name) + len(value) for name, value in record.headers)
             if size > self.max_message_size:
@@ -220,8 +226,8 @@ class AgentService:
         out = pb.PublishedList(publisher=self.node.id)
         for i, record in enumerate(checked):
             try:
-                message_id = await self.node.publish(
-                    topic, record.value, record.key, record.headers
+                receipt = await self.node.publish_record(
+                    topic, record.value, record.key, record.headers, stream=record.stream
                 )
             except Exception as exc:
                 if i == 0:
@@ -230,20 +236,13 @@ class AgentService:
                     "internal",
                     f"record {i} of {len(checked)} failed after {i} were published: {exc}",
                 ) from exc
-            out.published.add(id=message_id, seq=self._take_seq(topic, message_id))
-        return out
-
-    def _take_seq(self, topic: str, message_id: bytes) -> int:
-        seq = self._joined.get(topic, 0)
-        self._joined[topic] = seq + 1
-        held = self.node.retained(topic, self.node.id, seq, seq)
-        if held and held[0].id != message_id:
-            raise AgentRequestError(
-                "internal",
-                f"published {message_id.hex()} on {topic!r}, but retention holds "
-                f"{held[0].id.hex()} at the seq the agent counted ({seq})",
+            out.published.add(
+                id=receipt.id or b"",
+                seq=receipt.seq,
+                publisher=receipt.publisher if record.stream is not None else b"",
+                duplicate=receipt.duplicate,
             )
-        return seq
+        return out
 
     def read_range(self, body: pb.ReadRange) -> pb.Messages:
         first, last = body.first_seq, body.last_seq

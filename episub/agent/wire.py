@@ -126,15 +126,20 @@ class Record:
     value: bytes
     key: bytes | None = None
     headers: tuple[tuple[str, bytes], ...] = field(default=())
+    stream: tuple[bytes, int] | None = None  # (publisher, seq): see Node.publish_record
 
 
 @dataclass(frozen=True, slots=True)
 class Published:
-    """Where a published message landed: its id, and (publisher, seq) for offsets."""
+    """Where a published message landed: its id, and (publisher, seq) for offsets.
+
+    duplicate: the record named a stream place that was taken, and nothing was published;
+    id is then the holder's when the agent knew it, else b"" (as for a held place)."""
 
     id: bytes
     publisher: bytes
     seq: int
+    duplicate: bool = False
 
 
 def _headers_to_pb(target: object, headers: Iterable[tuple[str, bytes]]) -> None:
@@ -150,6 +155,7 @@ def record_to_pb(
     value: bytes,
     key: bytes | None = None,
     headers: Mapping[str, bytes] | Iterable[tuple[str, bytes]] | None = None,
+    stream: tuple[bytes, int] | None = None,
 ) -> pb.Record:
     """Checks types here, so a caller's mistake is reported before anything is sent."""
     if not isinstance(value, bytes | bytearray | memoryview):
@@ -170,14 +176,26 @@ def record_to_pb(
         ):
             raise TypeError(f"a header is a (str, bytes) pair, not {pair!r:.80}")
         record.headers.add(name=pair[0], value=bytes(pair[1]))
+    if stream is not None:
+        if not (isinstance(stream, tuple) and len(stream) == 2):
+            raise TypeError(f"stream must be a (publisher, seq) pair, not {stream!r:.80}")
+        publisher, seq = stream
+        if not isinstance(publisher, bytes) or not isinstance(seq, int):
+            raise TypeError(f"stream must be (bytes, int), not {stream!r:.80}")
+        record.stream.publisher = publisher
+        record.stream.seq = seq
     return record
 
 
 def record_from_pb(record: pb.Record) -> Record:
+    stream = None
+    if record.HasField("stream"):
+        stream = (record.stream.publisher, record.stream.seq)
     return Record(
         value=record.value,
         key=record.key if record.HasField("key") else None,
         headers=_headers_from_pb(record.headers),
+        stream=stream,
     )
 
 

@@ -7,7 +7,8 @@ Rules this machine keeps:
 - The application gets each publisher's messages in sequence order, each once: a message
   that arrives early is held until the gap before it is filled or given up (DataLost).
 - Every table a peer can grow is bounded: cache (count, bytes, age), seen (count, age),
-  missing ids, announcers per id, held messages per publisher, publishers.
+  missing ids, announcers per id, held messages per publisher, publishers (the least
+  recently active idle stream is forgotten to make room).
 
 Rules from the draft (and Plumtree):
 - publish / first receipt: GOSSIP to eager peers with hops + 1, id queued for IHAVE.
@@ -31,8 +32,9 @@ from dataclasses import dataclass, field
 from episub.proto import messages as m
 from episub.proto.config import BroadcastConfig
 from episub.proto.envelope import message_id
-from episub.proto.errors import MessageTooLarge
+from episub.proto.errors import LocalProtocolError, MessageTooLarge
 from episub.proto.events import (
+    AlreadyPublished,
     DataLost,
     Deliver,
     OutEvent,
@@ -86,6 +88,8 @@ class BroadcastCounters:
     bad_ids: int = 0
     data_lost: int = 0
     optimizations: int = 0
+    republished: int = 0  # publishes at a named stream place that was taken already
+    streams_evicted: int = 0  # idle publisher streams forgotten to make room (max_publishers)
 
 
 class Broadcast:
@@ -178,10 +182,19 @@ class Broadcast:
         headers: tuple[tuple[str, bytes], ...],
         now: float,
         out: list[OutEvent],
-    ) -> MessageId:
+        stream: tuple[PeerId, int] | None = None,
+    ) -> MessageId | None:
+        """Publish on our own stream, or at `stream` = (publisher, seq) of a named one.
+
+        A named stream's place that is taken already (delivered here, or held waiting for
+        a gap) publishes nothing and reports AlreadyPublished; None is returned then.
+        """
+        if stream is not None and stream[0] == self.me:
+            raise LocalProtocolError("our own stream is numbered by the core: give no stream")
+        publisher, seq = stream if stream is not None else (self.me, self.next_seq)
         envelope = Envelope(
-            publisher=self.me,
-            seq=self.next_seq,
+            publisher=publisher,
+            seq=seq,
             timestamp_ms=int(now * 1000),
             payload=payload,
             key=key,
@@ -192,16 +205,31 @@ class Broadcast:
                 f"message of {envelope.size} bytes exceeds max_message_size "
                 f"({self.config.max_message_size} bytes) on topic {self.topic!r}"
             )
-        self.next_seq += 1
+        if stream is not None and self._place_taken(publisher, seq):
+            self.counters.republished += 1
+            out.append(AlreadyPublished(self.topic, publisher, seq, self.by_seq.get(stream)))
+            return None
         mid = message_id(self.topic, envelope, self.id_key)
         self.counters.published += 1
         self._remember(mid, envelope, hops=0, sender=None, now=now)
-        out.append(Published(self.topic, mid, envelope))
+        if stream is None:
+            self.next_seq += 1
+            out.append(Published(self.topic, mid, envelope))
+        else:
+            # A named stream's messages reach our own application the way a peer's do: in
+            # order, once per place, so a second writer of the same place is dropped.
+            self._deliver_in_order(mid, envelope, 0, now, out)
         gossip = m.Gossip(id=mid, envelope=envelope, hops=1)
         for peer in self.eager:
             out.append(Send(peer, self.topic, gossip))
         self._queue_ihave(mid, 0, None, out)
         return mid
+
+    def _place_taken(self, publisher: PeerId, seq: int) -> bool:
+        stream = self.streams.get(publisher)
+        if stream is None:
+            return False
+        return seq < stream.next_seq or seq in stream.held
 
     # -- messages -----------------------------------------------------------------------
 
@@ -418,20 +446,22 @@ class Broadcast:
         self, mid: MessageId, envelope: Envelope, hops: int, now: float, out: list[OutEvent]
     ) -> None:
         c = self.config
-        stream = self.streams.get(envelope.publisher)
+        stream = self.streams.pop(envelope.publisher, None)
         if stream is None:
-            if len(self.streams) >= c.max_publishers:
+            if len(self.streams) >= c.max_publishers and not self._evict_idle_stream():
                 out.append(PeerMisbehaved(envelope.publisher, "too many publishers on this topic"))
                 return
             # The first message we see of a publisher opens its stream; where the stream
             # starts is fixed only after `stream_settle`, so an earlier message that the
-            # first one overtook is still delivered, in order.
-            settles = c.stream_settle > 0
-            stream = self.streams[envelope.publisher] = PublisherStream(
+            # first one overtook is still delivered, in order. Nothing comes before seq 0.
+            settles = c.stream_settle > 0 and envelope.seq > 0
+            stream = PublisherStream(
                 next_seq=envelope.seq, settling_until=now + c.stream_settle if settles else None
             )
             if settles:
                 out.append(ScheduleTimer(c.stream_settle, (*self._timer_prefix, "settle")))
+        # Re-inserted on every message: `streams` runs from least to most recently active.
+        self.streams[envelope.publisher] = stream
         seq = envelope.seq
         if stream.settling_until is not None:
             if seq not in stream.held and seq >= stream.next_seq - c.max_gap:
@@ -456,6 +486,19 @@ class Broadcast:
             stream.gap_since = now
             stream.pull_attempts = 0
             self._arm_gap_timer(out)
+
+    def _evict_idle_stream(self) -> bool:
+        """Forget the least recently active stream that holds nothing, to make room for a
+        new publisher. A publisher's streams come and go (a node restarts under a new id, a
+        Spark sink writes each partition of each batch as a stream of its own), so a full
+        table evicts instead of refusing; a forgotten publisher that sends again starts a
+        new stream where it stands. False when every stream is waiting for a gap."""
+        for publisher, stream in self.streams.items():
+            if not stream.held and stream.settling_until is None:
+                del self.streams[publisher]
+                self.counters.streams_evicted += 1
+                return True
+        return False
 
     def _end_settling(self, now: float, out: list[OutEvent]) -> None:
         for publisher, stream in self.streams.items():

@@ -67,12 +67,27 @@ class LeaveTopic:
 
 @dataclass(frozen=True, slots=True)
 class Publish:
-    """Command: publish one message; the core stamps publisher, sequence and timestamp."""
+    """Command: publish one message; the core stamps publisher, sequence and timestamp.
+
+    With `stream` = (publisher, seq) the message takes that place in a stream named by the
+    caller instead of the node's own (a Spark sink row, whose identity must not depend on
+    which executor or attempt writes it). A place that is filled already publishes nothing:
+    the core reports `AlreadyPublished` instead of `Published`.
+    """
 
     topic: str
     payload: bytes
     key: bytes | None = None
     headers: tuple[tuple[str, bytes], ...] = ()
+    stream: tuple[PeerId, int] | None = None
+
+    def __post_init__(self) -> None:
+        if self.stream is not None:
+            publisher, seq = self.stream
+            if not isinstance(seq, int) or isinstance(seq, bool) or not 0 <= seq < 2**64:
+                raise ValueError(f"a stream's seq must be an int in 0..2**64-1, not {seq!r}")
+            if publisher is None:
+                raise ValueError("a stream needs a publisher")
 
 
 InEvent: TypeAlias = Received | TimerFired | ConnectionLost | JoinTopic | LeaveTopic | Publish
@@ -96,6 +111,17 @@ class ScheduleTimer:
 
     delay: float
     token: Hashable
+
+
+@dataclass(frozen=True, slots=True)
+class AlreadyPublished:
+    """A `Publish` with a stream place that was taken: nothing was sent or delivered.
+    `id` is the message that holds the place, when it is still cached (else None)."""
+
+    topic: str
+    publisher: PeerId
+    seq: int
+    id: MessageId | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,6 +186,7 @@ OutEvent: TypeAlias = (
     | ScheduleTimer
     | Deliver
     | Published
+    | AlreadyPublished
     | NeighborUp
     | NeighborDown
     | ClosePeer

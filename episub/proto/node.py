@@ -46,6 +46,10 @@ class NodeState:
         self._topics: dict[str, Topic] = {}
         self._generations: dict[str, int] = {}
         self._next_generation = 0
+        # Our stream of a topic goes on where it stopped when we leave and join again, so a
+        # (publisher, seq) never names two messages. One int per topic ever left; topics are
+        # the application's names, not a peer's, so this grows only as the application asks.
+        self._next_seqs: dict[str, int] = {}
         self.misbehaved = 0
 
     def handle(self, event: InEvent, now: float) -> list[OutEvent]:
@@ -65,8 +69,9 @@ class NodeState:
                 t = self._topic_or_raise(topic)
                 t.leave(now, out)
                 del self._topics[topic]
-            case Publish(topic=topic, payload=payload, key=key, headers=headers):
-                self._topic_or_raise(topic).publish(payload, key, headers, now, out)
+                self._next_seqs[topic] = t.broadcast.next_seq
+            case Publish(topic=topic, payload=payload, key=key, headers=headers, stream=stream):
+                self._topic_or_raise(topic).publish(payload, key, headers, now, out, stream)
             case _:
                 raise LocalProtocolError(f"not an input event: {event!r}")
         self._release_unused(out)
@@ -96,6 +101,7 @@ class NodeState:
             rtts=self.rtts,
             timer_prefix=(topic, generation),
         )
+        t.broadcast.next_seq = self._next_seqs.pop(topic, 0)
         self._topics[topic] = t
         t.join(tuple(bootstrap), now, out)
 

@@ -79,8 +79,9 @@ class Topic:
         headers: tuple[tuple[str, bytes], ...],
         now: float,
         out: list[OutEvent],
-    ) -> MessageId:
-        return self.broadcast.publish(payload, key, headers, now, out)
+        stream: tuple[PeerId, int] | None = None,
+    ) -> MessageId | None:
+        return self.broadcast.publish(payload, key, headers, now, out, stream)
 
     def on_message(
         self, peer: PeerId, msg: m.TopicMessage, now: float, out: list[OutEvent]
