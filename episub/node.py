@@ -22,6 +22,7 @@ Choices the API makes:
 
 from __future__ import annotations
 
+import itertools
 import secrets
 from collections.abc import AsyncIterator, Iterable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
@@ -49,12 +50,14 @@ from episub.proto.events import (
     AlreadyPublished,
     DataLost,
     Deliver,
+    Fetch,
     JoinTopic,
     LeaveTopic,
     NeighborUp,
     OutEvent,
     Publish,
     Published,
+    Recovered,
 )
 from episub.proto.messages import MAX_HEADERS, Envelope, LinkKind, check_topic_name
 from episub.proto.wire import MAX_PEER_ID_SIZE
@@ -78,6 +81,12 @@ CLOSE_TIMEOUT = 2.0  # guess: covers a slow WAN round trip or two; exit stays pr
 # join() returns once the topic has a first neighbour, so that a publish right after it
 # reaches someone; a JOIN walk plus a NEIGHBOR exchange is a few RTTs.
 JOIN_TIMEOUT = 10.0  # guess: = DIAL_TIMEOUT, far above a few loopback or LAN RTTs
+# fetch(): how long one neighbour may take to start answering a PULL, and how long a
+# burst of answers may pause before the next neighbour is asked for what is still missing.
+FETCH_RETRY = 1.0  # guess: a PULL round trip on a busy LAN, with room
+FETCH_QUIET = 0.1  # guess: answers to one PULL leave the peer back to back
+FETCH_TIMEOUT = 10.0  # guess: = JOIN_TIMEOUT; a Spark task waits this long at most per range
+FETCH_MAX_SPAN = 1_000_000  # seqs one fetch may span: bounds the gap scan's work
 SUBSCRIPTION_BUFFER = 1024  # guess: ~a second of a busy topic; trio has no default on purpose
 _WILDCARD_HOSTS = frozenset({"", "0.0.0.0", "::"})
 
@@ -163,6 +172,7 @@ class Node:
         self._address = ""
         self._subscriptions: dict[str, list[Subscription]] = {}
         self._first_neighbor: dict[str, trio.Event] = {}
+        self._fetching: dict[tuple[str, bytes], trio.Event] = {}  # set when one arrives
         self._lifetime_cm: AbstractAsyncContextManager[Node] | None = None
 
     # -- lifetime ---------------------------------------------------------------------------
@@ -402,9 +412,14 @@ class Node:
 
     def _on_event(self, event: OutEvent) -> None:
         kind = type(event)
-        if kind is Deliver or kind is Published:
+        if kind is Deliver or kind is Published or kind is Recovered:
             message = _message(event.topic, event.id, event.envelope)  # type: ignore[union-attr]
             self._retention.add(message, trio.current_time())
+            waiting = self._fetching.get((message.topic, message.publisher))
+            if waiting is not None:
+                waiting.set()
+            if kind is Recovered:
+                return  # history: for retention, not a new message for subscribers
             for sub in self._subscriptions.get(message.topic, ()):
                 sub.offer(message)
         elif kind is NeighborUp:
@@ -452,6 +467,50 @@ class Node:
         out["retained_bytes"] = self._retention.bytes
         return out
 
+    async def fetch(
+        self,
+        topic: str,
+        publisher: bytes,
+        first_seq: int,
+        last_seq: int,
+        *,
+        timeout: float = FETCH_TIMEOUT,
+    ) -> list[Message]:
+        """`retained`, after asking the topic's neighbours in turn (PULL) for what this node
+        lacks of the range: a node that joined late, or restarted, fills its history this
+        way (a Spark executor reading a replayed micro-batch). Returns what it then holds,
+        in order, when the range is complete or `timeout` seconds have passed; what no
+        neighbour still caches stays absent."""
+        runtime = self._running()
+        if not 0 <= first_seq <= last_seq:
+            raise ValueError(f"need 0 <= first_seq <= last_seq, not {first_seq!r}..{last_seq!r}")
+        if last_seq - first_seq >= FETCH_MAX_SPAN:
+            raise ValueError(
+                f"a fetch spans at most {FETCH_MAX_SPAN} seqs, not {first_seq}..{last_seq}"
+            )
+        key = (topic, publisher)
+        with trio.move_on_after(timeout):
+            for asked in itertools.count():
+                held = self.retained(topic, publisher, first_seq, last_seq)
+                gap = _missing(held, first_seq, last_seq)
+                if gap is None:
+                    break
+                peers = [n.peer_id for n in self.neighbors(topic)]
+                if not peers:
+                    await trio.sleep(FETCH_RETRY)  # no neighbour yet: one may come
+                    continue
+                arrived = self._fetching[key] = trio.Event()
+                runtime.input(Fetch(topic, peers[asked % len(peers)], publisher, *gap))
+                # Answers come as a burst; the next neighbour is asked once this one is quiet.
+                with trio.move_on_after(FETCH_RETRY):
+                    await arrived.wait()
+                while arrived.is_set():
+                    arrived = self._fetching[key] = trio.Event()
+                    with trio.move_on_after(FETCH_QUIET):
+                        await arrived.wait()
+        self._fetching.pop(key, None)
+        return self.retained(topic, publisher, first_seq, last_seq)
+
     def retained(
         self, topic: str, publisher: bytes, first_seq: int, last_seq: int
     ) -> list[Message]:
@@ -459,6 +518,13 @@ class Node:
         was never delivered here, or has aged out of retention, is absent."""
         self._running()
         return self._retention.get(topic, publisher, first_seq, last_seq, trio.current_time())
+
+
+def _missing(held: list[Message], first_seq: int, last_seq: int) -> tuple[int, int] | None:
+    """The span from the first to the last seq of first..last that `held` lacks."""
+    have = {m.seq for m in held}
+    lacking = [s for s in range(first_seq, last_seq + 1) if s not in have]
+    return (lacking[0], lacking[-1]) if lacking else None
 
 
 def _message(topic: str, message_id: bytes, envelope: Envelope) -> Message:

@@ -20,12 +20,14 @@ from episub.proto.events import (
     ConnectionLost,
     DataLost,
     Deliver,
+    Fetch,
     JoinTopic,
     LeaveTopic,
     NeighborDown,
     PeerMisbehaved,
     Publish,
     Published,
+    Recovered,
     ScheduleTimer,
 )
 from episub.proto.node import NodeState
@@ -395,7 +397,8 @@ def test_first_message_of_a_publisher_sets_where_its_stream_starts():
     node = node_with(1, 2)
     assert deliver(env(5), 1) in node.handle(received(1, gossip(env(5))), 1.0)
     out = node.handle(received(1, gossip(env(4))), 1.0)
-    assert out == [send(2, gossip(env(4), hops=2))]  # forwarded, not delivered
+    # Forwarded (live for nodes that joined earlier) and kept as history, not delivered.
+    assert out == [Recovered(TOPIC, mid(env(4)), env(4)), send(2, gossip(env(4), hops=2))]
 
 
 def hold_seq_2(*neighbours: int, **overrides: object) -> NodeState:
@@ -531,14 +534,20 @@ def test_seen_is_bounded_by_count():
         node.handle(received(1, gossip(env(seq))), 1.0)
     # seq 0 was forgotten: it is not a duplicate any more (no PRUNE), but the ordered
     # stream still keeps the application from getting it twice.
-    assert node.handle(received(1, gossip(env(0))), 1.0) == [send(2, gossip(env(0), hops=2))]
+    assert node.handle(received(1, gossip(env(0))), 1.0) == [
+        Recovered(TOPIC, mid(env(0)), env(0)),
+        send(2, gossip(env(0), hops=2)),
+    ]
 
 
 def test_seen_forgets_ids_older_than_seen_ttl():
     node = node_with(1, 2, seen_ttl=10.0)
     node.handle(received(1, gossip(env(0))), 0.0)
     node.handle(received(1, gossip(env(1))), 10.0)
-    assert node.handle(received(2, gossip(env(0))), 10.0) == [send(1, gossip(env(0), hops=2))]
+    assert node.handle(received(2, gossip(env(0))), 10.0) == [
+        Recovered(TOPIC, mid(env(0)), env(0)),
+        send(1, gossip(env(0), hops=2)),
+    ]
 
 
 def test_held_messages_are_bounded_per_publisher():
@@ -678,3 +687,20 @@ def test_a_lazy_peer_made_eager_is_told_at_once_of_ids_queued_for_ihave():
     out = node.handle(received(1, m.Graft(ids=())), 1.01)
     assert out == [send(1, m.IHave(summaries=((mid(e), 3),)))]
     assert node.eager_peers(TOPIC) == [2, 1]
+
+
+# -- fetch: history from behind the stream's position ---------------------------------------
+
+
+def test_fetch_pulls_in_spans_and_an_answer_behind_the_stream_is_recovered_not_forwarded():
+    node = node_with(1, 2)
+    node.handle(received(1, gossip(env(5))), 1.0)
+    fire(node, "settle", 2.0)
+    out = node.handle(Fetch(TOPIC, 2, PUBLISHER, 0, m.MAX_PULL_SPAN), 3.0)
+    assert out == [
+        send(2, m.Pull(publisher=PUBLISHER, first_seq=0, last_seq=m.MAX_PULL_SPAN - 1)),
+        send(2, m.Pull(publisher=PUBLISHER, first_seq=m.MAX_PULL_SPAN, last_seq=m.MAX_PULL_SPAN)),
+    ]
+    out = node.handle(received(2, gossip(env(3))), 3.5)
+    assert out == [Recovered(TOPIC, mid(env(3)), env(3))]
+    assert node.stats()["recovered"] == 1

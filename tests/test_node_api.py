@@ -373,3 +373,26 @@ def test_publish_record_reports_the_place_and_a_named_place_is_published_once() 
                 await a.publish_record(TOPIC, b"x", stream=(b"s" * 65, 0))
 
     run(main)
+
+
+def test_a_late_joiner_fetches_history_from_neighbours_without_delivering_it_again() -> None:
+    async def main() -> None:
+        async with AsyncExitStack() as stack:
+            a, b = await pair(stack)
+            ids = [await a.publish(TOPIC, b"old%d" % i) for i in range(5)]
+            await wait_until(lambda: len(b.retained(TOPIC, a.id, 0, 4)) == 5, what="b has all")
+            late = await stack.enter_async_context(Node(key=KEY, config=fast_config()))
+            await late.join(TOPIC, bootstrap=[b.address])
+            async with late.subscribe(TOPIC) as sub:
+                new_id = await a.publish(TOPIC, b"new")
+                (first,) = await receive_messages(sub, 1)
+                assert first.id == new_id
+                assert late.retained(TOPIC, a.id, 0, 4) == []
+                got = await late.fetch(TOPIC, a.id, 0, 5)
+                assert [m.id for m in got] == [*ids, new_id]
+                # History is not news: the next item the subscriber gets is the next message.
+                marker = await a.publish(TOPIC, b"marker")
+                assert [m.id for m in await receive_messages(sub, 1)] == [marker]
+            assert late.stats()["recovered"] == 5
+
+    run(main)

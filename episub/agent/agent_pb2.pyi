@@ -103,16 +103,18 @@ class Unsubscribe(_message.Message):
     def __init__(self, subscribe_id: _Optional[int] = ...) -> None: ...
 
 class ReadRange(_message.Message):
-    __slots__ = ("topic", "publisher", "first_seq", "last_seq")
+    __slots__ = ("topic", "publisher", "first_seq", "last_seq", "fetch_timeout")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     PUBLISHER_FIELD_NUMBER: _ClassVar[int]
     FIRST_SEQ_FIELD_NUMBER: _ClassVar[int]
     LAST_SEQ_FIELD_NUMBER: _ClassVar[int]
+    FETCH_TIMEOUT_FIELD_NUMBER: _ClassVar[int]
     topic: str
     publisher: bytes
     first_seq: int
     last_seq: int
-    def __init__(self, topic: _Optional[str] = ..., publisher: _Optional[bytes] = ..., first_seq: _Optional[int] = ..., last_seq: _Optional[int] = ...) -> None: ...
+    fetch_timeout: float
+    def __init__(self, topic: _Optional[str] = ..., publisher: _Optional[bytes] = ..., first_seq: _Optional[int] = ..., last_seq: _Optional[int] = ..., fetch_timeout: _Optional[float] = ...) -> None: ...
 
 class GetOffsets(_message.Message):
     __slots__ = ("topic",)

@@ -224,16 +224,30 @@ class AgentClient:
         return sub
 
     def read_range(
-        self, topic: str, publisher: bytes, first_seq: int, last_seq: int
+        self,
+        topic: str,
+        publisher: bytes,
+        first_seq: int,
+        last_seq: int,
+        *,
+        fetch_timeout: float = 0.0,
     ) -> list[Message]:
         """Retained messages of `publisher`, first_seq..last_seq, in order (what the agent
-        no longer holds is absent). Large ranges come in several replies."""
+        no longer holds is absent). Large ranges come in several replies. fetch_timeout > 0:
+        the agent's node first asks its neighbours for what it lacks (per reply page); the
+        client's own timeout must leave room for that."""
         if not 0 <= first_seq <= last_seq:
             raise ValueError(f"need 0 <= first_seq <= last_seq, not {first_seq!r}..{last_seq!r}")
         out: list[Message] = []
         seq = first_seq
         while seq <= last_seq:
-            body = pb.ReadRange(topic=topic, publisher=publisher, first_seq=seq, last_seq=last_seq)
+            body = pb.ReadRange(
+                topic=topic,
+                publisher=publisher,
+                first_seq=seq,
+                last_seq=last_seq,
+                fetch_timeout=fetch_timeout,
+            )
             page = self._call(read_range=body).messages
             out += (message_from_pb(m) for m in page.messages)
             if page.next_seq <= seq:

@@ -286,7 +286,7 @@ class AgentServer:
                 )
             scope.cancel()
         elif kind == "read_range":
-            return pb.Response(id=rid, messages=service.read_range(body))
+            return pb.Response(id=rid, messages=await service.read_range(body))
         elif kind == "offsets":
             return pb.Response(id=rid, offsets=service.offsets(body.topic))
         elif kind == "inspect":

@@ -58,6 +58,7 @@ class AgentLimits:
     max_request_size: int = MAX_REQUEST_SIZE
     read_page_bytes: int = 16 * 1024 * 1024  # a ReadRange reply's size, see wire.py
     read_page_messages: int = 10_000  # guess: a micro-batch reads several pages at most
+    max_fetch_timeout: int = 120  # seconds a read may wait on neighbours; guess: 12x Node's
 
     def __post_init__(self) -> None:
         for name in self.__slots__:
@@ -244,12 +245,22 @@ class AgentService:
             )
         return out
 
-    def read_range(self, body: pb.ReadRange) -> pb.Messages:
+    async def read_range(self, body: pb.ReadRange) -> pb.Messages:
         first, last = body.first_seq, body.last_seq
         if first > last:
             raise AgentRequestError(
                 "bad_request", f"need first_seq <= last_seq, not {first}..{last}"
             )
+        timeout = body.fetch_timeout
+        if not 0 <= timeout <= self.limits.max_fetch_timeout:
+            raise AgentRequestError(
+                "bad_request",
+                f"fetch_timeout must be in 0..{self.limits.max_fetch_timeout} s, not {timeout}",
+            )
+        if timeout > 0 and body.topic in self._joined:
+            # One page's worth at most: a client reading a long range asks page by page.
+            upto = min(last, first + self.limits.read_page_messages - 1)
+            await self.node.fetch(body.topic, body.publisher, first, upto, timeout=timeout)
         found = self.node.retained(body.topic, body.publisher, first, last)
         out = pb.Messages(next_seq=last + 1)
         size = 0

@@ -40,6 +40,7 @@ from episub.proto.events import (
     OutEvent,
     PeerMisbehaved,
     Published,
+    Recovered,
     ScheduleTimer,
     Send,
 )
@@ -88,6 +89,7 @@ class BroadcastCounters:
     bad_ids: int = 0
     data_lost: int = 0
     optimizations: int = 0
+    recovered: int = 0  # messages pulled from behind a stream's position (history)
     republished: int = 0  # publishes at a named stream place that was taken already
     streams_evicted: int = 0  # idle publisher streams forgotten to make room (max_publishers)
 
@@ -116,6 +118,8 @@ class Broadcast:
         self.lazy_queue: list[tuple[MessageId, int, PeerId | None]] = []
         self.missing: dict[MessageId, Missing] = {}
         self.streams: dict[PeerId, PublisherStream] = {}
+        # publisher -> the last span we fetched of it, oldest first; bounded by max_fetches.
+        self.fetches: OrderedDict[PeerId, tuple[int, int]] = OrderedDict()
         self.next_seq = 0
         self._ihave_armed = False
         self._missing_armed = False
@@ -269,6 +273,15 @@ class Broadcast:
             return
         self.counters.gossip_received += 1
         self._remember(mid, envelope, hops=msg.hops, sender=peer, now=now)
+        if self._behind_stream(envelope):
+            # From before our stream's position: history, kept but not delivered again. An
+            # answer to our own fetch is news to nobody downstream, so it stops here; any
+            # other copy may be live for nodes that joined before us, and goes on.
+            self.counters.recovered += 1
+            out.append(Recovered(self.topic, mid, envelope))
+            if self._fetched(envelope):
+                self.missing.pop(mid, None)
+                return
         missing = self.missing.pop(mid, None)
         if self._is_neighbor(peer):
             self._make_eager(peer, out)
@@ -282,6 +295,35 @@ class Broadcast:
         self._queue_ihave(mid, msg.hops, peer, out)
         if envelope.publisher != self.me:
             self._deliver_in_order(mid, envelope, msg.hops, now, out)
+
+    def _behind_stream(self, envelope: Envelope) -> bool:
+        stream = self.streams.get(envelope.publisher)
+        return (
+            stream is not None
+            and stream.settling_until is None
+            and envelope.seq < stream.next_seq
+            and envelope.seq not in stream.held
+        )
+
+    def _fetched(self, envelope: Envelope) -> bool:
+        span = self.fetches.get(envelope.publisher)
+        return span is not None and span[0] <= envelope.seq <= span[1]
+
+    def fetch(
+        self, peer: PeerId, publisher: PeerId, first: int, last: int, out: list[OutEvent]
+    ) -> None:
+        """PULL first..last of `publisher` from `peer`, in spans the wire allows."""
+        self.fetches.pop(publisher, None)
+        self.fetches[publisher] = (first, last)
+        if len(self.fetches) > self.config.max_fetches:
+            self.fetches.popitem(last=False)
+        while first <= last:
+            upto = min(last, first + m.MAX_PULL_SPAN - 1)
+            self.counters.pulls_sent += 1
+            out.append(
+                Send(peer, self.topic, m.Pull(publisher=publisher, first_seq=first, last_seq=upto))
+            )
+            first = upto + 1
 
     def _maybe_optimize(
         self,

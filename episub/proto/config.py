@@ -127,6 +127,7 @@ class BroadcastConfig:
     # its way (by about an IHAVE + GRAFT round); the stream's start is fixed after this.
     stream_settle: float = 0.5  # guess: ihave_interval + 2 * missing_check_interval; 0: off
     max_publishers: int = 100_000  # guess: per-publisher state entries per topic
+    max_fetches: int = 1024  # guess: publishers whose history one topic fetches at once
     max_message_size: int = 1024 * 1024  # issue: 1 MiB default, configurable
 
     def __post_init__(self) -> None:

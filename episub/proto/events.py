@@ -90,7 +90,28 @@ class Publish:
                 raise ValueError("a stream needs a publisher")
 
 
-InEvent: TypeAlias = Received | TimerFired | ConnectionLost | JoinTopic | LeaveTopic | Publish
+@dataclass(frozen=True, slots=True)
+class Fetch:
+    """Command: ask `peer` for `publisher`'s messages first_seq..last_seq of a joined topic
+    (PULL), to fill this node's history; what comes back behind the stream's position is
+    reported as `Recovered`, and nothing of it is forwarded or delivered again."""
+
+    topic: str
+    peer: PeerId
+    publisher: PeerId
+    first_seq: int
+    last_seq: int
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.first_seq <= self.last_seq:
+            raise ValueError(
+                f"need 0 <= first_seq <= last_seq, not {self.first_seq!r}..{self.last_seq!r}"
+            )
+
+
+InEvent: TypeAlias = (
+    Received | TimerFired | ConnectionLost | JoinTopic | LeaveTopic | Publish | Fetch
+)
 
 # -- out --------------------------------------------------------------------------------
 
@@ -122,6 +143,17 @@ class AlreadyPublished:
     publisher: PeerId
     seq: int
     id: MessageId | None
+
+
+@dataclass(frozen=True, slots=True)
+class Recovered:
+    """A message that came back (by PULL) from behind its stream's position here: it was
+    delivered before this node joined, or given up as lost. For history (retention) only:
+    it is not delivered to the application, and not forwarded."""
+
+    topic: str
+    id: MessageId
+    envelope: Envelope
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,6 +219,7 @@ OutEvent: TypeAlias = (
     | Deliver
     | Published
     | AlreadyPublished
+    | Recovered
     | NeighborUp
     | NeighborDown
     | ClosePeer

@@ -19,6 +19,7 @@ from episub.proto.errors import LocalProtocolError
 from episub.proto.events import (
     ClosePeer,
     ConnectionLost,
+    Fetch,
     InEvent,
     JoinTopic,
     LeaveTopic,
@@ -70,6 +71,8 @@ class NodeState:
                 t.leave(now, out)
                 del self._topics[topic]
                 self._next_seqs[topic] = t.broadcast.next_seq
+            case Fetch(topic=topic, peer=peer, publisher=publisher, first_seq=first, last_seq=last):
+                self._topic_or_raise(topic).broadcast.fetch(peer, publisher, first, last, out)
             case Publish(topic=topic, payload=payload, key=key, headers=headers, stream=stream):
                 self._topic_or_raise(topic).publish(payload, key, headers, now, out, stream)
             case _:
