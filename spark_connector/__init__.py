@@ -1,4 +1,16 @@
 """Spark's face of episub: topics as a Structured Streaming source and sink.
 
-Not built yet; see the Spark connector issue. Nothing here is imported by `episub`.
+    import spark_connector
+    spark_connector.register(spark)
+    rows = spark.readStream.format("episub").option("topic", "events").load()
+    query = df.writeStream.format("episub").option("topic", "events").start()
+
+Nothing here is imported by `episub`; this package imports pyspark.
 """
+
+from spark_connector.datasource import SCHEMA, EpisubDataSource, register
+from spark_connector.deployment import Deployment
+from spark_connector.options import OptionError
+from spark_connector.source import DataLossError
+
+__all__ = ["SCHEMA", "DataLossError", "Deployment", "EpisubDataSource", "OptionError", "register"]

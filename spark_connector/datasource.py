@@ -1,0 +1,116 @@
+"""The `episub` Python data source, and `register(spark)` which makes it usable.
+
+`register` starts the driver's node (an agent process owned by the driver), draws the
+deployment key unless one is given, and registers a subclass of `EpisubDataSource` that
+carries the `Deployment`: Spark pickles data source classes by value when they are made at
+run time, so every reader and writer on every executor gets the key and the driver's
+address without either appearing in an option (options show in query plans and the UI).
+"""
+
+from __future__ import annotations
+
+import secrets
+from typing import Any, ClassVar
+
+from pyspark.sql.datasource import DataSource
+from pyspark.sql.types import StructType
+
+from spark_connector.deployment import Deployment, driver_client, start_driver_agent
+from spark_connector.options import OptionError, parse_sink, parse_source
+
+__all__ = ["SCHEMA", "EpisubDataSource", "register"]
+
+# Kafka's source columns, with publisher/seq in place of partition/offset.
+SCHEMA = (
+    "topic string, publisher string, seq long, timestamp timestamp, key binary, "
+    "value binary, headers array<struct<key: string, value: binary>>"
+)
+
+
+class EpisubDataSource(DataSource):
+    """Use `register(spark)`: this class alone does not know the deployment."""
+
+    deployment: ClassVar[Deployment | None] = None
+
+    @classmethod
+    def name(cls) -> str:
+        return "episub"
+
+    def schema(self) -> str:
+        return SCHEMA
+
+    def _deployment(self, bootstrap: tuple[str, ...]) -> Deployment:
+        deployment = type(self).deployment
+        if deployment is None:
+            raise OptionError(
+                "the episub data source is not registered with a deployment: call "
+                "spark_connector.register(spark) first"
+            )
+        if bootstrap:
+            return Deployment(**{**_fields(deployment), "bootstrap": bootstrap})
+        return deployment
+
+    def streamReader(self, schema: StructType) -> Any:
+        from spark_connector.source import EpisubStreamReader
+
+        options = parse_source(self.options)
+        return EpisubStreamReader(options, self._deployment(options.bootstrap))
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> Any:
+        from spark_connector.sink import EpisubStreamWriter, check_sink_schema
+
+        options = parse_sink(self.options)
+        check_sink_schema(schema, options)
+        deployment = self._deployment(options.bootstrap)
+        _join_on_driver(deployment, options.topics)
+        return EpisubStreamWriter(options, deployment)
+
+    def writer(self, schema: StructType, overwrite: bool) -> Any:
+        from spark_connector.sink import EpisubBatchWriter, check_sink_schema
+
+        options = parse_sink(self.options)
+        check_sink_schema(schema, options)
+        deployment = self._deployment(options.bootstrap)
+        _join_on_driver(deployment, options.topics)
+        return EpisubBatchWriter(options, deployment)
+
+
+def _fields(deployment: Deployment) -> dict[str, Any]:
+    return {name: getattr(deployment, name) for name in deployment.__slots__}
+
+
+def _join_on_driver(deployment: Deployment, topics: tuple[str, ...]) -> None:
+    """Executors join through the driver's node, which must be in the topic first."""
+    with driver_client(deployment) as client:
+        for topic in topics:
+            client.join(topic)
+
+
+def register(spark: Any, *, key: bytes | None = None, host: str | None = None) -> Deployment:
+    """Start the driver's node and register the `episub` format with `spark`.
+
+    key: the deployment's 32-byte key (default: a fresh random one, so only this
+        application's nodes can join; give one to let outside processes such as
+        `episub publish` take part).
+    host: the address nodes listen on and advertise (default: `spark.driver.host` for a
+        local master, else this host's address).
+    Returns the Deployment: `.bootstrap` is the driver node's address, for outside nodes.
+    """
+    if key is None:
+        key = secrets.token_bytes(32)
+    if not isinstance(key, bytes) or len(key) != 32:
+        raise ValueError(f"key must be 32 bytes, not {key!r:.20}")
+    if host is None:
+        host = _default_host(spark)
+    deployment = start_driver_agent(key, host)
+    bound = type("EpisubDataSource", (EpisubDataSource,), {"deployment": deployment})
+    bound.__module__ = "__main__"  # a class made at run time is pickled by value
+    spark.dataSource.register(bound)
+    return deployment
+
+
+def _default_host(spark: Any) -> str:
+    master = spark.sparkContext.master or ""
+    if master.startswith(("local", "spark://127.", "spark://localhost")):
+        return "127.0.0.1"
+    return spark.conf.get("spark.driver.host", "127.0.0.1")

@@ -1,0 +1,142 @@
+"""Where the nodes of one Spark application live, and how a piece of code finds its own.
+
+One node runs beside the driver and one in each executor, each in an agent process
+(episub.agent) started on first use under a file lock and found over a Unix socket
+(DESIGN.md, "Spark facts": Python workers are short-lived, so a node cannot live in one).
+
+- The driver's agent is started by `register()` in the user's driver process and exits
+  when that process is gone. Spark's driver-side Python planners (the streaming source's
+  `latestOffset`, the sink's `commit`) run in other processes and reach it by its socket.
+- An executor's agent is started by the first Python worker of that executor that needs
+  it; its owner is the executor's JVM (the nearest `java` ancestor of the worker), so it
+  exits when the executor does. Its socket is named after that JVM's pid and start time,
+  so every worker of one executor finds the same agent, and a reused pid never does.
+- Executors join through the driver's node (`Deployment.bootstrap`), the only address
+  known before any executor runs; the overlay then links them among themselves, the
+  near links by measured RTT.
+
+`Deployment` is plain data, pickled into every reader and writer Spark ships.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass
+
+from episub.agent import AgentClient, ensure_agent
+
+__all__ = [
+    "AGENT_TIMEOUT",
+    "EXECUTOR_IDLE_TIMEOUT",
+    "Deployment",
+    "driver_client",
+    "executor_client",
+    "executor_jvm_pid",
+]
+
+# An executor's agent outlives a stopped query so that a restarted one finds its history
+# there; guess: retention's own max_age (600 s), the window a replay could still want.
+EXECUTOR_IDLE_TIMEOUT = 600.0
+# Longest wait for one agent reply from Spark code: a read may wait on fetches from peers
+# (FETCH_TIMEOUT per page, see source.py), and a loaded CI machine is slow.
+AGENT_TIMEOUT = 120.0
+
+
+@dataclass(frozen=True, slots=True)
+class Deployment:
+    """What every node of one application needs to find the others. Picklable."""
+
+    key_hex: str  # the deployment's 32-byte key; travels only inside pickled tasks
+    host: str  # the address nodes listen on and advertise (loopback for local Spark)
+    bootstrap: tuple[str, ...]  # the driver node's "host:port"
+    driver_socket: str
+    driver_pid: int  # the user's driver process: the driver agent's owner
+    agent_dir: str  # where executor agents put their sockets and logs
+
+    @property
+    def key(self) -> bytes:
+        return bytes.fromhex(self.key_hex)
+
+
+def agent_dir() -> str:
+    """A directory of this user's, for agent sockets (short: a socket path is <108 bytes)."""
+    path = os.path.join(tempfile.gettempdir(), f"episub-{os.getuid()}")
+    os.makedirs(path, mode=0o700, exist_ok=True)
+    return path
+
+
+def start_driver_agent(key: bytes, host: str) -> Deployment:
+    """The driver's agent (started if needed), owned by this process."""
+    directory = agent_dir()
+    socket_path = os.path.join(directory, f"driver-{os.getpid()}.sock")
+    info = ensure_agent(
+        socket_path, key=key, listen=f"{host}:0", owner_pid=os.getpid(), idle_timeout=None
+    )
+    return Deployment(
+        key_hex=key.hex(),
+        host=host,
+        bootstrap=(info.address,),
+        driver_socket=socket_path,
+        driver_pid=os.getpid(),
+        agent_dir=directory,
+    )
+
+
+def driver_client(deployment: Deployment) -> AgentClient:
+    """A client of the driver's agent, for Spark's driver-side planners."""
+    ensure_agent(
+        deployment.driver_socket,
+        key=deployment.key,
+        listen=f"{deployment.host}:0",
+        owner_pid=deployment.driver_pid,
+        idle_timeout=None,
+    )
+    return AgentClient(deployment.driver_socket, timeout=AGENT_TIMEOUT)
+
+
+def executor_client(deployment: Deployment) -> AgentClient:
+    """A client of this executor's agent, started if it is not running yet."""
+    jvm = executor_jvm_pid()
+    start_time = _proc_stat(jvm)[2] if jvm is not None else 0
+    owner = jvm if jvm is not None else os.getppid()
+    socket_path = os.path.join(deployment.agent_dir, f"exec-{owner}-{start_time}.sock")
+    os.makedirs(deployment.agent_dir, mode=0o700, exist_ok=True)
+    ensure_agent(
+        socket_path,
+        key=deployment.key,
+        listen=f"{deployment.host}:0",
+        bootstrap=deployment.bootstrap,
+        owner_pid=owner,
+        idle_timeout=EXECUTOR_IDLE_TIMEOUT,
+    )
+    return AgentClient(socket_path, timeout=AGENT_TIMEOUT)
+
+
+def executor_jvm_pid() -> int | None:
+    """The pid of the nearest `java` process above this one (the executor's JVM), or None
+    (not under a JVM, or no /proc)."""
+    pid = os.getpid()
+    for _ in range(16):  # a worker sits two or three levels under its JVM
+        stat = _proc_stat(pid)
+        if stat is None:
+            return None
+        comm, ppid, _ = stat
+        if comm == "java" and pid != os.getpid():
+            return pid
+        if ppid <= 1:
+            return None
+        pid = ppid
+    return None
+
+
+def _proc_stat(pid: int) -> tuple[str, int, int] | None:
+    """(command name, parent pid, start time in ticks) from /proc/PID/stat."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    comm = data[data.index(b"(") + 1 : data.rindex(b")")].decode("utf-8", "replace")
+    fields = data[data.rindex(b")") + 2 :].split()
+    return comm, int(fields[1]), int(fields[19])
