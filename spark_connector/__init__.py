@@ -10,7 +10,17 @@ Nothing here is imported by `episub`; this package imports pyspark.
 
 from spark_connector.datasource import SCHEMA, EpisubDataSource, register
 from spark_connector.deployment import Deployment
+from spark_connector.introspect import NodeView, overlay
 from spark_connector.options import OptionError
 from spark_connector.source import DataLossError
 
-__all__ = ["SCHEMA", "DataLossError", "Deployment", "EpisubDataSource", "OptionError", "register"]
+__all__ = [
+    "SCHEMA",
+    "DataLossError",
+    "Deployment",
+    "EpisubDataSource",
+    "NodeView",
+    "OptionError",
+    "overlay",
+    "register",
+]

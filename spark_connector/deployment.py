@@ -28,6 +28,7 @@ from episub.agent import AgentClient, ensure_agent
 
 __all__ = [
     "AGENT_TIMEOUT",
+    "CLUSTER_TOPIC",
     "EXECUTOR_IDLE_TIMEOUT",
     "Deployment",
     "driver_client",
@@ -35,6 +36,10 @@ __all__ = [
     "executor_jvm_pid",
 ]
 
+# Every node of the application joins this topic as soon as it starts, so the overlay (and
+# its RTT measurements) exists before any query runs; introspection and live configuration
+# ride on it.
+CLUSTER_TOPIC = "_episub.cluster"
 # An executor's agent outlives a stopped query so that a restarted one finds its history
 # there; guess: retention's own max_age (600 s), the window a replay could still want.
 EXECUTOR_IDLE_TIMEOUT = 600.0
@@ -73,6 +78,8 @@ def start_driver_agent(key: bytes, host: str) -> Deployment:
     info = ensure_agent(
         socket_path, key=key, listen=f"{host}:0", owner_pid=os.getpid(), idle_timeout=None
     )
+    with AgentClient(socket_path, timeout=AGENT_TIMEOUT) as client:
+        client.join(CLUSTER_TOPIC)
     return Deployment(
         key_hex=key.hex(),
         host=host,
@@ -110,7 +117,13 @@ def executor_client(deployment: Deployment) -> AgentClient:
         owner_pid=owner,
         idle_timeout=EXECUTOR_IDLE_TIMEOUT,
     )
-    return AgentClient(socket_path, timeout=AGENT_TIMEOUT)
+    client = AgentClient(socket_path, timeout=AGENT_TIMEOUT)
+    try:
+        client.join(CLUSTER_TOPIC)  # a no-op once joined
+    except BaseException:
+        client.close()
+        raise
+    return client
 
 
 def executor_jvm_pid() -> int | None:
