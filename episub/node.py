@@ -86,6 +86,9 @@ JOIN_TIMEOUT = 10.0  # guess: = DIAL_TIMEOUT, far above a few loopback or LAN RT
 FETCH_RETRY = 1.0  # guess: a PULL round trip on a busy LAN, with room
 FETCH_QUIET = 0.1  # guess: answers to one PULL leave the peer back to back
 FETCH_TIMEOUT = 10.0  # guess: = JOIN_TIMEOUT; a Spark task waits this long at most per range
+# Seqs asked of one neighbour at a time: its answers must fit its send queue to us with
+# room for live traffic (SEND_QUEUE_CAP is 4,096 messages), or it drops the link.
+FETCH_CHUNK = 1024
 FETCH_MAX_SPAN = 1_000_000  # seqs one fetch may span: bounds the gap scan's work
 SUBSCRIPTION_BUFFER = 1024  # guess: ~a second of a busy topic; trio has no default on purpose
 _WILDCARD_HOSTS = frozenset({"", "0.0.0.0", "::"})
@@ -500,7 +503,8 @@ class Node:
                     await trio.sleep(FETCH_RETRY)  # no neighbour yet: one may come
                     continue
                 arrived = self._fetching[key] = trio.Event()
-                runtime.input(Fetch(topic, peers[asked % len(peers)], publisher, *gap))
+                low, high = gap[0], min(gap[1], gap[0] + FETCH_CHUNK - 1)
+                runtime.input(Fetch(topic, peers[asked % len(peers)], publisher, low, high))
                 # Answers come as a burst; the next neighbour is asked once this one is quiet.
                 with trio.move_on_after(FETCH_RETRY):
                     await arrived.wait()

@@ -396,3 +396,19 @@ def test_a_late_joiner_fetches_history_from_neighbours_without_delivering_it_aga
             assert late.stats()["recovered"] == 5
 
     run(main)
+
+
+def test_a_fetch_larger_than_a_send_queue_comes_in_chunks_without_losing_the_link() -> None:
+    async def main() -> None:
+        async with AsyncExitStack() as stack:
+            a, b = await pair(stack)
+            count = 6000  # above SEND_QUEUE_CAP: asked at once, the answers would overflow it
+            for i in range(count):
+                await a.publish(TOPIC, b"%d" % i)
+            late = await stack.enter_async_context(Node(key=KEY, config=fast_config()))
+            await late.join(TOPIC, bootstrap=[a.address])
+            got = await late.fetch(TOPIC, a.id, 0, count - 1, timeout=60)
+            assert [m.seq for m in got] == list(range(count))
+            assert a.stats()["queue_overflows"] == 0
+
+    run(main)
