@@ -401,7 +401,7 @@ def test_a_late_joiner_fetches_history_from_neighbours_without_delivering_it_aga
 def test_a_fetch_larger_than_a_send_queue_comes_in_chunks_without_losing_the_link() -> None:
     async def main() -> None:
         async with AsyncExitStack() as stack:
-            a, b = await pair(stack)
+            a, _ = await pair(stack)
             count = 6000  # above SEND_QUEUE_CAP: asked at once, the answers would overflow it
             for i in range(count):
                 await a.publish(TOPIC, b"%d" % i)
