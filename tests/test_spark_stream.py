@@ -240,15 +240,26 @@ def test_a_restarted_query_resumes_from_its_checkpoint_without_gap_or_duplicate(
     assert sorted(int(v) for _, _, v in rows) == list(range(total))
 
 
-@udf(returnType=BinaryType())
-def fail_first_attempt(value: bytes) -> bytes:
-    """Fails partition 0's first attempt mid-way, after some of its rows went out."""
-    from pyspark import TaskContext
+_ROWS_SEEN: dict[tuple[int, int, int], int] = {}  # rows per task attempt, in a UDF worker
 
-    context = TaskContext.get()
-    if context.attemptNumber() == 0 and context.partitionId() == 0 and value == b"2500":
-        raise RuntimeError("failing the first attempt on purpose")
-    return value
+
+def fail_first_attempt(marker: Path):  # type: ignore[no-untyped-def]
+    """A UDF that fails partition 0's first attempt mid-way, leaving `marker` behind as
+    proof that it did."""
+
+    @udf(returnType=BinaryType())
+    def passthrough(value: bytes) -> bytes:
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        attempt = (context.stageId(), context.partitionId(), context.attemptNumber())
+        _ROWS_SEEN[attempt] = _ROWS_SEEN.get(attempt, 0) + 1
+        if attempt[1:] == (0, 0) and _ROWS_SEEN[attempt] == 2000:
+            marker.write_text(f"stage {context.stageId()} attempt 0 failed")
+            raise RuntimeError("failing the first attempt on purpose")
+        return value
+
+    return passthrough
 
 
 def test_the_sink_delivers_every_row_once_even_when_a_task_is_retried(
@@ -256,6 +267,7 @@ def test_the_sink_delivers_every_row_once_even_when_a_task_is_retried(
 ) -> None:
     topic = "sunk"
     total = 10_000
+    failed = tmp_path / "failed-attempt"
     source_dir = tmp_path / "rows"
     spark.createDataFrame([(b"%d" % i,) for i in range(total)], "value binary").repartition(
         2
@@ -265,6 +277,7 @@ def test_the_sink_delivers_every_row_once_even_when_a_task_is_retried(
     subscriber = subprocess.Popen(
         episub_command(
             "subscribe", "--bootstrap", deployment.bootstrap[0], "--topic", topic, "--json",
+            "--buffer", "20000",  # it prints slower than a sink publishes: no lag
         ),
         env=command_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
@@ -294,7 +307,7 @@ def test_the_sink_delivers_every_row_once_even_when_a_task_is_retried(
         writer = (
             spark.readStream.schema("value binary")
             .parquet(str(source_dir))
-            .select(fail_first_attempt(col("value")).alias("value"))
+            .select(fail_first_attempt(failed)(col("value")).alias("value"))
             .writeStream.format("episub")
             .option("topic", topic)
             .option("batchSize", "100")
@@ -314,7 +327,14 @@ def test_the_sink_delivers_every_row_once_even_when_a_task_is_retried(
             return count.collect()[0].c >= total
 
         wait_for(read_all, "the reading query to see every row")
-        wait_for(lambda: len(subscribed()) >= total, "the subscriber to see every row")
+        try:
+            wait_for(lambda: len(subscribed()) >= total, "the subscriber to see every row")
+        except AssertionError:
+            subscriber.kill()
+            raise AssertionError(
+                f"the subscriber saw {len(subscribed())} of {total}; it said: "
+                f"{subscriber.stderr.read()[-2000:]}"  # type: ignore[union-attr]
+            ) from None
     finally:
         reader.stop()
         subscriber.kill()
@@ -322,6 +342,45 @@ def test_the_sink_delivers_every_row_once_even_when_a_task_is_retried(
     expected = sorted(b"%d" % i for i in range(total))
     read = [bytes(r.value) for r in spark.sql("select value from sunk_rows").collect()]
     assert sorted(v for v in read if v != b"probe") == expected
+    assert failed.exists(), "the first attempt did not fail"
     seen = subscribed()
     assert sorted(m["value"].encode() for m in seen) == expected
     assert len({(m["publisher"], m["seq"]) for m in seen}) == total
+
+
+def test_a_rerun_batch_publishes_no_place_twice(
+    spark: SparkSession, deployment: spark_connector.Deployment
+) -> None:
+    """A micro-batch re-run after a failure (or a retried task) writes the same rows under
+    the same query and batch ids: the stream writer's first run here stops half-way, as a
+    failed attempt does, and the rerun publishes only the other half."""
+    from spark_connector.options import parse_sink
+    from spark_connector.sink import BATCH_ID_PROPERTY, QUERY_ID_PROPERTY, EpisubStreamWriter
+
+    topic = "rerun"
+    total = 1000
+    with driver(deployment) as client:
+        client.join(topic)
+    writer = EpisubStreamWriter(parse_sink({"topic": topic}), deployment)
+    context = spark.sparkContext
+    context.setLocalProperty(QUERY_ID_PROPERTY, "5eed0000-0000-4000-8000-000000000001")
+    context.setLocalProperty(BATCH_ID_PROPERTY, "7")
+    try:
+
+        def run(rows: int) -> list:  # type: ignore[type-arg]
+            frame = spark.createDataFrame([(b"%d" % i,) for i in range(rows)], "value binary")
+            return frame.coalesce(1).rdd.mapPartitions(lambda it: [writer.write(it)]).collect()
+
+        [first] = run(total // 2)
+        [rerun] = run(total)
+    finally:
+        context.setLocalProperty(QUERY_ID_PROPERTY, None)  # type: ignore[arg-type]
+        context.setLocalProperty(BATCH_ID_PROPERTY, None)  # type: ignore[arg-type]
+    assert (first.published, first.duplicates) == (total // 2, 0)
+    assert (rerun.published, rerun.duplicates) == (total // 2, total // 2)
+    stream = b"sink/5eed000000004000/7/0"
+    with driver(deployment) as client:
+        wait_for(lambda: client.offsets(topic).get(stream, (0, -1))[1] == total - 1, "the rerun")
+        held = client.read_range(topic, stream, 0, total - 1)
+        assert client.offsets(topic)[stream] == (0, total - 1)
+    assert [m.value for m in held] == [b"%d" % i for i in range(total)]
