@@ -1,0 +1,216 @@
+"""A configuration replica kept by a running Node: the topic `_episub.config.<name>`.
+
+    replica = ConfigReplica(node, "default", bootstrap=[...])
+    await nursery.start(replica.run)          # joined, subscribed; syncing in the background
+    await replica.synced.wait()               # a neighbour's snapshot merged (or none to ask)
+    version = await replica.write({"threshold": 0.7, "old_flag": DELETE})
+    replica.state.get("threshold"); await replica.wait_for(version, timeout=5)
+
+How a replica catches up without any writer resending (the snapshot's owner is everyone):
+- When it starts, and whenever it notices it missed something (an update stamped more than
+  one above its version, a Lagged or Lost subscription item), it publishes a sync request
+  naming one neighbour, nearest by RTT first; that neighbour publishes its snapshot, which
+  every replica merges (harmless: the same highest-stamp rule as updates). With no answer
+  within SYNC_TIMEOUT it names the next neighbour; with no neighbour at all it is the
+  first node and has nothing to learn.
+- A replica answers sync requests naming it, at most one snapshot per SNAPSHOT_INTERVAL
+  (requests arriving meanwhile are answered together by the next one), so a peer naming
+  it in a loop costs one bounded message per interval.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Mapping, Sequence
+
+import trio
+
+from episub.config.codec import (
+    MAX_REQUESTERS,
+    ConfigCodecError,
+    Snapshot,
+    SyncRequest,
+    Update,
+    decode,
+    encode_snapshot,
+    encode_sync,
+    encode_update,
+    entry_for,
+)
+from episub.config.state import ConfigState, Entry, check_key
+from episub.node import Node
+from episub.proto.messages import check_topic_name
+from episub.subscription import Lagged, Lost, Message
+
+__all__ = ["DELETE", "SNAPSHOT_INTERVAL", "SYNC_TIMEOUT", "ConfigReplica", "config_topic"]
+
+log = logging.getLogger("episub.config")
+
+TOPIC_PREFIX = "_episub.config."
+# How long a sync request waits for the named neighbour's snapshot before naming the next:
+# a neighbour answers at once, so this is a few RTTs plus a busy Python process's pause.
+SYNC_TIMEOUT = 2.0  # guess
+SNAPSHOT_INTERVAL = 0.2  # s between two snapshot answers; guess: 5/s stays cheap at 512 KiB
+REPLICA_BUFFER = 65_536  # items; guess: as the agent's ledger, absorbs a stalled loop
+
+
+class _Delete:
+    def __repr__(self) -> str:
+        return "DELETE"
+
+
+DELETE = _Delete()  # a write's value that deletes its key
+
+
+def config_topic(name: str) -> str:
+    topic = TOPIC_PREFIX + name
+    check_topic_name(topic)
+    return topic
+
+
+class ConfigReplica:
+    """One configuration `name` on `node` (running). `run` joins and follows the topic."""
+
+    def __init__(
+        self,
+        node: Node,
+        name: str,
+        *,
+        bootstrap: Sequence[str] = (),
+        state: ConfigState | None = None,
+        sync_timeout: float = SYNC_TIMEOUT,
+    ) -> None:
+        self.node = node
+        self.name = name
+        self.topic = config_topic(name)
+        self.bootstrap = list(bootstrap)
+        self.state = state or ConfigState()
+        self.sync_timeout = sync_timeout
+        self.synced = trio.Event()  # set once the first catch-up is over
+        self.counters = {"updates": 0, "snapshots_sent": 0, "snapshots_merged": 0, "syncs": 0,
+                         "malformed": 0}  # fmt: skip
+        self._changed = trio.Condition()
+        self._sync_wanted = trio.Event()
+        self._answer_wanted = trio.Event()
+        self._snapshot_for_us = trio.Event()
+        self._requesters: dict[bytes, int] = {}  # sync requests to answer: id -> its version
+
+    # -- running ---------------------------------------------------------------------------
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Subscribe, join, then apply what arrives until cancelled; syncs in between."""
+        async with (
+            trio.open_nursery() as nursery,
+            self.node.subscribe(self.topic, REPLICA_BUFFER) as sub,
+        ):
+            try:
+                await self.node.join(self.topic, self.bootstrap)
+            except TimeoutError as exc:  # joined; the node keeps looking for neighbours
+                log.warning("config %r: %s", self.name, exc)
+            nursery.start_soon(self._syncer)
+            nursery.start_soon(self._answerer)
+            task_status.started()
+            async for item in sub:
+                await self._on_item(item)
+
+    async def _on_item(self, item: object) -> None:
+        if isinstance(item, Lagged | Lost):
+            log.info("config %r: missed messages (%r); asking for a snapshot", self.name, item)
+            self._sync_wanted.set()
+            return
+        if not isinstance(item, Message) or item.publisher == self.node.id:
+            return  # our own writes were applied when made
+        try:
+            message = decode(item.value)
+        except ConfigCodecError as exc:
+            self.counters["malformed"] += 1
+            log.warning("config %r: dropped a malformed message from %r: %s", self.name,
+                        item.publisher, exc)  # fmt: skip
+            return
+        if isinstance(message, Update):
+            self.counters["updates"] += 1
+            if message.version > self.state.version + 1:
+                self._sync_wanted.set()  # its writer saw versions we have not
+            await self._apply(message.changes.items())
+        elif isinstance(message, SyncRequest):
+            if message.responder == self.node.id and len(self._requesters) < MAX_REQUESTERS:
+                least = self._requesters.get(message.requester, message.version)
+                self._requesters[message.requester] = min(least, message.version)
+                self._answer_wanted.set()
+        elif isinstance(message, Snapshot):
+            if message.entries:
+                self.counters["snapshots_merged"] += 1
+                await self._apply(message.entries.items())
+            if self.node.id in message.requesters:
+                self._snapshot_for_us.set()
+
+    async def _apply(self, changes: object) -> None:
+        if self.state.apply(changes):  # type: ignore[arg-type]
+            async with self._changed:
+                self._changed.notify_all()
+
+    async def _syncer(self) -> None:
+        self._sync_wanted.set()
+        while True:
+            await self._sync_wanted.wait()
+            self._sync_wanted = trio.Event()
+            await self._sync_once()
+            self.synced.set()
+
+    async def _sync_once(self) -> None:
+        neighbours = sorted(
+            self.node.neighbors(self.topic),
+            key=lambda n: math.inf if n.rtt_ms is None else n.rtt_ms,
+        )
+        for neighbour in neighbours:
+            self.counters["syncs"] += 1
+            self._snapshot_for_us = trio.Event()
+            request = encode_sync(self.node.id, neighbour.peer_id, self.state.version)
+            await self.node.publish(self.topic, request)
+            with trio.move_on_after(self.sync_timeout):
+                await self._snapshot_for_us.wait()
+                return
+            log.info("config %r: no snapshot from %r; asking the next neighbour", self.name,
+                     neighbour.address)  # fmt: skip
+
+    async def _answerer(self) -> None:
+        while True:
+            await self._answer_wanted.wait()
+            self._answer_wanted = trio.Event()
+            # Requests that arrive while this one is answered wait for the next round.
+            requesters, self._requesters = self._requesters, {}
+            behind = any(version < self.state.version for version in requesters.values())
+            entries = self.state.entries() if behind else {}
+            await self.node.publish(self.topic, encode_snapshot(list(requesters), entries))
+            self.counters["snapshots_sent"] += 1
+            await trio.sleep(SNAPSHOT_INTERVAL)
+
+    # -- the application's side -------------------------------------------------------------
+
+    async def write(self, changes: Mapping[str, object]) -> int:
+        """Set keys to values (bytes or JSON-serialisable) or DELETE them, as one write;
+        returns its version. Raises ConfigLimitError past the bounds, nothing applied."""
+        if not changes:
+            raise ValueError("a config write needs at least one key")
+        version, writer = self.state.stamp_for_write(self.node.id)
+        entries = {
+            check_key(k): Entry(version, writer, "deleted", b"")
+            if v is DELETE
+            else entry_for(v, version, writer)
+            for k, v in changes.items()
+        }
+        self.state.check_write(entries)
+        # Published first: if the node refuses it (size), nothing was applied here either.
+        await self.node.publish(self.topic, encode_update(version, writer, entries))
+        await self._apply(entries.items())
+        return version
+
+    async def wait_for(self, version: int, timeout: float) -> bool:
+        """Wait until this replica's version is at least `version`; False on timeout."""
+        with trio.move_on_after(timeout):
+            async with self._changed:
+                while self.state.version < version:
+                    await self._changed.wait()
+            return True
+        return False

@@ -1,0 +1,167 @@
+"""A replicated key-value configuration: one replica's state, plain data, no I/O.
+
+Rules (checked by tests/test_config_state.py):
+- Every write carries a *stamp* (version, writer id). A key takes the value of the highest
+  stamp it has seen, compared as (version, writer) tuples: last writer wins by version, and
+  a tie between two writers is broken by the larger writer id. Deletes are values too
+  (tombstones), so a late or replayed older write can never bring a deleted key back.
+- A replica's version is the highest version it has applied; it never goes backwards.
+- A writer stamps its write with version + 1, so versions order writes causally (a writer
+  that saw version v writes above it) and concurrent writers collide only on ties, which
+  the writer id breaks the same way everywhere: every replica that has applied the same
+  set of writes, in any order, holds the same snapshot.
+- Merging a whole snapshot (from a neighbour) is applying each of its entries, so state
+  transfer and ordinary updates obey the same rule.
+- Bounded: `max_keys` keys (tombstones included) and `max_bytes` of keys plus values. A
+  local write past a bound is refused with ConfigLimitError; a peer's entry past a bound
+  is dropped and counted (`rejected`), never raised.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Literal
+
+__all__ = [
+    "MAX_CONFIG_BYTES",
+    "MAX_CONFIG_KEYS",
+    "MAX_KEY_LENGTH",
+    "ConfigLimitError",
+    "ConfigState",
+    "Entry",
+    "Kind",
+    "Stamp",
+]
+
+# The whole snapshot travels in one message to a late joiner, so it must fit in the node's
+# max_message_size (1 MiB by default); entries are counted at their encoded size (Entry.size),
+# so half of that leaves room for a smaller configured limit.
+MAX_CONFIG_BYTES = 512 * 1024
+MAX_CONFIG_KEYS = 10_000  # guess: feature flags and thresholds, not a database
+MAX_KEY_LENGTH = 256  # guess: longer than any dotted Spark conf name
+ENTRY_OVERHEAD = 32  # an entry's JSON punctuation, kind and version, rounded up
+
+Kind = Literal["json", "bytes", "deleted"]
+KINDS = ("json", "bytes", "deleted")
+Stamp = tuple[int, bytes]  # (version, writer id)
+
+
+class ConfigLimitError(ValueError):
+    """A local write the configuration's bounds refuse; nothing of it was applied."""
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One key's value: `data` is JSON text (kind "json"), raw bytes, or b"" when deleted."""
+
+    version: int
+    writer: bytes
+    kind: Kind
+    data: bytes
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.version, int) or self.version < 1:
+            raise ValueError(f"an entry's version must be an int >= 1, not {self.version!r}")
+        if self.kind not in KINDS:
+            raise ValueError(f"an entry's kind must be one of {KINDS}, not {self.kind!r}")
+        if self.kind == "deleted" and self.data:
+            raise ValueError("a deleted entry carries no data")
+
+    @property
+    def stamp(self) -> Stamp:
+        return (self.version, self.writer)
+
+    @property
+    def size(self) -> int:
+        """Its bytes in a snapshot message, near enough: data as sent (base64 grows bytes
+        by a third), the writer id in hex, and the JSON around them."""
+        data = len(self.data) if self.kind != "bytes" else 4 * ((len(self.data) + 2) // 3)
+        return data + 2 * len(self.writer) + ENTRY_OVERHEAD
+
+
+def check_key(key: object) -> str:
+    if not isinstance(key, str) or not 1 <= len(key) <= MAX_KEY_LENGTH:
+        raise ValueError(
+            f"a config key must be a str of 1..{MAX_KEY_LENGTH} chars, not {key!r:.80}"
+        )
+    return key
+
+
+class ConfigState:
+    """One replica: key -> Entry, plus the highest version applied."""
+
+    def __init__(
+        self, *, max_keys: int = MAX_CONFIG_KEYS, max_bytes: int = MAX_CONFIG_BYTES
+    ) -> None:
+        self.max_keys = max_keys
+        self.max_bytes = max_bytes
+        self._entries: dict[str, Entry] = {}
+        self._bytes = 0
+        self.version = 0
+        self.rejected = 0  # peer entries dropped by a bound
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    @property
+    def size(self) -> int:
+        """Bytes of keys and entries held, as the max_bytes bound counts them."""
+        return self._bytes
+
+    def entries(self) -> dict[str, Entry]:
+        """Every key, tombstones included (what a snapshot for a neighbour carries)."""
+        return dict(self._entries)
+
+    def values(self) -> dict[str, Entry]:
+        """The live keys: what `snapshot()` shows an application."""
+        return {k: e for k, e in self._entries.items() if e.kind != "deleted"}
+
+    def get(self, key: str) -> Entry | None:
+        entry = self._entries.get(key)
+        return None if entry is None or entry.kind == "deleted" else entry
+
+    def stamp_for_write(self, writer: bytes) -> Stamp:
+        """The stamp a local write takes: above every version this replica has seen."""
+        return (self.version + 1, writer)
+
+    def check_write(self, changes: Mapping[str, Entry]) -> None:
+        """Raise ConfigLimitError if applying `changes` (a local write) would break a bound."""
+        keys = len(self._entries) + sum(1 for k in changes if k not in self._entries)
+        if keys > self.max_keys:
+            raise ConfigLimitError(
+                f"the configuration would hold {keys} keys (deleted ones included), "
+                f"more than its limit of {self.max_keys}"
+            )
+        size = self._bytes
+        for key, entry in changes.items():
+            old = self._entries.get(key)
+            size += _cost(key, entry) - (0 if old is None else _cost(key, old))
+        if size > self.max_bytes:
+            raise ConfigLimitError(
+                f"the configuration would hold {size} bytes of keys and values, more than "
+                f"its limit of {self.max_bytes}"
+            )
+
+    def apply(self, changes: Iterable[tuple[str, Entry]]) -> list[str]:
+        """Apply entries by the highest-stamp rule; returns the keys whose entry changed."""
+        changed = []
+        for key, entry in changes:
+            old = self._entries.get(key)
+            if old is not None and old.stamp >= entry.stamp:
+                continue
+            growth = _cost(key, entry) - (0 if old is None else _cost(key, old))
+            if (old is None and len(self._entries) >= self.max_keys) or (
+                self._bytes + growth > self.max_bytes
+            ):
+                self.rejected += 1
+                continue
+            self._entries[key] = entry
+            self._bytes += growth
+            self.version = max(self.version, entry.version)
+            changed.append(key)
+        return changed
+
+
+def _cost(key: str, entry: Entry) -> int:
+    return len(key.encode()) + entry.size

@@ -1,0 +1,124 @@
+"""Config replicas on real nodes over loopback TCP: convergence, catch-up, races, bad input."""
+
+from __future__ import annotations
+
+from contextlib import AsyncExitStack
+
+import trio
+
+from episub import Node
+from episub.config import DELETE, ConfigReplica, config_topic
+from episub.config.codec import value_of
+from tests.net_helpers import KEY, fast_config, run, wait_until
+
+
+async def open_nodes(stack: AsyncExitStack, count: int) -> list[Node]:
+    """Nodes are entered before the nursery that runs replicas is opened: they outlive it."""
+    return [
+        await stack.enter_async_context(Node(key=KEY, config=fast_config())) for _ in range(count)
+    ]
+
+
+async def start_replicas(
+    nursery: trio.Nursery, nodes: list[Node], bootstrap: list[str] | None = None
+) -> list[ConfigReplica]:
+    """A replica on each node, each joining through the first (or `bootstrap`), synced."""
+    replicas: list[ConfigReplica] = []
+    for node in nodes:
+        contacts = bootstrap if bootstrap is not None else [r.node.address for r in replicas[:1]]
+        replica = ConfigReplica(node, "default", bootstrap=contacts)
+        await nursery.start(replica.run)
+        with trio.fail_after(10):
+            await replica.synced.wait()
+        replicas.append(replica)
+    return replicas
+
+
+def snapshot(replica: ConfigReplica) -> dict[str, object]:
+    return {k: value_of(e) for k, e in replica.state.values().items()}
+
+
+def test_every_replica_reaches_the_last_of_100_versions_and_never_goes_back() -> None:
+    async def main() -> None:
+        async with AsyncExitStack() as stack:
+            nodes = await open_nodes(stack, 4)
+            async with trio.open_nursery() as nursery:
+                writer, *readers = await start_replicas(nursery, nodes)
+                seen: dict[int, list[int]] = {i: [] for i in range(len(readers))}
+
+                async def watch(i: int, replica: ConfigReplica) -> None:
+                    while True:
+                        seen[i].append(replica.state.version)
+                        await trio.sleep(0.001)
+
+                for i, replica in enumerate(readers):
+                    nursery.start_soon(watch, i, replica)
+                for n in range(1, 101):
+                    assert await writer.write({"threshold": n, "flag": n % 2 == 0}) == n
+                for replica in readers:
+                    assert await replica.wait_for(100, timeout=20)
+                assert all(snapshot(r) == {"threshold": 100, "flag": True} for r in readers)
+                assert all(versions == sorted(versions) for versions in seen.values())
+                nursery.cancel_scope.cancel()
+
+    run(main)
+
+
+def test_a_late_replica_gets_the_snapshot_from_a_neighbour() -> None:
+    async def main() -> None:
+        async with AsyncExitStack() as stack:
+            nodes = await open_nodes(stack, 3)
+            async with trio.open_nursery() as nursery:
+                first, second = await start_replicas(nursery, nodes[:2])
+                await first.write({"a": 1, "b": b"\x00", "c": "gone"})
+                await first.write({"c": DELETE})
+                await wait_until(lambda: second.state.version == 2, what="the second replica")
+                [late] = await start_replicas(nursery, nodes[2:], [second.node.address])
+                assert late.state.version == 2
+                assert snapshot(late) == {"a": 1, "b": b"\x00"}
+                assert late.counters["snapshots_merged"] >= 1
+                assert first.counters["snapshots_sent"] + second.counters["snapshots_sent"] >= 1
+                nursery.cancel_scope.cancel()
+
+    run(main)
+
+
+def test_two_writers_racing_on_one_key_converge_everywhere() -> None:
+    async def main() -> None:
+        async with AsyncExitStack() as stack:
+            nodes = await open_nodes(stack, 4)
+            async with trio.open_nursery() as nursery:
+                replicas = await start_replicas(nursery, nodes)
+                a, b = replicas[0], replicas[3]
+                for n in range(20):
+                    async with trio.open_nursery() as race:
+                        race.start_soon(a.write, {"k": f"a{n}"})
+                        race.start_soon(b.write, {"k": f"b{n}"})
+                top = max(r.state.version for r in replicas)
+                for replica in replicas:
+                    assert await replica.wait_for(top, timeout=20)
+
+                def agreed() -> bool:
+                    return len({str(snapshot(r)) for r in replicas}) == 1
+
+                await wait_until(agreed, what="the replicas to agree")
+                assert snapshot(a)["k"] in {"a19", "b19"}
+                nursery.cancel_scope.cancel()
+
+    run(main)
+
+
+def test_a_malformed_message_is_dropped_and_the_replica_keeps_working() -> None:
+    async def main() -> None:
+        async with AsyncExitStack() as stack:
+            nodes = await open_nodes(stack, 2)
+            async with trio.open_nursery() as nursery:
+                first, second = await start_replicas(nursery, nodes)
+                await first.node.publish(config_topic("default"), b'{"op": "update"}')
+                await first.write({"ok": 1})
+                assert await second.wait_for(1, timeout=20)
+                assert second.counters["malformed"] == 1
+                assert snapshot(second) == {"ok": 1}
+                nursery.cancel_scope.cancel()
+
+    run(main)
