@@ -22,6 +22,7 @@ from episub.agent.client import (
     AgentSubscription,
     AgentTimeout,
     AgentUnavailable,
+    ConfigView,
 )
 from episub.agent.launcher import AgentInfo, ensure_agent
 from episub.agent.wire import Published, Record
@@ -34,6 +35,7 @@ __all__ = [
     "AgentSubscription",
     "AgentTimeout",
     "AgentUnavailable",
+    "ConfigView",
     "Published",
     "Record",
     "ensure_agent",

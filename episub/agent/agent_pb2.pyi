@@ -35,7 +35,7 @@ class StreamPlace(_message.Message):
     def __init__(self, publisher: _Optional[bytes] = ..., seq: _Optional[int] = ...) -> None: ...
 
 class Request(_message.Message):
-    __slots__ = ("id", "join", "leave", "publish", "publish_batch", "subscribe", "unsubscribe", "read_range", "offsets", "inspect")
+    __slots__ = ("id", "join", "leave", "publish", "publish_batch", "subscribe", "unsubscribe", "read_range", "offsets", "inspect", "config_read", "config_write")
     ID_FIELD_NUMBER: _ClassVar[int]
     JOIN_FIELD_NUMBER: _ClassVar[int]
     LEAVE_FIELD_NUMBER: _ClassVar[int]
@@ -46,6 +46,8 @@ class Request(_message.Message):
     READ_RANGE_FIELD_NUMBER: _ClassVar[int]
     OFFSETS_FIELD_NUMBER: _ClassVar[int]
     INSPECT_FIELD_NUMBER: _ClassVar[int]
+    CONFIG_READ_FIELD_NUMBER: _ClassVar[int]
+    CONFIG_WRITE_FIELD_NUMBER: _ClassVar[int]
     id: int
     join: Join
     leave: Leave
@@ -56,7 +58,9 @@ class Request(_message.Message):
     read_range: ReadRange
     offsets: GetOffsets
     inspect: Inspect
-    def __init__(self, id: _Optional[int] = ..., join: _Optional[_Union[Join, _Mapping]] = ..., leave: _Optional[_Union[Leave, _Mapping]] = ..., publish: _Optional[_Union[Publish, _Mapping]] = ..., publish_batch: _Optional[_Union[PublishBatch, _Mapping]] = ..., subscribe: _Optional[_Union[Subscribe, _Mapping]] = ..., unsubscribe: _Optional[_Union[Unsubscribe, _Mapping]] = ..., read_range: _Optional[_Union[ReadRange, _Mapping]] = ..., offsets: _Optional[_Union[GetOffsets, _Mapping]] = ..., inspect: _Optional[_Union[Inspect, _Mapping]] = ...) -> None: ...
+    config_read: ConfigRead
+    config_write: ConfigWrite
+    def __init__(self, id: _Optional[int] = ..., join: _Optional[_Union[Join, _Mapping]] = ..., leave: _Optional[_Union[Leave, _Mapping]] = ..., publish: _Optional[_Union[Publish, _Mapping]] = ..., publish_batch: _Optional[_Union[PublishBatch, _Mapping]] = ..., subscribe: _Optional[_Union[Subscribe, _Mapping]] = ..., unsubscribe: _Optional[_Union[Unsubscribe, _Mapping]] = ..., read_range: _Optional[_Union[ReadRange, _Mapping]] = ..., offsets: _Optional[_Union[GetOffsets, _Mapping]] = ..., inspect: _Optional[_Union[Inspect, _Mapping]] = ..., config_read: _Optional[_Union[ConfigRead, _Mapping]] = ..., config_write: _Optional[_Union[ConfigWrite, _Mapping]] = ...) -> None: ...
 
 class Join(_message.Message):
     __slots__ = ("topic", "bootstrap")
@@ -126,8 +130,38 @@ class Inspect(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
+class ConfigRead(_message.Message):
+    __slots__ = ("name", "min_version", "timeout")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    MIN_VERSION_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    min_version: int
+    timeout: float
+    def __init__(self, name: _Optional[str] = ..., min_version: _Optional[int] = ..., timeout: _Optional[float] = ...) -> None: ...
+
+class ConfigWrite(_message.Message):
+    __slots__ = ("name", "set", "delete")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    SET_FIELD_NUMBER: _ClassVar[int]
+    DELETE_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    set: _containers.RepeatedCompositeFieldContainer[ConfigValue]
+    delete: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, name: _Optional[str] = ..., set: _Optional[_Iterable[_Union[ConfigValue, _Mapping]]] = ..., delete: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class ConfigValue(_message.Message):
+    __slots__ = ("key", "kind", "data")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    kind: str
+    data: bytes
+    def __init__(self, key: _Optional[str] = ..., kind: _Optional[str] = ..., data: _Optional[bytes] = ...) -> None: ...
+
 class Response(_message.Message):
-    __slots__ = ("id", "error", "done", "published", "item", "end", "messages", "offsets", "node_info")
+    __slots__ = ("id", "error", "done", "published", "item", "end", "messages", "offsets", "node_info", "config")
     ID_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
     DONE_FIELD_NUMBER: _ClassVar[int]
@@ -137,6 +171,7 @@ class Response(_message.Message):
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
     OFFSETS_FIELD_NUMBER: _ClassVar[int]
     NODE_INFO_FIELD_NUMBER: _ClassVar[int]
+    CONFIG_FIELD_NUMBER: _ClassVar[int]
     id: int
     error: Error
     done: Done
@@ -146,7 +181,8 @@ class Response(_message.Message):
     messages: Messages
     offsets: Offsets
     node_info: NodeInfo
-    def __init__(self, id: _Optional[int] = ..., error: _Optional[_Union[Error, _Mapping]] = ..., done: _Optional[_Union[Done, _Mapping]] = ..., published: _Optional[_Union[PublishedList, _Mapping]] = ..., item: _Optional[_Union[Item, _Mapping]] = ..., end: _Optional[_Union[End, _Mapping]] = ..., messages: _Optional[_Union[Messages, _Mapping]] = ..., offsets: _Optional[_Union[Offsets, _Mapping]] = ..., node_info: _Optional[_Union[NodeInfo, _Mapping]] = ...) -> None: ...
+    config: ConfigSnapshot
+    def __init__(self, id: _Optional[int] = ..., error: _Optional[_Union[Error, _Mapping]] = ..., done: _Optional[_Union[Done, _Mapping]] = ..., published: _Optional[_Union[PublishedList, _Mapping]] = ..., item: _Optional[_Union[Item, _Mapping]] = ..., end: _Optional[_Union[End, _Mapping]] = ..., messages: _Optional[_Union[Messages, _Mapping]] = ..., offsets: _Optional[_Union[Offsets, _Mapping]] = ..., node_info: _Optional[_Union[NodeInfo, _Mapping]] = ..., config: _Optional[_Union[ConfigSnapshot, _Mapping]] = ...) -> None: ...
 
 class Error(_message.Message):
     __slots__ = ("kind", "message")
@@ -276,6 +312,30 @@ class NodeInfo(_message.Message):
     topics: _containers.RepeatedCompositeFieldContainer[TopicView]
     stats: _containers.ScalarMap[str, int]
     def __init__(self, node_id: _Optional[bytes] = ..., address: _Optional[str] = ..., pid: _Optional[int] = ..., topics: _Optional[_Iterable[_Union[TopicView, _Mapping]]] = ..., stats: _Optional[_Mapping[str, int]] = ...) -> None: ...
+
+class ConfigSnapshot(_message.Message):
+    __slots__ = ("name", "version", "entries")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    version: int
+    entries: _containers.RepeatedCompositeFieldContainer[ConfigEntry]
+    def __init__(self, name: _Optional[str] = ..., version: _Optional[int] = ..., entries: _Optional[_Iterable[_Union[ConfigEntry, _Mapping]]] = ...) -> None: ...
+
+class ConfigEntry(_message.Message):
+    __slots__ = ("key", "version", "writer", "kind", "data")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    WRITER_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    version: int
+    writer: bytes
+    kind: str
+    data: bytes
+    def __init__(self, key: _Optional[str] = ..., version: _Optional[int] = ..., writer: _Optional[bytes] = ..., kind: _Optional[str] = ..., data: _Optional[bytes] = ...) -> None: ...
 
 class TopicView(_message.Message):
     __slots__ = ("topic", "neighbors")

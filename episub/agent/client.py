@@ -45,6 +45,8 @@ from episub.agent.wire import (
     neighbor_from_pb,
     record_to_pb,
 )
+from episub.config.codec import entry_for, value_of
+from episub.config.state import Entry
 from episub.node import SUBSCRIPTION_BUFFER, Neighbor
 from episub.subscription import Item, LagBuffer, Lagged, Message
 
@@ -56,6 +58,7 @@ __all__ = [
     "AgentSubscription",
     "AgentTimeout",
     "AgentUnavailable",
+    "ConfigView",
 ]
 
 # Longest wait for one reply. Guess: a join may spend the node's 10 s DIAL_TIMEOUT on a
@@ -64,6 +67,24 @@ DEFAULT_TIMEOUT = 30.0
 RECEIVE_CHUNK = 65_536  # bytes read at a time, as the server (trio's default receive size)
 # Room for the Request envelope around a batch's records (topic, field tags, lengths).
 _BATCH_OVERHEAD = 1024
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigView:
+    """A configuration as one replica held it: its version and live values."""
+
+    name: str
+    version: int
+    values: dict[str, object]
+    stamps: dict[str, tuple[int, bytes]]  # key -> (version, writer) that set it
+
+
+def config_view_from_pb(body: pb.ConfigSnapshot) -> ConfigView:
+    values, stamps = {}, {}
+    for e in body.entries:
+        values[e.key] = value_of(Entry(e.version, e.writer, e.kind, e.data))  # type: ignore[arg-type]
+        stamps[e.key] = (e.version, e.writer)
+    return ConfigView(body.name, body.version, values, stamps)
 
 
 class AgentUnavailable(ConnectionError):
@@ -261,6 +282,28 @@ class AgentClient:
         reply = self._call(offsets=pb.GetOffsets(topic=topic)).offsets
         return {p.publisher: (p.first_retained_seq, p.last_seq) for p in reply.publishers}
 
+    def config_read(self, name: str, min_version: int = 0, timeout: float = 0.0) -> ConfigView:
+        """Configuration `name` as the agent's replica holds it (started and caught up on
+        first use). min_version > 0: wait up to `timeout` s for that version, else raise
+        AgentError("timeout")."""
+        reply = self._call(
+            wait=timeout,
+            config_read=pb.ConfigRead(name=name, min_version=min_version, timeout=timeout),
+        )
+        return config_view_from_pb(reply.config)
+
+    def config_write(
+        self, name: str, values: Mapping[str, object] | None = None, delete: Iterable[str] = ()
+    ) -> ConfigView:
+        """One write to configuration `name`: `values` (bytes, or anything JSON can hold)
+        set, `delete` keys removed, all under one new version; returns the view after it.
+        AgentError("too_large") past the configuration's bounds, nothing written."""
+        body = pb.ConfigWrite(name=name, delete=list(delete))
+        for key, value in (values or {}).items():
+            entry = entry_for(value, 1, b"-")  # checks the value; the agent stamps it
+            body.set.add(key=key, kind=entry.kind, data=entry.data)
+        return config_view_from_pb(self._call(config_write=body).config)
+
     def inspect(self) -> AgentStatus:
         info = self._call(inspect=pb.Inspect()).node_info
         return AgentStatus(
@@ -273,11 +316,13 @@ class AgentClient:
 
     # -- plumbing ---------------------------------------------------------------------------
 
-    def _call(self, rid: int | None = None, **body: object) -> pb.Response:
+    def _call(self, rid: int | None = None, *, wait: float = 0.0, **body: object) -> pb.Response:
+        """One request and its reply; `wait`: seconds the agent may take on purpose (a
+        ConfigRead waiting for a version), on top of the client's timeout."""
         if rid is None:
             rid = next(self._ids)
         self._send(pb.Request(id=rid, **body))  # type: ignore[arg-type]
-        deadline = None if self.timeout is None else time.monotonic() + self.timeout
+        deadline = None if self.timeout is None else time.monotonic() + self.timeout + wait
         while True:
             try:
                 response = self._receive(deadline)

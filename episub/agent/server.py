@@ -289,6 +289,10 @@ class AgentServer:
             return pb.Response(id=rid, messages=await service.read_range(body))
         elif kind == "offsets":
             return pb.Response(id=rid, offsets=service.offsets(body.topic))
+        elif kind == "config_read":
+            return pb.Response(id=rid, config=await service.config_read(body))
+        elif kind == "config_write":
+            return pb.Response(id=rid, config=await service.config_write(body))
         elif kind == "inspect":
             stats = {f"agent_{name}": value for name, value in self.counters.items()}
             stats["agent_clients"] = len(self._clients)

@@ -16,6 +16,9 @@ Choices:
   topic forgets its offsets, so the ledgers are bounded by the node's max_topics.
 - A publish reports (publisher, seq) next to the id, from `Node.publish_record`; a record
   may name its stream place (a Spark sink row), and a taken place reports `duplicate`.
+- Live configurations (episub.config) are kept here, one replica per name, started by the
+  first read or write of that name and kept until the agent exits: short-lived workers
+  come and go, the agent's replica stays current for the next one.
 """
 
 from __future__ import annotations
@@ -37,13 +40,19 @@ from episub.agent.wire import (
     neighbor_to_pb,
     record_from_pb,
 )
+from episub.config import DELETE, ConfigLimitError, ConfigReplica
+from episub.config.codec import value_of
+from episub.config.state import Entry
 from episub.node import MAX_STREAM_NAME, Node
 from episub.proto.messages import MAX_HEADERS, check_topic_name
 
-__all__ = ["AgentLimits", "AgentRequestError", "AgentService"]
+__all__ = ["AgentLimits", "AgentRequestError", "AgentService", "config_snapshot_to_pb"]
 
 log = logging.getLogger("episub.agent")
 
+# A first read of a configuration waits this long at most for the replica to catch up
+# from its neighbours (each asked for SYNC_TIMEOUT); past it, it answers what it has.
+CONFIG_SYNC_WAIT = 10.0  # guess: a few neighbours' worth
 LEDGER_BUFFER = 65_536  # guess: the ledger drains at once; this only absorbs a stalled loop
 
 
@@ -59,6 +68,8 @@ class AgentLimits:
     read_page_bytes: int = 16 * 1024 * 1024  # a ReadRange reply's size, see wire.py
     read_page_messages: int = 10_000  # guess: a micro-batch reads several pages at most
     max_fetch_timeout: int = 120  # seconds a read may wait on neighbours; guess: 12x Node's
+    max_configs: int = 16  # live configurations per agent; guess: one or two per application
+    max_config_wait: int = 600  # seconds a ConfigRead may wait for a version; guess
 
     def __post_init__(self) -> None:
         for name in self.__slots__:
@@ -99,6 +110,7 @@ class AgentService:
         self._joined: dict[str, None] = {}  # the topics joined, in the order joined
         self._joining: dict[str, trio.Event] = {}
         self._ledgers: dict[str, tuple[OffsetLedger, trio.CancelScope]] = {}
+        self._configs: dict[str, ConfigReplica] = {}
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Hosts the ledgers' tasks until cancelled."""
@@ -155,7 +167,7 @@ class AgentService:
 
     @property
     def topics(self) -> list[str]:
-        return sorted(self._joined)
+        return sorted([*self._joined, *(r.topic for r in self._configs.values())])
 
     async def _follow(self, topic: str) -> None:
         """Start the topic's ledger subscription before joining, so it misses nothing.
@@ -284,6 +296,65 @@ class AgentService:
                 out.publishers.add(publisher=publisher, first_retained_seq=first, last_seq=last)
         return out
 
+    # -- live configuration -------------------------------------------------------------------
+
+    async def config(self, name: str) -> ConfigReplica:
+        """The replica of configuration `name`, started (and caught up) on first use."""
+        replica = self._configs.get(name)
+        if replica is None:
+            if len(self._configs) >= self.limits.max_configs:
+                raise AgentRequestError(
+                    "limit", f"at most {self.limits.max_configs} configurations per agent"
+                )
+            assert self._nursery is not None, "config() needs AgentService.run started"
+            replica = self._configs[name] = ConfigReplica(self.node, name, bootstrap=self.bootstrap)
+            try:
+                await self._nursery.start(replica.run)
+            except BaseException:
+                del self._configs[name]
+                raise
+            log.info("started the replica of configuration %r", name)
+        with trio.move_on_after(CONFIG_SYNC_WAIT):
+            await replica.synced.wait()
+        return replica
+
+    async def config_read(self, body: pb.ConfigRead) -> pb.ConfigSnapshot:
+        if not 0 <= body.timeout <= self.limits.max_config_wait:
+            raise AgentRequestError(
+                "bad_request",
+                f"timeout must be in 0..{self.limits.max_config_wait} s, not {body.timeout}",
+            )
+        replica = await self.config(body.name)
+        if body.min_version and not await replica.wait_for(body.min_version, body.timeout):
+            raise AgentRequestError(
+                "timeout",
+                f"configuration {body.name!r} is at version {replica.state.version}, not yet "
+                f"{body.min_version}, after {body.timeout} s",
+            )
+        return config_snapshot_to_pb(replica)
+
+    async def config_write(self, body: pb.ConfigWrite) -> pb.ConfigSnapshot:
+        changes: dict[str, object] = {}
+        for value in body.set:
+            if value.kind not in ("json", "bytes"):
+                raise AgentRequestError(
+                    "bad_request", f"a value's kind is 'json' or 'bytes', not {value.kind!r}"
+                )
+            # The client sends JSON as text; it is checked by parsing it back here.
+            entry = Entry(1, b"-", value.kind, value.data)  # type: ignore[arg-type]
+            try:
+                changes[value.key] = value_of(entry)
+            except ValueError as exc:
+                raise AgentRequestError("bad_request", f"value of {value.key!r}: {exc}") from None
+        for key in body.delete:
+            changes[key] = DELETE
+        replica = await self.config(body.name)
+        try:
+            await replica.write(changes)
+        except ConfigLimitError as exc:
+            raise AgentRequestError("too_large", str(exc)) from None
+        return config_snapshot_to_pb(replica)
+
     def node_info(self, extra_stats: Mapping[str, int]) -> pb.NodeInfo:
         out = pb.NodeInfo(node_id=self.node.id, address=self.node.address, pid=os.getpid())
         for topic in self.topics:
@@ -291,7 +362,19 @@ class AgentService:
             view.neighbors.extend(neighbor_to_pb(n) for n in self.node.neighbors(topic))
         stats = dict(self.node.stats())
         stats.update(extra_stats)
+        for replica in self._configs.values():
+            for counter, value in replica.counters.items():
+                stats[f"config_{counter}"] = stats.get(f"config_{counter}", 0) + value
         stats["agent_ledger_lagged"] = sum(ledger.lagged for ledger, _ in self._ledgers.values())
         stats["agent_uptime_s"] = int(time.monotonic() - self._started)
         out.stats.update(stats)
         return out
+
+
+def config_snapshot_to_pb(replica: ConfigReplica) -> pb.ConfigSnapshot:
+    out = pb.ConfigSnapshot(name=replica.name, version=replica.state.version)
+    for key, entry in sorted(replica.state.values().items()):
+        out.entries.add(
+            key=key, version=entry.version, writer=entry.writer, kind=entry.kind, data=entry.data
+        )
+    return out
