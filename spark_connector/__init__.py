@@ -5,9 +5,14 @@
     rows = spark.readStream.format("episub").option("topic", "events").load()
     query = df.writeStream.format("episub").option("topic", "events").start()
 
+    cfg = spark_connector.cluster_config(spark)  # live configuration: the driver writes,
+    cfg.set("threshold", 0.7)                    # tasks read spark_connector.config.get(...)
+
 Nothing here is imported by `episub`; this package imports pyspark.
 """
 
+from spark_connector import config
+from spark_connector.config import ClusterConfig, ConfigError, cluster_config
 from spark_connector.datasource import SCHEMA, EpisubDataSource, register
 from spark_connector.deployment import Deployment
 from spark_connector.introspect import NodeView, overlay
@@ -16,11 +21,15 @@ from spark_connector.source import DataLossError
 
 __all__ = [
     "SCHEMA",
+    "ClusterConfig",
+    "ConfigError",
     "DataLossError",
     "Deployment",
     "EpisubDataSource",
     "NodeView",
     "OptionError",
+    "cluster_config",
+    "config",
     "overlay",
     "register",
 ]

@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 from pyspark.sql.datasource import DataSource
 from pyspark.sql.types import StructType
 
+from spark_connector.config import DEFAULT_NAME, remember_driver_deployment
 from spark_connector.deployment import Deployment, driver_client, start_driver_agent
 from spark_connector.options import OptionError, parse_sink, parse_source
 
@@ -103,6 +104,11 @@ def register(spark: Any, *, key: bytes | None = None, host: str | None = None) -
     if host is None:
         host = _default_host(spark)
     deployment = start_driver_agent(key, host)
+    # The default live configuration's replica starts with the driver's node, so executors
+    # reading it always find it (a topic is joined through a node already in it).
+    remember_driver_deployment(deployment)
+    with driver_client(deployment) as client:
+        client.config_read(DEFAULT_NAME)
     bound = type("EpisubDataSource", (EpisubDataSource,), {"deployment": deployment})
     bound.__module__ = "__main__"  # a class made at run time is pickled by value
     spark.dataSource.register(bound)

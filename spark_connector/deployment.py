@@ -34,6 +34,8 @@ __all__ = [
     "driver_client",
     "executor_client",
     "executor_jvm_pid",
+    "executor_owner",
+    "executor_socket_path",
 ]
 
 # Every node of the application joins this topic as soon as it starts, so the overlay (and
@@ -102,12 +104,23 @@ def driver_client(deployment: Deployment) -> AgentClient:
     return AgentClient(deployment.driver_socket, timeout=AGENT_TIMEOUT)
 
 
+def executor_owner() -> int:
+    """The process an executor agent serves: the executor's JVM (else this one's parent)."""
+    jvm = executor_jvm_pid()
+    return jvm if jvm is not None else os.getppid()
+
+
+def executor_socket_path(directory: str, owner: int) -> str:
+    """Named after the owner's pid and start time, so a reused pid never finds it."""
+    stat = _proc_stat(owner)
+    start_time = stat[2] if stat is not None else 0
+    return os.path.join(directory, f"exec-{owner}-{start_time}.sock")
+
+
 def executor_client(deployment: Deployment) -> AgentClient:
     """A client of this executor's agent, started if it is not running yet."""
-    jvm = executor_jvm_pid()
-    start_time = _proc_stat(jvm)[2] if jvm is not None else 0
-    owner = jvm if jvm is not None else os.getppid()
-    socket_path = os.path.join(deployment.agent_dir, f"exec-{owner}-{start_time}.sock")
+    owner = executor_owner()
+    socket_path = executor_socket_path(deployment.agent_dir, owner)
     os.makedirs(deployment.agent_dir, mode=0o700, exist_ok=True)
     ensure_agent(
         socket_path,

@@ -3,6 +3,7 @@ restarted agent catching up from its neighbour, and bad writes refused."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 
@@ -67,3 +68,23 @@ def test_bad_writes_are_refused_with_a_clear_error_and_change_nothing(
         assert info.value.kind == "timeout"
         view = client.config_read("c")
         assert (view.version, view.values) == (1, {"kept": 1})
+
+
+def test_the_config_command_writes_through_a_temporary_node_and_reads_through_an_agent(
+    processes: Processes,
+) -> None:
+    path, address, _ = start_agent(processes, "agent")
+    with AgentClient(path) as client:
+        client.config_read("default")  # the agent's replica is in the topic first
+    wrote = processes.episub(
+        "config", "set", "--bootstrap", address, "threshold=0.7", "mode=fast", "--repeat", "2"
+    )
+    assert json.loads(wrote.read_line())["version"] == 2
+    assert wrote.wait() == 0, wrote.stderr_text()
+    read = processes.episub("config", "get", "--agent", path, "mode")
+    assert json.loads(read.read_line()) == "fast"
+    bad = processes.episub("config", "set", "--agent", path, "novalue")
+    assert bad.wait() == 2
+    assert bad.stderr_text().strip().splitlines() == [
+        "episub config: error: give KEY=VALUE, not 'novalue'"
+    ]

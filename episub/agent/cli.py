@@ -27,7 +27,7 @@ from typing import Any
 
 import trio
 
-from episub.agent import tools
+from episub.agent import config_cli, tools
 from episub.agent.client import AgentClient, AgentStatus
 from episub.agent.launcher import DEFAULT_IDLE_TIMEOUT
 from episub.agent.options import (
@@ -131,6 +131,7 @@ def add_parsers(subparsers: Any) -> None:
     inspect.set_defaults(func=run_inspect_command)
 
     tools.add_parsers(subparsers, add_node_arguments)
+    config_cli.add_parser(subparsers, add_node_arguments)
 
 
 def _node_options(args: argparse.Namespace, **extra: Any) -> NodeOptions:

@@ -39,7 +39,7 @@ from episub.config.codec import (
     entry_for,
 )
 from episub.config.state import ConfigState, Entry, check_key
-from episub.node import Node
+from episub.node import Neighbor, Node
 from episub.proto.messages import check_topic_name
 from episub.subscription import Lagged, Lost, Message
 
@@ -94,6 +94,7 @@ class ConfigReplica:
         self._sync_wanted = trio.Event()
         self._answer_wanted = trio.Event()
         self._snapshot_for_us = trio.Event()
+        self._last_answer: dict[str, Entry] = {}  # the last snapshot sent for us
         self._requesters: dict[bytes, int] = {}  # sync requests to answer: id -> its version
 
     # -- running ---------------------------------------------------------------------------
@@ -139,6 +140,8 @@ class ConfigReplica:
                 self._requesters[message.requester] = min(least, message.version)
                 self._answer_wanted.set()
         elif isinstance(message, Snapshot):
+            if self.node.id in message.requesters:
+                self._last_answer = message.entries
             if message.entries:
                 self.counters["snapshots_merged"] += 1
                 await self._apply(message.entries.items())
@@ -158,21 +161,44 @@ class ConfigReplica:
             await self._sync_once()
             self.synced.set()
 
-    async def _sync_once(self) -> None:
-        neighbours = sorted(
+    def _neighbours_to_ask(self) -> list[Neighbor]:
+        """Nearest first; the bootstrap nodes last, as every newcomer contacts them already."""
+        seeds = set(self.bootstrap)
+        return sorted(
             self.node.neighbors(self.topic),
-            key=lambda n: math.inf if n.rtt_ms is None else n.rtt_ms,
+            key=lambda n: (n.address in seeds, math.inf if n.rtt_ms is None else n.rtt_ms),
         )
-        for neighbour in neighbours:
-            self.counters["syncs"] += 1
-            self._snapshot_for_us = trio.Event()
-            request = encode_sync(self.node.id, neighbour.peer_id, self.state.version)
-            await self.node.publish(self.topic, request)
-            with trio.move_on_after(self.sync_timeout):
-                await self._snapshot_for_us.wait()
+
+    async def _ask(self, neighbour: Neighbor, version: int) -> bool:
+        """Ask `neighbour` for its snapshot (in full if its version is above `version`);
+        True once it answered within sync_timeout."""
+        self.counters["syncs"] += 1
+        self._snapshot_for_us = trio.Event()
+        await self.node.publish(self.topic, encode_sync(self.node.id, neighbour.peer_id, version))
+        with trio.move_on_after(self.sync_timeout):
+            await self._snapshot_for_us.wait()
+            return True
+        log.info("config %r: no snapshot from %s", self.name, neighbour.address)
+        return False
+
+    async def _sync_once(self) -> None:
+        for neighbour in self._neighbours_to_ask():
+            if await self._ask(neighbour, self.state.version):
                 return
-            log.info("config %r: no snapshot from %r; asking the next neighbour", self.name,
-                     neighbour.address)  # fmt: skip
+
+    async def confirm(self, keys: Sequence[str], timeout: float) -> bool:
+        """Wait until a neighbour's snapshot holds our entries of `keys` (or newer): a
+        short-lived writer's last write has then left this node. False on timeout."""
+        ours = {k: self.state.entries()[k].stamp for k in keys}
+        with trio.move_on_after(timeout):
+            while True:
+                for neighbour in self._neighbours_to_ask():
+                    if await self._ask(neighbour, 0):  # version 0: the whole snapshot
+                        held = self._last_answer
+                        if all(k in held and held[k].stamp >= s for k, s in ours.items()):
+                            return True
+                await trio.sleep(self.sync_timeout / 10)  # nobody has it yet: ask again
+        return False
 
     async def _answerer(self) -> None:
         while True:

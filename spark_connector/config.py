@@ -1,0 +1,288 @@
+"""Live cluster-wide configuration: the driver writes, every executor reads, no server.
+
+Driver:
+
+    cfg = spark_connector.cluster_config(spark)        # after spark_connector.register(spark)
+    cfg.set("threshold", 0.7); cfg.update({"flag": True, "model": b"..."}); cfg.delete("old")
+
+Anywhere (UDFs, mapInPandas/mapInArrow, foreachBatch, the driver itself):
+
+    from spark_connector import config
+    config.get("threshold", default=0.5); config.snapshot(); config.version()
+    config.wait_for(version, timeout=10.0); handle = config.watch(print); handle.stop()
+
+How it works: each node's agent keeps a replica of the configuration (episub.config), a
+topic every node of the application joins. A write is one message stamped (version, writer);
+the highest stamp of a key wins everywhere, so all replicas converge; an executor agent
+started late, or restarted, asks a neighbour for its snapshot (docs/config.md).
+
+Which agent a call uses: inside a Spark task, its executor's (found through the deployment
+`cluster_config` put in the job's local properties, or through the executor's running
+agent); outside a task, the driver's (the deployment `register` returned).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from episub.agent import AgentClient, AgentError, AgentUnavailable, ConfigView
+from spark_connector.deployment import (
+    AGENT_TIMEOUT,
+    Deployment,
+    agent_dir,
+    driver_client,
+    executor_client,
+    executor_owner,
+    executor_socket_path,
+)
+
+__all__ = [
+    "DEFAULT_NAME",
+    "DEPLOYMENT_PROPERTY",
+    "ClusterConfig",
+    "ConfigError",
+    "Watch",
+    "cluster_config",
+    "get",
+    "snapshot",
+    "version",
+    "wait_for",
+    "watch",
+]
+
+log = logging.getLogger("spark_connector.config")
+
+DEFAULT_NAME = "default"
+# Spark job local property carrying the deployment to tasks (as the pickled reader does).
+DEPLOYMENT_PROPERTY = "episub.deployment"
+WATCH_POLL = 30.0  # s a watcher's long poll waits before asking again; guess, any works
+_driver_deployment: Deployment | None = None  # set by register(), for code outside tasks
+
+
+class ConfigError(RuntimeError):
+    """The configuration cannot be reached or refused a write; the message says why."""
+
+
+def remember_driver_deployment(deployment: Deployment) -> None:
+    global _driver_deployment
+    _driver_deployment = deployment
+
+
+def deployment_to_json(deployment: Deployment) -> str:
+    return json.dumps(dataclasses.asdict(deployment))
+
+
+def deployment_from_json(text: str) -> Deployment:
+    fields = json.loads(text)
+    fields["bootstrap"] = tuple(fields["bootstrap"])
+    return Deployment(**fields)
+
+
+# -- driver -----------------------------------------------------------------------------------
+
+
+class ClusterConfig:
+    """The driver's handle on configuration `name`; writes return the new version."""
+
+    def __init__(self, deployment: Deployment, name: str = DEFAULT_NAME) -> None:
+        self.deployment = deployment
+        self.name = name
+
+    def set(self, key: str, value: object) -> int:
+        return self._write({key: value}, ())
+
+    def update(self, values: Mapping[str, object]) -> int:
+        return self._write(values, ())
+
+    def delete(self, key: str) -> int:
+        return self._write({}, (key,))
+
+    def get(self, key: str, default: object = None) -> object:
+        return self.snapshot().get(key, default)
+
+    def snapshot(self) -> dict[str, object]:
+        return self._read().values
+
+    def version(self) -> int:
+        return self._read().version
+
+    def _read(self) -> ConfigView:
+        with driver_client(self.deployment) as client:
+            return _agent_call(lambda: client.config_read(self.name))
+
+    def _write(self, values: Mapping[str, object], deleted: tuple[str, ...]) -> int:
+        with driver_client(self.deployment) as client:
+            view = _agent_call(lambda: client.config_write(self.name, values, deleted))
+        return view.version
+
+    def __repr__(self) -> str:
+        return f"ClusterConfig(name={self.name!r}, bootstrap={self.deployment.bootstrap})"
+
+
+def cluster_config(
+    spark: Any, name: str = DEFAULT_NAME, deployment: Deployment | None = None
+) -> ClusterConfig:
+    """The configuration `name` of this application, for the driver to write.
+
+    Call it before starting the jobs or queries whose tasks read it: it starts the driver's
+    replica (executors join the configuration through it) and puts the deployment in this
+    thread's job properties, so tasks find their executor's agent even when no episub query
+    started it."""
+    deployment = deployment or _driver_deployment
+    if deployment is None:
+        raise ConfigError("no episub deployment: call spark_connector.register(spark) first")
+    spark.sparkContext.setLocalProperty(DEPLOYMENT_PROPERTY, deployment_to_json(deployment))
+    config = ClusterConfig(deployment, name)
+    config.version()  # starts the driver's replica
+    return config
+
+
+# -- anywhere ---------------------------------------------------------------------------------
+
+
+def get(key: str, default: object = None, name: str = DEFAULT_NAME) -> object:
+    """The value of `key` in this node's replica, or `default` when it has none."""
+    return _read(name).values.get(key, default)
+
+
+def snapshot(name: str = DEFAULT_NAME) -> dict[str, object]:
+    """Every live key and its value, as this node's replica holds them now."""
+    return _read(name).values
+
+
+def version(name: str = DEFAULT_NAME) -> int:
+    """The highest version this node's replica has applied; it never goes backwards."""
+    return _read(name).version
+
+
+def wait_for(version: int, timeout: float, name: str = DEFAULT_NAME) -> bool:
+    """Wait until this node's replica reaches `version` (at most `timeout` s); False if not."""
+    try:
+        _read(name, version, timeout)
+    except ConfigError as exc:
+        if isinstance(exc.__cause__, AgentError) and exc.__cause__.kind == "timeout":
+            return False
+        raise
+    return True
+
+
+class Watch:
+    """A watcher thread calling back on every new version; `stop()` ends it (it is a daemon,
+    so it never holds a worker process open)."""
+
+    def __init__(
+        self, callback: Callable[[int, dict[str, object]], None], name: str, client: Any
+    ) -> None:
+        self._callback = callback
+        self._name = name
+        self._client_factory = client
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"episub-watch-{name}", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopped.set()
+
+    def _run(self) -> None:
+        seen = -1
+        while not self._stopped.is_set():
+            try:
+                with self._client_factory() as client:
+                    while not self._stopped.is_set():
+                        try:
+                            view = client.config_read(self._name, seen + 1, WATCH_POLL)
+                        except AgentError as exc:
+                            if exc.kind == "timeout":
+                                continue
+                            raise
+                        if view.version > seen and not self._stopped.is_set():
+                            seen = view.version
+                            self._callback(view.version, view.values)
+            except AgentUnavailable as exc:  # the agent restarted: attach to the new one
+                log.warning("config watch of %r lost its agent (%s); reconnecting", self._name, exc)
+                self._stopped.wait(1.0)
+            except Exception:
+                log.exception("config watch of %r failed; it stops", self._name)
+                return
+
+
+def watch(callback: Callable[[int, dict[str, object]], None], name: str = DEFAULT_NAME) -> Watch:
+    """Call `callback(version, snapshot)` now and on every new version, from a thread."""
+    return Watch(callback, name, _client_factory())
+
+
+# -- plumbing ---------------------------------------------------------------------------------
+
+_clients: dict[str, AgentClient] = {}  # one per agent socket, reused by a worker's calls
+_lock = threading.Lock()
+
+
+def _read(name: str, min_version: int = 0, timeout: float = 0.0) -> ConfigView:
+    factory = _client_factory()
+    with _lock:
+        key = f"{os.getpid()}:{factory.__name__}"
+        client = _clients.get(key)
+        for attempt in range(2):
+            if client is None:
+                client = _clients[key] = factory()
+            try:
+                return _agent_call(lambda: client.config_read(name, min_version, timeout))  # noqa: B023
+            except ConfigError as exc:
+                if not isinstance(exc.__cause__, AgentUnavailable) or attempt == 1:
+                    raise
+                _clients.pop(key, None)  # the agent went away: a fresh client starts one
+                client = None
+    raise AssertionError("unreachable")
+
+
+def _agent_call(call: Callable[[], ConfigView]) -> ConfigView:
+    try:
+        return call()
+    except AgentError as exc:
+        raise ConfigError(f"the episub agent refused: {exc}") from exc
+    except AgentUnavailable as exc:
+        raise ConfigError(f"the episub agent cannot be reached: {exc}") from exc
+
+
+def _client_factory() -> Callable[[], AgentClient]:
+    """Makes clients of the agent this code should use (see the module doc)."""
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    if context is None:
+        deployment = _driver_deployment
+        if deployment is None:
+            raise ConfigError(
+                "no episub deployment in this process: call spark_connector.register(spark) "
+                "on the driver (outside Spark tasks, config calls use the driver's node)"
+            )
+
+        def driver() -> AgentClient:
+            return driver_client(deployment)
+
+        return driver
+    text = context.getLocalProperty(DEPLOYMENT_PROPERTY)
+    if text is not None:
+        deployment = deployment_from_json(text)
+
+        def executor() -> AgentClient:
+            return executor_client(deployment)
+
+        return executor
+    socket_path = executor_socket_path(agent_dir(), executor_owner())
+    if not os.path.exists(socket_path):
+        raise ConfigError(
+            "this task cannot find its executor's episub agent: call "
+            "spark_connector.cluster_config(spark) on the driver before starting the job"
+        )
+
+    def running() -> AgentClient:
+        return AgentClient(socket_path, timeout=AGENT_TIMEOUT)
+
+    return running
