@@ -51,6 +51,8 @@ TOPIC_PREFIX = "_episub.config."
 # How long a sync request waits for the named neighbour's snapshot before naming the next:
 # a neighbour answers at once, so this is a few RTTs plus a busy Python process's pause.
 SYNC_TIMEOUT = 2.0  # guess
+# How long a replica whose only neighbours are seeds waits for another before asking a seed.
+SEED_GRACE = 1.0  # guess: a few RTTs and a shuffle of a busy Python node
 SNAPSHOT_INTERVAL = 0.2  # s between two snapshot answers; guess: 5/s stays cheap at 512 KiB
 REPLICA_BUFFER = 65_536  # items; guess: as the agent's ledger, absorbs a stalled loop
 
@@ -182,6 +184,13 @@ class ConfigReplica:
         return False
 
     async def _sync_once(self) -> None:
+        # A newcomer's first links are to the seeds; the others arrive within a round trip
+        # or two (FORWARDJOIN). Asking one of those keeps the load off the seeds.
+        with trio.move_on_after(SEED_GRACE):
+            while (links := self.node.neighbors(self.topic)) and all(
+                n.address in self.bootstrap for n in links
+            ):
+                await trio.sleep(SEED_GRACE / 20)
         for neighbour in self._neighbours_to_ask():
             if await self._ask(neighbour, self.state.version):
                 return

@@ -1,0 +1,173 @@
+"""Live configuration on local-cluster[2,1,1024]: run by tests/test_spark_config.py as its
+own OS process; prints its findings as JSON on stdout's last line.
+
+1. The driver sets 100 successive versions while a UDF on each executor follows them.
+2. One executor's agent is SIGKILLed; the next task there starts a new agent whose
+   replica gets the current snapshot from a neighbour, the driver sending nothing.
+3. The driver and an external `episub config set` race on one key; every node converges.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+os.environ["PYSPARK_PYTHON"] = sys.executable
+
+from pyspark.sql import SparkSession
+from pyspark.sql.functions import col, udf
+
+import spark_connector
+from spark_connector.config import cluster_config
+from spark_connector.deployment import driver_client, executor_client, executor_owner
+
+KEY = bytes(range(32))
+FINAL = 100
+LIMIT = 180.0  # s: the longest any awaited condition may take on a loaded 2-core machine
+TOPIC = "_episub.config.default"
+
+
+def wait(condition, what: str) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + LIMIT
+    while not condition():
+        if time.monotonic() > deadline:
+            raise SystemExit(f"timed out waiting for {what}")
+        time.sleep(0.1)  # polling other processes' state: there is no event to await
+
+
+def driver_stats(deployment: spark_connector.Deployment) -> dict[str, int]:
+    with driver_client(deployment) as client:
+        return client.inspect().stats
+
+
+def main() -> None:
+    spark = (
+        SparkSession.builder.master("local-cluster[2,1,1024]")
+        .config("spark.ui.enabled", "false")
+        .config("spark.executorEnv.PYSPARK_PYTHON", sys.executable)
+        .config("spark.locality.wait", "0")  # two tasks, two executors: no waiting for one
+        .getOrCreate()
+    )
+    try:
+        run(spark)
+    finally:
+        spark.stop()
+
+
+def run(spark: SparkSession) -> None:
+    deployment = spark_connector.register(spark, key=KEY)
+    cfg = cluster_config(spark)
+    sc = spark.sparkContext
+    wait(lambda: sc._jsc.sc().getExecutorMemoryStatus().size() == 3, "two executors")
+    out: dict[str, object] = {}
+
+    @udf("string")
+    def follow(_: int) -> str:
+        """Follows the versions on this executor until the last one; reports them."""
+        from spark_connector import config
+
+        seen = [config.version()]
+        deadline = time.monotonic() + LIMIT
+        while seen[-1] < FINAL and time.monotonic() < deadline:
+            config.wait_for(seen[-1] + 1, timeout=10.0)
+            seen.append(config.version())
+        return json.dumps({"owner": executor_owner(), "seen": seen, "values": config.snapshot()})
+
+    def write_versions() -> None:
+        with driver_client(deployment) as client:
+
+            def both_executors_follow() -> bool:
+                return len(client.inspect().topics.get(TOPIC, [])) >= 2
+
+            wait(both_executors_follow, "both executors' replicas")
+        for n in range(1, FINAL + 1):
+            cfg.set("n", n)
+
+    failed: list[BaseException] = []
+
+    def write_or_fail() -> None:
+        try:
+            write_versions()
+        except BaseException as exc:
+            failed.append(exc)
+
+    writer = threading.Thread(target=write_or_fail)
+    writer.start()
+    rows = spark.range(0, 2, 1, 2).select(follow(col("id")).alias("r")).collect()
+    writer.join()
+    if failed:
+        raise SystemExit(f"the writer failed: {failed[0]!r}")
+    out["followed"] = [json.loads(r.r) for r in rows]
+
+    # 2. Kill one executor agent; the next task there starts another, which catches up.
+    @udf("string")
+    def look(_: int) -> str:
+        from spark_connector import config
+
+        with executor_client(deployment) as client:
+            pid = client.inspect().pid
+        found = {"owner": executor_owner(), "agent": pid}
+        return json.dumps({**found, "version": config.version(), "values": config.snapshot()})
+
+    def look_everywhere() -> list[dict]:
+        """One look per executor (Spark places tasks as it likes: asked again if needed)."""
+        found: dict[int, dict] = {}
+        for _ in range(10):
+            rows = spark.range(0, 2, 1, 2).select(look(col("id")).alias("r")).collect()
+            found.update((v["owner"], v) for v in (json.loads(r.r) for r in rows))
+            if len(found) == 2:
+                break
+        return sorted(found.values(), key=lambda v: v["owner"])
+
+    before = look_everywhere()
+    victim = before[0]["agent"]
+    os.kill(victim, signal.SIGKILL)
+    stats_before = driver_stats(deployment)
+    after = look_everywhere()
+    stats_after = driver_stats(deployment)
+    out["restart"] = {
+        "before": before,
+        "after": after,
+        "killed": victim,
+        "driver_snapshots_sent": [stats_before.get("config_snapshots_sent", 0),
+                                  stats_after.get("config_snapshots_sent", 0)],
+        "driver_published": [stats_before["published"], stats_after["published"]],
+    }  # fmt: skip
+
+    # 3. The driver and an external process race on one key.
+    external = subprocess.Popen(
+        [sys.executable, "-m", "episub.cli", "config", "set", "--bootstrap",
+         deployment.bootstrap[0], "race=external", "--repeat", "30"],
+        env={**os.environ, "EPISUB_KEY": KEY.hex()}, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    for _ in range(30):
+        cfg.set("race", "driver")
+    stdout, stderr = external.communicate(timeout=LIMIT)
+    if external.returncode != 0:
+        raise SystemExit(f"episub config set failed: {stderr}")
+
+    def converged() -> bool:
+        target = cfg.version()
+        views = look_everywhere()
+        out["race"] = {
+            "driver": {"version": target, "race": cfg.get("race")},
+            "executors": [
+                {"version": v["version"], "race": v["values"].get("race")} for v in views
+            ],
+            "external": json.loads(stdout.strip().splitlines()[-1]),
+        }
+        return all(v["version"] == target and v["values"].get("race") == cfg.get("race")
+                   for v in views)  # fmt: skip
+
+    wait(converged, "the race to converge")
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()

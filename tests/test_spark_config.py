@@ -1,0 +1,55 @@
+"""Live configuration on a real two-executor Spark cluster (local-cluster[2,1,1024]), run
+as its own OS process (tests/spark_apps/config_cluster.py), which reports what it saw."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("pyspark", reason="the Spark connector needs the spark extra")
+pytestmark = [pytest.mark.timeout(900), pytest.mark.spark]
+
+APP = Path(__file__).parent / "spark_apps" / "config_cluster.py"
+
+
+@pytest.fixture(scope="module")
+def report() -> dict:
+    run = subprocess.run(
+        [sys.executable, str(APP)], capture_output=True, text=True, timeout=840, check=False
+    )
+    assert run.returncode == 0, run.stderr[-4000:]
+    return json.loads(run.stdout.strip().splitlines()[-1])
+
+
+def test_each_executor_sees_the_final_of_100_versions_and_never_goes_back(report: dict) -> None:
+    followed = report["followed"]
+    assert len({f["owner"] for f in followed}) == 2, "the UDF did not run on both executors"
+    for f in followed:
+        assert f["seen"][-1] == 100 and f["values"] == {"n": 100}, f
+        assert f["seen"] == sorted(f["seen"]), f"versions went backwards: {f['seen']}"
+
+
+def test_a_killed_executor_agent_comes_back_with_the_snapshot_the_driver_never_resent(
+    report: dict,
+) -> None:
+    restart = report["restart"]
+    before = {v["owner"]: v for v in restart["before"]}
+    after = {v["owner"]: v for v in restart["after"]}
+    [owner] = [o for o, v in before.items() if v["agent"] == restart["killed"]]
+    assert after[owner]["agent"] != restart["killed"], "no new agent was started"
+    assert (after[owner]["version"], after[owner]["values"]) == (100, {"n": 100})
+    sent = restart["driver_snapshots_sent"]
+    published = restart["driver_published"]
+    assert sent[0] == sent[1] and published[0] == published[1], restart
+
+
+def test_two_racing_writers_leave_every_node_with_one_value(report: dict) -> None:
+    race = report["race"]
+    driver = race["driver"]
+    assert driver["race"] in ("driver", "external")
+    assert len(race["executors"]) == 2
+    assert all(e == driver for e in race["executors"]), race
