@@ -1,0 +1,38 @@
+"""Every example in examples/ runs to the end (smoke runs), so the docs quoting them stay
+true. Each runs as its own OS process with its own Spark (local[2])."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("pyspark", reason="the examples need the spark extra")
+pytestmark = [pytest.mark.timeout(400), pytest.mark.spark]
+
+EXAMPLES = Path(__file__).parent.parent / "examples"
+
+
+def run_example(name: str) -> str:
+    run = subprocess.run(
+        [sys.executable, str(EXAMPLES / name)], capture_output=True, text=True, timeout=360
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    return run.stdout
+
+
+def test_the_quickstart_reads_all_ten_messages() -> None:
+    assert "read 10 messages from topic 'events'" in run_example("quickstart.py")
+
+
+def test_the_live_config_example_sees_every_change_in_the_running_query() -> None:
+    out = run_example("live_config.py")
+    assert "tasks saw threshold [50]" in out and "tasks saw threshold [10]" in out
+    assert "every change reached the running query" in out
+
+
+def test_every_example_has_a_smoke_test() -> None:
+    tested = {"quickstart.py", "live_config.py"}
+    assert {p.name for p in EXAMPLES.glob("*.py")} == tested
