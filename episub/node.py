@@ -175,7 +175,9 @@ class Node:
         self._address = ""
         self._subscriptions: dict[str, list[Subscription]] = {}
         self._first_neighbor: dict[str, trio.Event] = {}
-        self._fetching: dict[tuple[str, bytes], trio.Event] = {}  # set when one arrives
+        # Fetches in progress, per (topic, publisher): the seqs each waits for, and an event
+        # set when one of those arrives (live messages of the publisher do not count).
+        self._fetching: dict[tuple[str, bytes], list[_FetchWaiter]] = {}
         self._lifetime_cm: AbstractAsyncContextManager[Node] | None = None
 
     # -- lifetime ---------------------------------------------------------------------------
@@ -418,9 +420,9 @@ class Node:
         if kind is Deliver or kind is Published or kind is Recovered:
             message = _message(event.topic, event.id, event.envelope)  # type: ignore[union-attr]
             self._retention.add(message, trio.current_time())
-            waiting = self._fetching.get((message.topic, message.publisher))
-            if waiting is not None:
-                waiting.set()
+            for waiter in self._fetching.get((message.topic, message.publisher), ()):
+                if waiter.low <= message.seq <= waiter.high:
+                    waiter.arrived.set()
             if kind is Recovered:
                 return  # history: for retention, not a new message for subscribers
             for sub in self._subscriptions.get(message.topic, ()):
@@ -492,27 +494,36 @@ class Node:
                 f"a fetch spans at most {FETCH_MAX_SPAN} seqs, not {first_seq}..{last_seq}"
             )
         key = (topic, publisher)
-        with trio.move_on_after(timeout):
-            for asked in itertools.count():
-                held = self.retained(topic, publisher, first_seq, last_seq)
-                gap = _missing(held, first_seq, last_seq)
-                if gap is None:
-                    break
-                peers = [n.peer_id for n in self.neighbors(topic)]
-                if not peers:
-                    await trio.sleep(FETCH_RETRY)  # no neighbour yet: one may come
-                    continue
-                arrived = self._fetching[key] = trio.Event()
-                low, high = gap[0], min(gap[1], gap[0] + FETCH_CHUNK - 1)
-                runtime.input(Fetch(topic, peers[asked % len(peers)], publisher, low, high))
-                # Answers come as a burst; the next neighbour is asked once this one is quiet.
-                with trio.move_on_after(FETCH_RETRY):
-                    await arrived.wait()
-                while arrived.is_set():
-                    arrived = self._fetching[key] = trio.Event()
-                    with trio.move_on_after(FETCH_QUIET):
-                        await arrived.wait()
-        self._fetching.pop(key, None)
+        waiters = self._fetching.setdefault(key, [])
+        waiter = _FetchWaiter(first_seq, last_seq, trio.Event())
+        waiters.append(waiter)
+        try:
+            with trio.move_on_after(timeout):
+                for asked in itertools.count():
+                    held = self.retained(topic, publisher, first_seq, last_seq)
+                    gap = _missing(held, first_seq, last_seq)
+                    if gap is None:
+                        break
+                    peers = [n.peer_id for n in self.neighbors(topic)]
+                    if not peers:
+                        await trio.sleep(FETCH_RETRY)  # no neighbour yet: one may come
+                        continue
+                    low, high = gap[0], min(gap[1], gap[0] + FETCH_CHUNK - 1)
+                    waiter.low, waiter.high = low, high
+                    waiter.arrived = trio.Event()
+                    runtime.input(Fetch(topic, peers[asked % len(peers)], publisher, low, high))
+                    # Answers come as a burst; once this neighbour is quiet, what is still
+                    # missing is asked of the next.
+                    with trio.move_on_after(FETCH_RETRY):
+                        await waiter.arrived.wait()
+                    while waiter.arrived.is_set():
+                        waiter.arrived = trio.Event()
+                        with trio.move_on_after(FETCH_QUIET):
+                            await waiter.arrived.wait()
+        finally:
+            waiters.remove(waiter)
+            if not waiters:
+                del self._fetching[key]
         return self.retained(topic, publisher, first_seq, last_seq)
 
     def retained(
@@ -522,6 +533,13 @@ class Node:
         was never delivered here, or has aged out of retention, is absent."""
         self._running()
         return self._retention.get(topic, publisher, first_seq, last_seq, trio.current_time())
+
+
+@dataclass(slots=True)
+class _FetchWaiter:
+    low: int  # the seqs asked for now
+    high: int
+    arrived: trio.Event
 
 
 def _missing(held: list[Message], first_seq: int, last_seq: int) -> tuple[int, int] | None:

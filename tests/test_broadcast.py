@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import pytest
 
+from episub.proto import config as episub_config
 from episub.proto import messages as m
 from episub.proto.errors import LocalProtocolError, MessageTooLarge
 from episub.proto.events import (
@@ -703,4 +704,16 @@ def test_fetch_pulls_in_spans_and_an_answer_behind_the_stream_is_recovered_not_f
     ]
     out = node.handle(received(2, gossip(env(3))), 3.5)
     assert out == [Recovered(TOPIC, mid(env(3)), env(3))]
+    assert node.stats()["recovered"] == 1
+
+
+def test_a_fetch_answered_while_the_stream_settles_is_recovered_not_lost():
+    """A node that fetches history right after joining gets the answers while the live
+    stream is still settling; those far below it are history (Recovered), not dropped."""
+    node = node_with(1, 2)
+    live = episub_config.BroadcastConfig().max_gap + 10
+    node.handle(received(1, gossip(env(live))), 1.0)  # settling from here
+    node.handle(Fetch(TOPIC, 2, PUBLISHER, 0, 0), 1.1)
+    out = node.handle(received(2, gossip(env(0))), 1.2)
+    assert out == [Recovered(TOPIC, mid(env(0)), env(0))]
     assert node.stats()["recovered"] == 1

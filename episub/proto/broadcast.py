@@ -297,13 +297,15 @@ class Broadcast:
             self._deliver_in_order(mid, envelope, msg.hops, now, out)
 
     def _behind_stream(self, envelope: Envelope) -> bool:
+        """Is this message history for us: from before where its stream starts? While the
+        stream settles, so is anything more than max_gap below the lowest seq seen (it will
+        not be held for delivery), such as the answers to a fetch made right after joining."""
         stream = self.streams.get(envelope.publisher)
-        return (
-            stream is not None
-            and stream.settling_until is None
-            and envelope.seq < stream.next_seq
-            and envelope.seq not in stream.held
-        )
+        if stream is None or envelope.seq in stream.held:
+            return False
+        if stream.settling_until is not None:
+            return envelope.seq < stream.next_seq - self.config.max_gap
+        return envelope.seq < stream.next_seq
 
     def _fetched(self, envelope: Envelope) -> bool:
         span = self.fetches.get(envelope.publisher)
