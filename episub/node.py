@@ -141,6 +141,8 @@ class Node:
     handshake_timeout: a new connection must prove the key within this (default 5 s).
     dial_timeout: a TCP connect to a peer must succeed within this (default 10 s).
     seed: seeds the protocol's random choices (default: fresh randomness).
+    encrypt: seal every frame after the handshake (ChaCha20-Poly1305, episub.net.sealing;
+        default on). Off only on a trusted network; all nodes must agree.
     """
 
     def __init__(
@@ -155,6 +157,7 @@ class Node:
         handshake_timeout: float = HANDSHAKE_TIMEOUT,
         dial_timeout: float = DIAL_TIMEOUT,
         seed: int | None = None,
+        encrypt: bool = True,
     ) -> None:
         self._key = check_key(key)
         self._listen = parse_address(listen, allow_port_zero=True)
@@ -170,6 +173,7 @@ class Node:
         self._retention = RetentionStore[Message](retention or RetentionConfig())
         self._handshake_timeout = handshake_timeout
         self._dial_timeout = dial_timeout
+        self._encrypt = encrypt
         self._seed = seed if seed is not None else secrets.randbits(64)
         self._runtime: Runtime | None = None
         self._address = ""
@@ -216,6 +220,7 @@ class Node:
                 link_delay=self._link_delay,
                 handshake_timeout=self._handshake_timeout,
                 dial_timeout=self._dial_timeout,
+                encrypt=self._encrypt,
             )
             await nursery.start(runtime.run, listeners)
             self._runtime = runtime

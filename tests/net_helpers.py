@@ -24,6 +24,7 @@ import trio
 from episub.net.framing import FrameReader
 from episub.net.handshake import perform_handshake
 from episub.net.peer_id import make_peer_id, parse_address
+from episub.net.sealing import SealedStream, direction_keys
 from episub.proto.config import BroadcastConfig, MembershipConfig, NodeConfig
 from episub.proto.messages import Message
 from episub.proto.wire import encode_frame
@@ -88,8 +89,10 @@ class RawPeer:
     """A peer the test drives byte by byte over real TCP."""
 
     def __init__(self, stream: trio.SocketStream, peer_id: bytes, max_frame_size: int) -> None:
-        self.stream = stream
+        self.transport = stream  # the TCP stream itself
+        self.stream: trio.abc.HalfCloseableStream = stream  # sealed once handshaken
         self.id = peer_id
+        self.max_frame_size = max_frame_size
         self.reader = FrameReader(stream, max_frame_size=max_frame_size)
         self.node_id: bytes | None = None  # learned in the handshake
 
@@ -101,8 +104,11 @@ class RawPeer:
         key: bytes | None = KEY,
         receive_buffer: int | None = None,
         max_frame_size: int = 1 << 24,
+        encrypt: bool = True,
     ) -> RawPeer:
-        """Connect to `address`; handshake with `key` unless it is None."""
+        """Connect to `address`; handshake with `key` unless it is None. After the
+        handshake, `send`/`send_items` and `reader` go through sealed records (as a node's
+        do) unless encrypt is False; `transport` is the bare TCP stream."""
         target = parse_address(address)
         sock = trio.socket.socket(trio.socket.AF_INET, trio.socket.SOCK_STREAM)
         if receive_buffer is not None:  # a small window makes a slow reader quickly
@@ -112,9 +118,21 @@ class RawPeer:
         peer_id = make_peer_id("127.0.0.1", 1)  # nobody listens on port 1: undialable
         raw = cls(stream, peer_id, max_frame_size)
         if key is not None:
-            result = await perform_handshake(stream, key=key, my_id=peer_id, initiator=True)
+            result = await perform_handshake(
+                stream, key=key, my_id=peer_id, initiator=True, encrypt=encrypt
+            )
             raw.node_id = result.peer_id
-            raw.reader.feed(result.trailing_data)
+            if encrypt:
+                send_key, receive_key = direction_keys(result.session_key, initiator=True)
+                raw.stream = SealedStream(
+                    stream,
+                    send_key=send_key,
+                    receive_key=receive_key,
+                    received=result.trailing_data,
+                )
+                raw.reader = FrameReader(raw.stream, max_frame_size=max_frame_size)
+            else:
+                raw.reader.feed(result.trailing_data)
         return raw
 
     async def send(self, data: bytes) -> None:
@@ -126,7 +144,7 @@ class RawPeer:
     async def wait_closed(self) -> None:
         """Read (and discard) until the node closes the connection."""
         try:
-            while await self.stream.receive_some(65536):
+            while await self.transport.receive_some(65536):
                 pass
         except trio.BrokenResourceError:
             pass  # a reset is a close too

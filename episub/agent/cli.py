@@ -61,6 +61,13 @@ def add_node_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add("--key-file", metavar="PATH", help="the deployment key (default: $EPISUB_KEY, 64 hex)")
     add("--config", metavar="FILE", help='JSON overrides: {"membership": {..}, "broadcast": {..}}')
+    add(
+        "--no-encryption",
+        dest="encrypt",
+        action="store_false",
+        help="send frames in the clear after the handshake (trusted networks only; every "
+        "node of the deployment must agree)",
+    )
 
 
 def add_logging_arguments(parser: argparse.ArgumentParser) -> None:
@@ -145,6 +152,7 @@ def _node_options(args: argparse.Namespace, **extra: Any) -> NodeOptions:
         config=load_config(args.config),
         link_delay=load_link_delay(args.link_delay),
         socket_path=args.socket,
+        encrypt=args.encrypt,
         **extra,
     )
 

@@ -106,7 +106,13 @@ async def _alone(
     args: argparse.Namespace, key: bytes, config: Any, changes: dict[str, object]
 ) -> tuple[int, dict[str, object]]:
     async with (
-        Node(key=key, listen=args.listen, advertise=args.advertise, config=config) as node,
+        Node(
+            key=key,
+            listen=args.listen,
+            advertise=args.advertise,
+            config=config,
+            encrypt=args.encrypt,
+        ) as node,
         trio.open_nursery() as nursery,
     ):
         replica = ConfigReplica(node, args.name, bootstrap=args.bootstrap)

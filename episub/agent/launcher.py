@@ -74,6 +74,7 @@ def ensure_agent(
     config_file: str | None = None,
     python: str = sys.executable,
     start_timeout: float = START_TIMEOUT,
+    encrypt: bool = True,
 ) -> AgentInfo:
     """The agent serving `socket_path`, started if none is there; see the module doc.
 
@@ -107,6 +108,8 @@ def ensure_agent(
             command += ["--idle-timeout", repr(float(idle_timeout))]
         if config_file is not None:
             command += ["--config", config_file]
+        if not encrypt:
+            command.append("--no-encryption")
         _start(command, socket_path, key, start_timeout)
         info = _attach(socket_path)
         if info is None:

@@ -40,6 +40,7 @@ class NodeOptions:
     owner_pid: int | None = None
     idle_timeout: float | None = None  # seconds; needs socket_path (idle = no client)
     limits: AgentLimits = field(default_factory=AgentLimits)
+    encrypt: bool = True  # seal frames after the handshake (episub.net.sealing)
 
 
 async def run_node(options: NodeOptions, on_ready: Callable[[Node], None]) -> str:
@@ -79,6 +80,7 @@ async def _serve(
         advertise=options.advertise,
         config=options.config,
         link_delay=options.link_delay,
+        encrypt=options.encrypt,
     )
     async with node, trio.open_nursery() as nursery:
         service = AgentService(

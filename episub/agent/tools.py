@@ -172,7 +172,13 @@ async def _publish_alone(
     args: argparse.Namespace, key: bytes, config: Any, records: list[Record]
 ) -> list[Published]:
     out = []
-    async with Node(key=key, listen=args.listen, advertise=args.advertise, config=config) as node:
+    async with Node(
+        key=key,
+        listen=args.listen,
+        advertise=args.advertise,
+        config=config,
+        encrypt=args.encrypt,
+    ) as node:
         await _joined_node(args, node)
         for seq, record in enumerate(records):  # a fresh node's first join numbers from 0
             message_id = await node.publish(args.topic, record.value, record.key, record.headers)
@@ -206,7 +212,13 @@ def _iterate(sub: AgentSubscription) -> Iterator[Item]:
 async def _subscribe_alone(
     args: argparse.Namespace, key: bytes, config: Any, show: Callable[[Message], str]
 ) -> None:
-    node = Node(key=key, listen=args.listen, advertise=args.advertise, config=config)
+    node = Node(
+        key=key,
+        listen=args.listen,
+        advertise=args.advertise,
+        config=config,
+        encrypt=args.encrypt,
+    )
     async with node, node.subscribe(args.topic, args.buffer) as sub:
         await _joined_node(args, node)
         _say_subscribed(args.topic)

@@ -29,6 +29,7 @@ from collections.abc import Callable
 import trio
 
 from episub.net.framing import FrameReader, take_frame
+from episub.net.sealing import SealedStream, direction_keys
 from episub.proto.messages import Message
 from episub.proto.wire import LENGTH_PREFIX_SIZE, FrameError
 
@@ -82,16 +83,21 @@ class Connection:
         outbound: bool,
         session_key: bytes,
         trailing_data: bytes,
+        sealed: bool = True,
         max_frame_size: int,
         delay: Callable[[], float] | None,
         on_frame: Callable[[Connection, FrameItems], None],
         on_written: Callable[[Connection, int, int], None],
     ) -> None:
+        if sealed:  # every byte after the handshake goes through sealed records
+            send_key, receive_key = direction_keys(session_key, initiator=outbound)
+            stream = SealedStream(
+                stream, send_key=send_key, receive_key=receive_key, received=trailing_data
+            )
+            trailing_data = b""
         self.stream = stream
         self.peer = peer
         self.outbound = outbound
-        # Kept for the AEAD layer to come (handshake.py); nothing uses it yet.
-        self.session_key = session_key
         self._reader = FrameReader(stream, max_frame_size=max_frame_size)
         self._trailing = trailing_data
         self._delay = delay  # link-delay emulation: seconds to hold each frame back

@@ -14,9 +14,9 @@ Why this shape:
 - The role is in the mac, so a peer cannot reflect our own proof back to us.
 - Each side verifies before it treats a single byte after the Proof as protocol, so a
   peer without the key never gets a message processed.
-- A session key (blake3 derive_key of the deployment key and both nonces) is derived for
-  the AEAD layer to come; today it authenticates nothing. Until then the handshake
-  authenticates the peer at connection time only: the bytes after it are plaintext.
+- A session key (blake3 derive_key of the deployment key and both nonces) is derived; the
+  sealing layer (sealing.py) keys its records with it. Both Hellos say whether the frames
+  after the handshake are sealed; ends that disagree fail here, with the reason.
 
 Frames are a 4-byte big-endian length and a protobuf `Handshake` (episub.proto), at most
 `MAX_HANDSHAKE_FRAME` bytes, so a stranger cannot make us buffer more than that.
@@ -118,7 +118,9 @@ class Handshake:
     the bytes that came after the peer's Proof.
     """
 
-    def __init__(self, *, key: bytes, my_id: bytes, initiator: bool, nonce: bytes) -> None:
+    def __init__(
+        self, *, key: bytes, my_id: bytes, initiator: bool, nonce: bytes, encrypt: bool = True
+    ) -> None:
         self._key = check_key(key)
         if len(nonce) != NONCE_SIZE:
             raise ValueError(f"nonce must be {NONCE_SIZE} bytes, not {len(nonce)}")
@@ -129,6 +131,8 @@ class Handshake:
         hello.hello.version = PROTOCOL_VERSION
         hello.hello.peer_id = my_id
         hello.hello.nonce = nonce
+        hello.hello.plaintext = not encrypt
+        self._encrypt = encrypt
         frame, self._my_hello = _frame(hello)
         self._outgoing = bytearray(frame)
         self._buffer = bytearray()
@@ -218,6 +222,12 @@ class Handshake:
             raise HandshakeError(
                 f"malformed hello: nonce of {len(hello.nonce)} bytes, not {NONCE_SIZE}"
             )
+        if hello.plaintext == self._encrypt:
+            theirs, ours = ("off", "on") if hello.plaintext else ("on", "off")
+            raise HandshakeError(
+                f"peer has encryption {theirs}, this node has it {ours}: every node of a "
+                "deployment must use the same setting"
+            )
         if hello.peer_id == self._my_id:
             raise HandshakeError(f"connected to ourselves ({self._my_id!r})")
         if hello.nonce == self._nonce:
@@ -264,13 +274,18 @@ async def perform_handshake(
     my_id: bytes,
     initiator: bool,
     timeout: float = HANDSHAKE_TIMEOUT,
+    encrypt: bool = True,
 ) -> HandshakeResult:
     """Run the handshake on `stream`; HandshakeError if it fails or takes over `timeout`.
 
     The stream is left open either way: the caller owns it.
     """
     machine = Handshake(
-        key=key, my_id=my_id, initiator=initiator, nonce=secrets.token_bytes(NONCE_SIZE)
+        key=key,
+        my_id=my_id,
+        initiator=initiator,
+        nonce=secrets.token_bytes(NONCE_SIZE),
+        encrypt=encrypt,
     )
     try:
         with trio.fail_after(timeout):

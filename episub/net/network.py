@@ -110,8 +110,10 @@ class Network:
         send_queue_cap: int,
         send_queue_max_bytes: int,
         idle_timeout: float,
+        encrypt: bool = True,
     ) -> None:
         self._key = key
+        self._encrypt = encrypt
         self.me = me
         self.counters = counters
         self._on_frame = on_frame
@@ -252,6 +254,7 @@ class Network:
                 my_id=self.me,
                 initiator=True,
                 timeout=self._handshake_timeout,
+                encrypt=self._encrypt,
             )
         except BaseException as exc:
             if isinstance(exc, HandshakeError):
@@ -321,6 +324,7 @@ class Network:
                 my_id=self.me,
                 initiator=False,
                 timeout=self._handshake_timeout,
+                encrypt=self._encrypt,
             )
         except HandshakeError as exc:
             self.counters.handshake_failures += 1
@@ -347,6 +351,7 @@ class Network:
             outbound=outbound,
             session_key=result.session_key,
             trailing_data=result.trailing_data,
+            sealed=self._encrypt,
             max_frame_size=self._max_frame_size,
             delay=None if link_delay is None else partial(link_delay, self.me, peer_id),
             on_frame=self._on_frame,

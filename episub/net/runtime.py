@@ -87,6 +87,7 @@ class Runtime:
         send_queue_cap: int = SEND_QUEUE_CAP,
         send_queue_max_bytes: int = SEND_QUEUE_MAX_BYTES,
         idle_timeout: float = IDLE_TIMEOUT,
+        encrypt: bool = True,
     ) -> None:
         for name, value in (
             ("handshake_timeout", handshake_timeout),
@@ -123,6 +124,7 @@ class Runtime:
             send_queue_cap=send_queue_cap,
             send_queue_max_bytes=send_queue_max_bytes,
             idle_timeout=idle_timeout,
+            encrypt=encrypt,
         )
         self._timers: list[tuple[float, int, Hashable]] = []
         self._timer_seq = itertools.count()

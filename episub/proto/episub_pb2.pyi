@@ -246,14 +246,16 @@ class Handshake(_message.Message):
     def __init__(self, hello: _Optional[_Union[Hello, _Mapping]] = ..., proof: _Optional[_Union[Proof, _Mapping]] = ...) -> None: ...
 
 class Hello(_message.Message):
-    __slots__ = ("version", "peer_id", "nonce")
+    __slots__ = ("version", "peer_id", "nonce", "plaintext")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     PEER_ID_FIELD_NUMBER: _ClassVar[int]
     NONCE_FIELD_NUMBER: _ClassVar[int]
+    PLAINTEXT_FIELD_NUMBER: _ClassVar[int]
     version: int
     peer_id: bytes
     nonce: bytes
-    def __init__(self, version: _Optional[int] = ..., peer_id: _Optional[bytes] = ..., nonce: _Optional[bytes] = ...) -> None: ...
+    plaintext: bool
+    def __init__(self, version: _Optional[int] = ..., peer_id: _Optional[bytes] = ..., nonce: _Optional[bytes] = ..., plaintext: _Optional[bool] = ...) -> None: ...
 
 class Proof(_message.Message):
     __slots__ = ("mac",)
