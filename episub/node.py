@@ -35,6 +35,7 @@ import trio
 
 from episub.net.handshake import HANDSHAKE_TIMEOUT, HandshakeError, check_key
 from episub.net.link_delay import LinkDelay
+from episub.net.network import MAX_CONNECTIONS
 from episub.net.peer_id import (
     Address,
     PeerIdError,
@@ -143,6 +144,8 @@ class Node:
     seed: seeds the protocol's random choices (default: fresh randomness).
     encrypt: seal every frame after the handshake (ChaCha20-Poly1305, episub.net.sealing;
         default on). Off only on a trusted network; all nodes must agree.
+    max_connections: authenticated connections held at once (default 512); past it an
+        inbound connection is refused after its handshake, and counted.
     """
 
     def __init__(
@@ -158,6 +161,7 @@ class Node:
         dial_timeout: float = DIAL_TIMEOUT,
         seed: int | None = None,
         encrypt: bool = True,
+        max_connections: int = MAX_CONNECTIONS,
     ) -> None:
         self._key = check_key(key)
         self._listen = parse_address(listen, allow_port_zero=True)
@@ -174,6 +178,7 @@ class Node:
         self._handshake_timeout = handshake_timeout
         self._dial_timeout = dial_timeout
         self._encrypt = encrypt
+        self._max_connections = max_connections
         self._seed = seed if seed is not None else secrets.randbits(64)
         self._runtime: Runtime | None = None
         self._address = ""
@@ -221,6 +226,7 @@ class Node:
                 handshake_timeout=self._handshake_timeout,
                 dial_timeout=self._dial_timeout,
                 encrypt=self._encrypt,
+                max_connections=self._max_connections,
             )
             await nursery.start(runtime.run, listeners)
             self._runtime = runtime

@@ -41,6 +41,7 @@ from episub.net.peer_id import Address, PeerIdError, parse_peer_id
 __all__ = [
     "DIAL_TIMEOUT",
     "IDLE_TIMEOUT",
+    "MAX_CONNECTIONS",
     "MAX_PENDING_HANDSHAKES",
     "SEND_QUEUE_CAP",
     "SEND_QUEUE_MAX_BYTES",
@@ -56,6 +57,10 @@ SEND_QUEUE_CAP = 4096  # guess: messages
 SEND_QUEUE_MAX_BYTES = 16 * 1024 * 1024  # guess; raised to 2 frames if max frames are larger
 DIAL_TIMEOUT = 10.0  # Kafka's socket.connection.setup.timeout.ms default (10 s)
 MAX_PENDING_HANDSHAKES = 64  # guess: unauthenticated inbound connections held at once
+# Authenticated connections held at once. A peer holding the key can claim any id, so it
+# could otherwise open connections without end. Guess: a node's links are its views in
+# each topic (7 active + probes of a 42-entry passive view) and a few bootstrap contacts.
+MAX_CONNECTIONS = 512
 IDLE_TIMEOUT = 60.0  # guess: a passive peer's probe connection is re-dialled when next needed
 
 
@@ -68,6 +73,7 @@ class NetCounters:
     dials: int = 0
     dial_failures: int = 0
     handshake_failures: int = 0
+    connections_refused: int = 0  # authenticated, but past max_connections
     frames_in: int = 0
     frames_out: int = 0
     messages_in: int = 0
@@ -111,8 +117,10 @@ class Network:
         send_queue_max_bytes: int,
         idle_timeout: float,
         encrypt: bool = True,
+        max_connections: int = MAX_CONNECTIONS,
     ) -> None:
         self._key = key
+        self._max_connections = max_connections
         self._encrypt = encrypt
         self.me = me
         self.counters = counters
@@ -332,8 +340,19 @@ class Network:
             return
         finally:
             self._handshakes -= 1
-        if not self.closing:
-            await self._serve(self._register(stream, result, outbound=False))
+        if self.closing:
+            return
+        held = sum(len(peer.conns) for peer in self.peers.values())
+        if held >= self._max_connections:
+            self.counters.connections_refused += 1
+            log.warning(
+                "refusing %s from %s: %d connections held already (max_connections)",
+                show_peer(result.peer_id),
+                where,
+                held,
+            )
+            return
+        await self._serve(self._register(stream, result, outbound=False))
 
     # -- connections ----------------------------------------------------------------------
 

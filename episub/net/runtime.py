@@ -43,6 +43,7 @@ from episub.net.link_delay import LinkDelay
 from episub.net.network import (
     DIAL_TIMEOUT,
     IDLE_TIMEOUT,
+    MAX_CONNECTIONS,
     SEND_QUEUE_CAP,
     SEND_QUEUE_MAX_BYTES,
     NetCounters,
@@ -88,6 +89,7 @@ class Runtime:
         send_queue_max_bytes: int = SEND_QUEUE_MAX_BYTES,
         idle_timeout: float = IDLE_TIMEOUT,
         encrypt: bool = True,
+        max_connections: int = MAX_CONNECTIONS,
     ) -> None:
         for name, value in (
             ("handshake_timeout", handshake_timeout),
@@ -125,6 +127,7 @@ class Runtime:
             send_queue_max_bytes=send_queue_max_bytes,
             idle_timeout=idle_timeout,
             encrypt=encrypt,
+            max_connections=max_connections,
         )
         self._timers: list[tuple[float, int, Hashable]] = []
         self._timer_seq = itertools.count()

@@ -1,0 +1,121 @@
+"""A peer that holds the key and misbehaves on purpose (tests/hostile_peer.py): for each
+behaviour, the node under attack stays within its limits and its honest peer still gets
+every message, once and in order (assert_still_serving)."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import trio
+
+from episub import Node
+from episub.net.network import SEND_QUEUE_CAP
+from episub.proto.config import BroadcastConfig
+from tests import hostile_peer
+from tests.net_helpers import KEY, TOPIC, WAIT, RawPeer, run, wait_until
+from tests.test_net_hostile import assert_still_serving, honest_pair
+from tests.test_net_hostile import config as honest_config
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def broadcast_state(node: Node):  # type: ignore[no-untyped-def]
+    """The core's broadcast machine of TOPIC on `node` (to check its tables' sizes)."""
+    return node._running().state._topics[TOPIC].broadcast
+
+
+def test_an_ihave_flood_of_unknown_ids_keeps_the_missing_table_bounded() -> None:
+    async def main() -> None:
+        async with honest_pair() as (a, b):
+            raw = await RawPeer.connect(a.address)
+            await hostile_peer.ihave_flood(raw, TOPIC, rounds=15)  # 15,000 ids
+            limit = BroadcastConfig().max_missing
+            await wait_until(lambda: len(broadcast_state(a).missing) > 0, what="the flood")
+            await assert_still_serving(a, b)
+            assert len(broadcast_state(a).missing) <= limit
+            await raw.aclose()
+
+    run(main)
+
+
+def test_grafting_everything_without_reading_cuts_off_only_the_grafter() -> None:
+    async def main() -> None:
+        async with honest_pair() as (a, b), Node(key=KEY, config=honest_config()) as c:
+            await c.join(TOPIC, bootstrap=[a.address])
+            for i in range(200):  # something for a to answer grafts with (c's stream)
+                await c.publish(TOPIC, b"x%d" % i + b"." * 600)
+            await wait_until(lambda: len(broadcast_state(a).cache) >= 200, what="a's cache")
+            ids = list(broadcast_state(a).cache)
+            raw = await RawPeer.connect(a.address, receive_buffer=4096)
+            await hostile_peer.graft_all(raw, TOPIC, rounds=10, known=ids)  # then never reads
+            await assert_still_serving(a, b)
+            # What waits for the grafter stays within its queue's bound (items and bytes).
+            assert a.stats()["queued_messages"] <= SEND_QUEUE_CAP
+
+    run(main)
+
+
+def test_a_join_with_a_huge_ttl_is_refused_by_the_decoder(caplog: pytest.LogCaptureFixture) -> None:
+    async def main() -> None:
+        async with honest_pair() as (a, b):
+            raw = await RawPeer.connect(a.address)
+            await hostile_peer.huge_ttl(raw, TOPIC)
+            with trio.fail_after(WAIT):
+                await raw.wait_closed()
+            await assert_still_serving(a, b)
+
+    with caplog.at_level(logging.WARNING):
+        run(main)
+    assert "ttl" in caplog.text.lower()
+
+
+def test_replayed_gossip_is_never_delivered_twice() -> None:
+    async def main() -> None:
+        async with honest_pair() as (a, b):
+            raw = await RawPeer.connect(b.address)
+            async with a.subscribe(TOPIC) as at_a, trio.open_nursery() as nursery:
+
+                async def publish_until_pushed() -> None:
+                    for i in range(50):
+                        await b.publish(TOPIC, b"pushed %d" % i)
+                        await trio.sleep(0.05)
+
+                nursery.start_soon(publish_until_pushed)
+                with trio.fail_after(WAIT):
+                    replayed = await hostile_peer.replay_gossip(raw, TOPIC, copies=100)
+                seen = []
+                with trio.fail_after(WAIT):
+                    while len(seen) < 50:
+                        seen.append((await at_a.receive()).seq)  # type: ignore[union-attr]
+                assert seen == list(range(50))  # each once, in order, replays included
+                assert replayed.envelope.publisher == b.id
+            assert b.stats()["duplicates_received"] >= 100
+
+    run(main)
+
+
+def test_a_peer_stalled_mid_frame_holds_up_nobody() -> None:
+    async def main() -> None:
+        async with honest_pair() as (a, b):
+            raw = await RawPeer.connect(a.address)
+            await hostile_peer.stall_mid_frame(raw, TOPIC)
+            await assert_still_serving(a, b)
+            await raw.aclose()
+
+    run(main)
+
+
+def test_connections_in_a_loop_stop_at_max_connections(caplog: pytest.LogCaptureFixture) -> None:
+    async def main() -> None:
+        async with honest_pair(max_connections=8) as (a, b):
+            peers = await hostile_peer.connect_loop(a.address, KEY, 30)
+            await wait_until(lambda: a.stats()["connections_refused"] > 0, what="refusals")
+            assert a.stats()["connections"] <= 8
+            await assert_still_serving(a, b)
+            for raw in peers:
+                await raw.aclose()
+
+    with caplog.at_level(logging.WARNING):
+        run(main)
+    assert "max_connections" in caplog.text
