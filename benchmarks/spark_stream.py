@@ -188,7 +188,7 @@ def run_episub(spark: Any, args: argparse.Namespace, deployment: Any) -> dict[st
         wait(lambda: log.rows >= count, f"{count} rows")
         # "published N in S s": how fast the one publisher could go, for the burst figure.
         publish_line = publisher.stdout.readline().split()
-        publish_seconds = float(publish_line[-2])
+        publish_seconds = float(publish_line[-1])
     finally:
         if query is not None:
             query.stop()
