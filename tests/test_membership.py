@@ -296,7 +296,7 @@ def test_max_active_cap_refuses_even_a_high_priority_request():
 
 def test_repeated_request_from_a_neighbour_is_answered_with_the_existing_link():
     node = make_node(active={1: RAND, 2: NEAR})
-    out = node.handle(received(2, request(RAND, links=5, rand=1)), 1.0)
+    out = node.handle(received(2, request(NEAR, links=5, rand=1)), 1.0)
     assert out == [send(2, accept(NEAR, links=2, rand=1))]
     assert membership(node).active[2].peer_active == 5
 
