@@ -891,4 +891,3 @@ class Membership:
                 return False
         self._ask_relabel(rand, LinkKind.NEAR, now, out)
         return True
-
