@@ -890,6 +890,21 @@ def test_an_unanswered_relabel_request_expires_with_the_neighbor_request_timeout
     ]
 
 
+def test_a_node_with_surplus_near_links_and_too_few_rand_demotes_its_farthest_near():
+    node = make_node(active={1: RAND, 2: NEAR, 3: NEAR}, rtts={1: 0.5, 2: 0.25, 3: 0.0625})
+    assert sends(fire(node, "optimize", 1.0)) == [send(2, request(RAND, rtt=0.25, links=3, rand=2))]
+    assert node.active_view(TOPIC) == {1: RAND, 2: RAND, 3: NEAR}
+
+
+def test_surplus_near_links_wait_while_a_candidate_could_replace_the_farthest():
+    node = make_node(
+        active={1: RAND, 2: NEAR, 3: NEAR}, passive=[7], rtts={2: 0.25, 3: 0.0625, 7: 0.03125}
+    )
+    assert sends(fire(node, "optimize", 1.0)) == [
+        send(7, request(NEAR, rtt=0.03125, links=3, rand=1))
+    ]
+
+
 def test_relabel_to_near_is_agreed_when_the_peer_beats_our_farthest_near_by_alpha():
     node = make_node(active={1: RAND, 2: RAND, 3: NEAR}, rtts={1: 0.0625, 3: 0.25})
     out = node.handle(received(1, request(NEAR, rtt=0.0625, links=3, rand=2)), 1.0)

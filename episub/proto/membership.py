@@ -30,6 +30,8 @@ Rules from the draft, in the order a node meets them:
   agrees demote our farthest near neighbour to RAND. Without this a zone-mate first linked
   as RAND (joins make random links) stays RAND, and a small zone whose every member is
   already a neighbour keeps a far near link for good.
+  A node left with more than C_near near links and fewer than C_rand random ones demotes
+  its farthest near link, on the same condition.
 - relabel request (NEIGHBOR over a standing link): RAND is always agreed to; NEAR is agreed
   to while we are short of near links or when the peer is closer than our farthest near
   neighbour by alpha (which is then demoted); otherwise answered with the link's kind.
@@ -844,7 +846,9 @@ class Membership:
             if p not in self.refused_by and p not in self.active
         ]
         candidates = [(rtt, p) for rtt, p in known if rtt is not None]
-        if self._relabel_nearest_rand(known, now, out):
+        if self._demote_surplus_near(known, now, out) or self._relabel_nearest_rand(
+            known, now, out
+        ):
             return
         if not candidates:
             return
@@ -856,6 +860,21 @@ class Membership:
         farthest = self._farthest_near()
         if farthest is not None and best_rtt * c.alpha < farthest[1]:
             self._request_link(best, LinkKind.NEAR, now, out, replaces=farthest[0])
+
+    def _demote_surplus_near(
+        self, known: list[tuple[float | None, PeerId]], now: float, out: list[OutEvent]
+    ) -> bool:
+        """Holding more than C_near near links and fewer than C_rand random ones (accepted
+        NEAR requests and relabels at the other end get there), demote the farthest near
+        link to RAND, when no known peer could replace it instead. True if demoted."""
+        c = self.config
+        if self.near_count() <= c.c_near or self.rand_count() >= c.c_rand:
+            return False
+        farthest = self._farthest_near()
+        if farthest is None or any(rtt is None or rtt * c.alpha < farthest[1] for rtt, _ in known):
+            return False
+        self._ask_relabel(farthest[0], LinkKind.RAND, now, out)
+        return True
 
     def _relabel_nearest_rand(
         self, known: list[tuple[float | None, PeerId]], now: float, out: list[OutEvent]
