@@ -296,7 +296,7 @@ def test_max_active_cap_refuses_even_a_high_priority_request():
 
 def test_repeated_request_from_a_neighbour_is_answered_with_the_existing_link():
     node = make_node(active={1: RAND, 2: NEAR})
-    out = node.handle(received(2, request(RAND, links=5, rand=1)), 1.0)
+    out = node.handle(received(2, request(NEAR, links=5, rand=1)), 1.0)
     assert out == [send(2, accept(NEAR, links=2, rand=1))]
     assert membership(node).active[2].peer_active == 5
 
@@ -813,6 +813,160 @@ def test_optimisation_finds_candidates_in_near_neighbours_views():
     assert sends(fire(node, "optimize", 2.0)) == [
         send(9, request(NEAR, rtt=0.0625, links=3, rand=2))
     ]
+
+
+# -- relabelling ---------------------------------------------------------------------------
+
+
+def near_view_for_relabel(passive_rtt: float) -> NodeState:
+    """RAND 1 (1/16 s), RAND 2 (unmeasured), NEAR 3 (1/4 s); passive 7 at `passive_rtt`."""
+    return make_node(
+        active={1: RAND, 2: RAND, 3: NEAR},
+        passive=[7],
+        rtts={1: 0.0625, 3: 0.25, 7: passive_rtt},
+    )
+
+
+def test_optimisation_relabels_the_nearest_rand_link_when_no_candidate_is_closer():
+    node = near_view_for_relabel(0.5)
+    assert fire(node, "optimize", 1.0) == [
+        send(1, request(NEAR, rtt=0.0625, links=3, rand=2)),
+        ScheduleTimer(5.0, token("optimize")),
+    ]
+    assert node.active_view(TOPIC)[1] is RAND  # until the peer agrees
+    # The peer agrees: the link is NEAR, and the farthest near link is demoted at once.
+    out = node.handle(received(1, accept(NEAR, links=3, rand=1)), 1.25)
+    assert out == [send(3, request(RAND, rtt=0.25, links=3, rand=2))]
+    assert node.active_view(TOPIC) == {1: NEAR, 2: RAND, 3: RAND}
+    assert membership(node).counters.relabels == 2
+
+
+def test_relabelling_waits_until_every_candidate_is_measured():
+    node = make_node(active={1: RAND, 2: RAND, 3: NEAR}, passive=[7], rtts={1: 0.0625, 3: 0.25})
+    assert fire(node, "optimize", 1.0) == [ScheduleTimer(5.0, token("optimize"))]
+
+
+def test_a_closer_candidate_is_asked_for_a_new_link_instead_of_relabelling():
+    node = near_view_for_relabel(0.03125)
+    assert sends(fire(node, "optimize", 1.0)) == [
+        send(7, request(NEAR, rtt=0.03125, links=3, rand=2))
+    ]
+
+
+def test_relabelling_needs_the_rand_link_closer_than_the_farthest_near_by_alpha():
+    node = make_node(active={1: RAND, 2: RAND, 3: NEAR}, rtts={1: 0.125, 3: 0.25})
+    assert fire(node, "optimize", 1.0) == [ScheduleTimer(5.0, token("optimize"))]
+
+
+def test_a_node_short_of_near_links_relabels_a_surplus_rand_link():
+    node = make_node(active={1: RAND, 2: RAND, 3: RAND}, rtts={1: 0.25, 2: 0.0625, 3: 0.125})
+    assert sends(fire(node, "optimize", 1.0)) == [
+        send(2, request(NEAR, rtt=0.0625, links=3, rand=3))
+    ]
+    assert node.handle(received(2, accept(NEAR, links=3, rand=1)), 1.25) == []
+    assert node.active_view(TOPIC) == {1: RAND, 2: NEAR, 3: RAND}  # no demotion: C_near=1
+
+
+def test_a_refused_relabel_keeps_the_link_and_is_not_asked_again_at_once():
+    node = near_view_for_relabel(0.5)
+    fire(node, "optimize", 1.0)
+    assert node.handle(received(1, accept(RAND, links=3, rand=1)), 1.25) == []
+    assert node.active_view(TOPIC) == {1: RAND, 2: RAND, 3: NEAR}
+    assert fire(node, "optimize", 6.0) == [ScheduleTimer(5.0, token("optimize"))]
+    # After recent_reject_memory (10 s), and stabilisation forgetting the refusal:
+    fire(node, "stabilize", 11.5)
+    assert sends(fire(node, "optimize", 12.0)) == [
+        send(1, request(NEAR, rtt=0.0625, links=3, rand=2))
+    ]
+
+
+def test_an_unanswered_relabel_request_expires_with_the_neighbor_request_timeout():
+    node = near_view_for_relabel(0.5)
+    fire(node, "optimize", 1.0)
+    assert fire(node, "optimize", 2.0) == [ScheduleTimer(5.0, token("optimize"))]  # one at a time
+    fire(node, "stabilize", 3.0)  # 2 s after the request
+    assert sends(fire(node, "optimize", 3.5)) == [
+        send(1, request(NEAR, rtt=0.0625, links=3, rand=2))
+    ]
+
+
+def test_a_node_with_surplus_near_links_and_too_few_rand_demotes_its_farthest_near():
+    node = make_node(active={1: RAND, 2: NEAR, 3: NEAR}, rtts={1: 0.5, 2: 0.25, 3: 0.0625})
+    assert sends(fire(node, "optimize", 1.0)) == [send(2, request(RAND, rtt=0.25, links=3, rand=2))]
+    assert node.active_view(TOPIC) == {1: RAND, 2: RAND, 3: NEAR}
+
+
+def test_surplus_near_links_wait_while_a_candidate_could_replace_the_farthest():
+    node = make_node(
+        active={1: RAND, 2: NEAR, 3: NEAR}, passive=[7], rtts={2: 0.25, 3: 0.0625, 7: 0.03125}
+    )
+    assert sends(fire(node, "optimize", 1.0)) == [
+        send(7, request(NEAR, rtt=0.03125, links=3, rand=1))
+    ]
+
+
+def test_relabel_to_near_is_agreed_when_the_peer_beats_our_farthest_near_by_alpha():
+    node = make_node(active={1: RAND, 2: RAND, 3: NEAR}, rtts={1: 0.0625, 3: 0.25})
+    out = node.handle(received(1, request(NEAR, rtt=0.0625, links=3, rand=2)), 1.0)
+    assert out == [
+        send(3, request(RAND, rtt=0.25, links=3, rand=2)),  # the demoted far near link
+        send(1, accept(NEAR, links=3, rand=2)),
+    ]
+    assert node.active_view(TOPIC) == {1: NEAR, 2: RAND, 3: RAND}
+
+
+def test_relabel_to_near_is_agreed_by_a_node_short_of_near_links():
+    node = make_node(active={1: RAND, 2: RAND}, rtts={1: 0.25})
+    out = node.handle(received(1, request(NEAR, rtt=0.25, links=3, rand=2)), 1.0)
+    assert out == [send(1, accept(NEAR, links=2, rand=1))]
+    assert node.active_view(TOPIC) == {1: NEAR, 2: RAND}
+
+
+def test_relabel_to_near_is_refused_when_our_near_links_are_closer():
+    node = make_node(active={1: RAND, 2: RAND, 3: NEAR}, rtts={1: 0.25, 3: 0.0625})
+    out = node.handle(received(1, request(NEAR, rtt=0.25, links=3, rand=2)), 1.0)
+    assert out == [send(1, accept(RAND, links=3, rand=2))]
+    assert node.active_view(TOPIC) == {1: RAND, 2: RAND, 3: NEAR}
+
+
+def test_relabel_to_rand_is_always_agreed():
+    node = make_node(active={1: RAND, 2: RAND, 3: NEAR}, rtts={3: 0.0625})
+    out = node.handle(received(3, request(RAND, links=3, rand=1)), 1.0)
+    assert out == [send(3, accept(RAND, links=3, rand=3))]
+    assert node.active_view(TOPIC) == {1: RAND, 2: RAND, 3: RAND}
+
+
+def test_after_a_relabel_both_ends_of_every_link_agree_on_its_kind():
+    # 0 holds RAND 1 (near) and NEAR 3 (far); 1 and 3 are real nodes wired in memory.
+    n0 = make_node(0, active={1: RAND, 2: RAND, 3: NEAR}, passive=[7], rtts={1: 0.0625, 3: 0.25})
+    set_rtt(n0, 7, 0.5)
+    n1 = make_node(1, active={0: RAND, 4: RAND, 5: NEAR}, rtts={0: 0.0625, 5: 0.5})
+    n3 = make_node(3, active={0: NEAR, 8: RAND, 9: RAND}, rtts={0: 0.25})
+    net = Network([n0, n1, n3])
+    log = net.handle(0, TimerFired(token("optimize")), 1.0)
+    assert n0.active_view(TOPIC) == {1: NEAR, 2: RAND, 3: RAND}
+    assert n1.active_view(TOPIC) == {0: NEAR, 4: RAND, 5: RAND}  # 1 demoted its own far 5
+    assert n3.active_view(TOPIC) == {0: RAND, 8: RAND, 9: RAND}
+    assert [(s.peer, s.message.kind) for s in sends(log[1], m.Neighbor)] == [
+        (5, RAND),
+        (0, NEAR),
+    ]
+    # No link came up or went down: relabelling changes labels only.
+    assert not [e for out in log.values() for e in out if isinstance(e, NeighborUp | NeighborDown)]
+
+
+def test_crossed_relabel_requests_agree():
+    # Both are short of near links and hold a surplus RAND link: each asks the other.
+    n0 = make_node(0, active={1: RAND, 2: RAND, 3: RAND}, rtts={1: 0.0625})
+    n1 = make_node(1, active={0: RAND, 4: RAND, 5: RAND}, rtts={0: 0.0625})
+    ask0 = only(fire(n0, "optimize", 1.0), m.Neighbor)
+    ask1 = only(fire(n1, "optimize", 1.0), m.Neighbor)
+    assert ask0.message.kind is ask1.message.kind is NEAR
+    acc0 = only(n0.handle(received(1, ask1.message), 1.125), m.Neighbor).message
+    acc1 = only(n1.handle(received(0, ask0.message), 1.125), m.Neighbor).message
+    n0.handle(received(1, acc1), 1.25)
+    n1.handle(received(0, acc0), 1.25)
+    assert n0.active_view(TOPIC)[1] is n1.active_view(TOPIC)[0] is NEAR
 
 
 # -- timers -------------------------------------------------------------------------------

@@ -10,10 +10,12 @@ scenario writes as a one-letter kind and an index (`b"c17"`: counted message 17)
 Definitions (the paper's metrics, made precise where the brief left room):
 
 - reliability: delivered / expected over (counted message, node) pairs. A pair is
-  expected when the node is not the publisher, had joined before the publish (joined =
-  its first NeighborUp, so a node whose JOIN walk is still under way is not held to a
-  message it could not yet receive) and did not leave or crash before the message's
-  lifetime ended (publish + `lifetime`). Live nodes that never got a neighbour are
+  expected when the node is not the publisher, had joined before the publish and did
+  not leave or crash before the message's lifetime ended (publish + `lifetime`).
+  Joined = its first link up at both ends (both reported NeighborUp): a node whose JOIN
+  walk is still under way, or whose first link its peer has not heard accepted yet, is
+  not held to a message it could not yet receive (a message the peer got before then
+  was forwarded without it). Live nodes that never got a neighbour are
   reported apart as `never_joined`.
 - rmr: per counted message, gossip_payload_sends / (holders - 1) - 1, with holders =
   distinct delivering nodes + the publisher and payload sends = every `Send` of a
@@ -118,7 +120,8 @@ class Collector:
         # Filled by the methods below:
         self.outputs: dict[type, int] = {}
         self.data_lost_seqs = 0
-        self.first_up: dict[int, float] = {}
+        self.first_up: dict[int, float] = {}  # node -> when its first link was up at both ends
+        self._half_up: set[tuple[int, int]] = set()  # (node, peer): node reported NeighborUp
         self.duplicates = 0
         self.self_deliveries = 0
         self.unknown_deliveries = 0
@@ -165,8 +168,17 @@ class Collector:
         cls = out.__class__
         self.outputs[cls] = self.outputs.get(cls, 0) + 1
         if cls is NeighborUp:
-            if node not in self.first_up:
-                self.first_up[node] = now
+            peer = out.peer  # type: ignore[attr-defined]
+            self._half_up.add((node, peer))
+            if (peer, node) in self._half_up:
+                # Both ends know the link: from now on the peer forwards to the node.
+                first_up = self.first_up
+                if node not in first_up:
+                    first_up[node] = now
+                if peer not in first_up:
+                    first_up[peer] = now
+        elif cls is NeighborDown:
+            self._half_up.discard((node, out.peer))  # type: ignore[attr-defined]
         elif cls is DataLost:
             self.data_lost_seqs += out.last_seq - out.first_seq + 1  # type: ignore[attr-defined]
 
