@@ -1,23 +1,14 @@
-"""One episub node as an OS process, for benchmarks/loopback.py -- STUB, NOT WIRED YET.
+"""One episub node as an OS process, for benchmarks/loopback.py.
 
     .venv/bin/python benchmarks/loopback.py --system episub --nodes 8 --size 256 --messages 2000
 
-*** This file is a placeholder. *** episub's network runtime (``episub.net``,
-``episub.node``) is being written; until ``import episub.node`` provides a ``Node`` class
-this script prints "episub runtime not available yet" on stderr and exits with status 3,
-which loopback.py reports as "system not available". Once ``Node`` exists the adapter
-below must be completed (every method marked TODO); until then it exits with status 3 too,
-saying so.
-
 The contract is the one documented at the top of loopback.py and implemented by
-peer_common.drive: the adapter only has to listen on 127.0.0.1:--port and return a dialable
-address string (``host:port`` is fine), join the overlay through the BOOTSTRAP addresses
-(node I gets the addresses of nodes 0..I-1; HyParView needs only one of them as contact),
-report readiness, publish bytes, hand delivered payloads to ``receive`` and keep the three
-counters: ``payload_copies`` (payload-carrying frames received, first copies plus
-duplicates; Plumtree's eager pushes and GRAFT replies), ``wire_read`` / ``wire_written``
-(bytes read from / written to the node's TCP sockets). A counter that cannot be had stays
-None and the harness prints "-".
+peer_common.drive: listen on 127.0.0.1:--port and return a dialable "host:port", join the
+overlay through the first BOOTSTRAP address (HyParView needs one contact), report readiness
+once a few links are up, publish bytes, hand delivered payloads to ``receive`` and keep the
+three counters: ``payload_copies`` (GOSSIP frames received, first copies plus duplicates),
+``wire_read`` / ``wire_written`` (frame bytes on the node's connections, from
+``node.stats()``). Every node runs episub's defaults, sealed frames included.
 """
 
 from __future__ import annotations
@@ -42,50 +33,92 @@ def load_node_class() -> type | None:
     return node_cls if isinstance(node_cls, type) else None
 
 
+KEY = bytes(range(32))  # one deployment key for the whole run
+READY_TIMEOUT = 60.0  # s a node waits for its view to fill; the driver's --deadline bounds all
+SUBSCRIPTION_SLACK = 1024  # items beyond the run's total, so the benchmark never lags
+
+
 class EpisubAdapter:
-    """TODO(lead): fill in against episub.node.Node once the runtime lands."""
+    """One episub Node (episub.node) in this process, subscribed to the run's topic."""
 
     system = "episub"
-    IMPLEMENTED = False  # TODO(lead): set True once every TODO method below is written
+    IMPLEMENTED = True
 
     def __init__(self, args: Any, node_cls: type) -> None:
         self.args = args
         self.node_cls = node_cls
-        self.payload_copies: int | None = None  # TODO: from the node's counters
-        self.wire_read: int | None = None  # TODO: bytes read on the node's sockets
-        self.wire_written: int | None = None  # TODO: bytes written on the node's sockets
+        self.node: Any = None
+        self.sub: Any = None
 
-    # Hints from episub/node.py as of this writing (check them against the landed API):
-    # ``async with Node(key=KEY, listen=f"127.0.0.1:{port}") as node`` (one fixed 32-byte
-    # KEY for the whole run), ``node.address``, ``await node.join(topic, bootstrap)``,
-    # ``node.subscribe(topic, buffer=...)`` (raise the buffer to M*K so the benchmark
-    # never sees Lagged, as gossipsub_peer.py lifts py-libp2p's 32), ``await
-    # node.publish(topic, data)``, ``node.neighbors(topic)``, ``node.stats()`` (counters
-    # for payload copies and socket bytes, or add them to the runtime).
+    def _stat(self, *names: str) -> int | None:
+        if self.node is None:
+            return None
+        stats = self.node.stats()
+        return sum(stats[name] for name in names)
+
+    # Payload-carrying frames received: first copies plus duplicates (GOSSIP in any form:
+    # eager push, GRAFT answer, PULL answer).
+    @property
+    def payload_copies(self) -> int | None:
+        return self._stat("gossip_received", "duplicates_received")
+
+    # Frame bytes read and written on the node's connections (handshakes not included;
+    # with sealing on, each record adds 20 bytes on the wire: 4 of length, 16 of tag).
+    @property
+    def wire_read(self) -> int | None:
+        return self._stat("bytes_in")
+
+    @property
+    def wire_written(self) -> int | None:
+        return self._stat("bytes_out")
 
     async def listen(self, nursery: trio.Nursery) -> str:
-        # TODO: enter the Node in a task started with ``await nursery.start(...)`` (as
-        # GossipsubAdapter._run does) and open the subscription there; return the
-        # "host:port" other episub peers dial.
-        raise NotImplementedError
+        ready = trio.Event()
+
+        async def run() -> None:
+            node = self.node_cls(key=KEY, listen=f"127.0.0.1:{self.args.port}")
+            async with node:
+                self.node = node
+                buffer = self.args.publishers * self.args.messages + SUBSCRIPTION_SLACK
+                async with node.subscribe(self.args.topic, buffer) as sub:
+                    self.sub = sub
+                    ready.set()
+                    await trio.sleep_forever()
+
+        nursery.start_soon(run)
+        await ready.wait()
+        return self.node.address
 
     async def connect(self, addrs: list[str]) -> None:
-        # TODO: join the topic through these addresses (an empty list starts the overlay).
-        raise NotImplementedError
+        await self.node.join(self.args.topic, bootstrap=addrs[:1])
 
     async def wait_ready(self) -> None:
-        # TODO: return once joined and the active view holds min(target, N-1) neighbours;
-        # poll with a short trio.sleep (the driver's --deadline bounds it), no fixed delay.
-        raise NotImplementedError
+        want = min(3, self.args.nodes - 1)  # a few links: the overlay around us carries
+        with trio.move_on_after(READY_TIMEOUT):
+            while len(self.node.neighbors(self.args.topic)) < want:
+                await trio.sleep(0.05)
 
     async def publish(self, data: bytes) -> None:
-        raise NotImplementedError  # TODO: node.publish(self.args.topic, data)
+        await self.node.publish(self.args.topic, data)
 
     async def receive(self) -> bytes:
-        raise NotImplementedError  # TODO: next delivered Message's value (skip Lost items)
+        from episub.subscription import Message
+
+        while True:
+            item = await self.sub.receive()
+            if isinstance(item, Message):
+                return item.value
 
     def config(self) -> dict[str, Any]:
-        return {"note": "TODO: record episub's overlay and broadcast parameters"}
+        from episub.proto.config import NodeConfig
+
+        config = NodeConfig()
+        return {
+            "active_view": f"C_rand={config.membership.c_rand} C_near={config.membership.c_near}",
+            "ihave_interval_s": config.broadcast.ihave_interval,
+            "sealed_frames": True,
+            "note": "defaults throughout; own publications are delivered to own subscribers",
+        }
 
     def versions(self) -> dict[str, str]:
         out = {"trio": importlib.metadata.version("trio")}
