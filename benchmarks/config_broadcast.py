@@ -211,7 +211,7 @@ def run_processes(args: argparse.Namespace, logdir: str) -> dict[str, Any]:
         if args.system == "episub":
             contact = ready  # the writer's node address: every reader joins through it
         for i in range(args.nodes):
-            argv = base + ["--role", f"{args.system}-reader", "--contact", contact]
+            argv = [*base, "--role", f"{args.system}-reader", "--contact", contact]
             children.append(Child(argv, f"reader{i}", logdir, child_env()))
         for child in children[1:]:
             child.expect("READY", deadline)
@@ -322,8 +322,8 @@ def redis_writer(args: argparse.Namespace) -> None:
     sets, receivers = [], []
     for i in paced(args.final, args.interval_ms / 1000, time.monotonic() + args.deadline):
         t0 = time.monotonic_ns()
-        receivers.append(client.publish(REDIS_CHANNEL, json.dumps({"version": i,
-                                                                   "values": value_for(i)})))
+        message = json.dumps({"version": i, "values": value_for(i)})
+        receivers.append(client.publish(REDIS_CHANNEL, message))
         sets.append((i, t0))
     say("RESULT", json.dumps({"sets": sets, "receivers_min": min(receivers, default=0)}))
     sys.stdin.readline()
@@ -379,8 +379,9 @@ def wait_until(condition: Any, deadline: float, what: str) -> None:
 
 
 def run_spark_episub(args: argparse.Namespace, logdir: str) -> dict[str, Any]:
-    import spark_connector
     from pyspark.sql.functions import col, udf
+
+    import spark_connector
     from spark_connector.config import cluster_config
     from spark_connector.deployment import driver_client
 
@@ -553,8 +554,9 @@ def print_report(result: dict[str, Any]) -> None:
           f"{lat['seen_everywhere']}/{lat['count']}; delivered {result['delivered']}")  # fmt: skip
     if "in_task" in result:
         t = result["in_task"]
+        on_all = f"{result['jobs_on_every_executor']}/{result['updates']}"
         print(f"  read in every task: p50 {t.get('p50_ms')} ms, p99 {t.get('p99_ms')} ms; "
-              f"jobs on every executor {result['jobs_on_every_executor']}/{result['updates']}")  # fmt: skip
+              f"jobs on every executor {on_all}")  # fmt: skip
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
