@@ -45,6 +45,7 @@ import math
 import os
 import platform
 import queue
+import resource
 import shlex
 import socket
 import subprocess
@@ -174,6 +175,11 @@ def say(word: str, rest: str = "") -> None:
     print(f"{word} {rest}".rstrip(), flush=True)
 
 
+def cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -190,6 +196,7 @@ def run_processes(args: argparse.Namespace, logdir: str) -> dict[str, Any]:
     extra: dict[str, Any] = {}
     deadline = time.monotonic() + args.deadline
     base = [sys.executable, str(Path(__file__).resolve()), "--final", str(final),
+            "--warmup", str(args.warmup),
             "--interval-ms", str(args.interval_ms), "--deadline", str(args.deadline)]  # fmt: skip
     redis_server: subprocess.Popen[bytes] | None = None
     try:
@@ -217,10 +224,16 @@ def run_processes(args: argparse.Namespace, logdir: str) -> dict[str, Any]:
             child.expect("READY", deadline)
         time.sleep(args.settle)  # the overlay's first optimisation rounds (episub)
         load_before = os.getloadavg()
-        writer.send("START")
+        server_cpu = process_cpu_s(redis_server.pid) if redis_server is not None else 0.0
+        writer.send("START")  # the warm-up writes: every reader hears the writer once
+        for child in children[1:]:
+            child.expect("WARM", deadline)
+        writer.send("GO")  # the measured writes
         written = json.loads(writer.expect("RESULT", deadline))
         readers = [json.loads(c.expect("RESULT", deadline)) for c in children[1:]]
         load_after = os.getloadavg()
+        if redis_server is not None:
+            extra["redis_server_cpu_s"] = process_cpu_s(redis_server.pid) - server_cpu
         for child in children:
             child.send("STOP")
         return {"written": written, "readers": readers, "loadavg": [load_before, load_after],
@@ -243,16 +256,23 @@ def wait_for_port(port: int, deadline: float) -> None:
     raise SystemExit(f"redis-server did not listen on {port} before the deadline")
 
 
+def process_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of process `pid` so far (/proc/PID/stat)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def redis_server_version() -> str:
     out = subprocess.run(["redis-server", "--version"], capture_output=True, text=True)
     return out.stdout.strip()
 
 
-def paced(count: int, interval_s: float, deadline: float) -> Any:
-    """Yields 1..count at start + (i-1) * interval (never a burst after a late one)."""
+def paced(first: int, last: int, interval_s: float, deadline: float) -> Any:
+    """Yields first..last, i at start + (i - first) * interval (no burst after a late one)."""
     start = time.monotonic()
-    for i in range(1, count + 1):
-        due = start + (i - 1) * interval_s
+    for i in range(first, last + 1):
+        due = start + (i - first) * interval_s
         now = time.monotonic()
         if now > deadline:
             return
@@ -261,10 +281,9 @@ def paced(count: int, interval_s: float, deadline: float) -> Any:
         yield i
 
 
-def wait_start() -> None:
-    line = sys.stdin.readline()
-    if line.strip() != "START":
-        raise SystemExit(f"expected START on stdin, got {line!r}")
+def expect_line(word: str, line: str) -> None:
+    if line.strip() != word:
+        raise SystemExit(f"expected {word} on stdin, got {line!r}")
 
 
 def value_for(i: int) -> dict[str, Any]:
@@ -288,25 +307,39 @@ async def episub_node(args: argparse.Namespace, writer: bool) -> None:
         say("READY", node.address)
         deadline = trio.current_time() + args.deadline
         if writer:
-            if (await stdin_line()).strip() != "START":
-                raise SystemExit("expected START")
             sets: list[tuple[int, int]] = []
-            start = trio.current_time()
-            for i in range(1, args.final + 1):
-                await trio.sleep_until(start + (i - 1) * args.interval_ms / 1000)
-                if trio.current_time() > deadline:
-                    break
-                t0 = time.monotonic_ns()
-                sets.append((await replica.write(value_for(i)), t0))
-            say("RESULT", json.dumps({"sets": sets}))
+
+            async def write(first: int, last: int) -> None:
+                start = trio.current_time()
+                for i in range(first, last + 1):
+                    await trio.sleep_until(start + (i - first) * args.interval_ms / 1000)
+                    if trio.current_time() > deadline:
+                        break
+                    t0 = time.monotonic_ns()
+                    sets.append((await replica.write(value_for(i)), t0))
+
+            expect_line("START", await stdin_line())
+            await write(1, args.warmup)
+            expect_line("GO", await stdin_line())
+            cpu_go = cpu_s()
+            await write(args.warmup + 1, args.final)
+            say("RESULT", json.dumps({"sets": sets, "cpu_s": cpu_s() - cpu_go}))
         else:
             seen: list[tuple[int, int]] = []
             version = replica.state.version
+            cpu_warm, stats_warm = cpu_s(), node.stats()
+            if args.warmup == 0:
+                say("WARM")
             while version < args.final and trio.current_time() < deadline:
                 if await replica.wait_for(version + 1, timeout=1.0):
                     seen.append((replica.state.version, time.monotonic_ns()))
+                    if version < args.warmup <= replica.state.version:
+                        say("WARM")
+                        cpu_warm, stats_warm = cpu_s(), node.stats()
                     version = replica.state.version
-            say("RESULT", json.dumps({"seen": seen, "counters": replica.counters}))
+            stats = {k: v - stats_warm.get(k, 0) for k, v in node.stats().items()}
+            say("RESULT", json.dumps({"seen": seen, "counters": replica.counters,
+                                      "cpu_s": cpu_s() - cpu_warm, "stats": stats}))  # fmt: skip
         with trio.move_on_after(args.deadline):
             await stdin_line()  # STOP, or EOF: keep forwarding until then
         nursery.cancel_scope.cancel()
@@ -318,14 +351,23 @@ def redis_writer(args: argparse.Namespace) -> None:
     client = redis.Redis(host="127.0.0.1", port=int(args.contact))
     client.ping()
     say("READY", args.contact)
-    wait_start()
+    deadline = time.monotonic() + args.deadline
     sets, receivers = [], []
-    for i in paced(args.final, args.interval_ms / 1000, time.monotonic() + args.deadline):
-        t0 = time.monotonic_ns()
-        message = json.dumps({"version": i, "values": value_for(i)})
-        receivers.append(client.publish(REDIS_CHANNEL, message))
-        sets.append((i, t0))
-    say("RESULT", json.dumps({"sets": sets, "receivers_min": min(receivers, default=0)}))
+
+    def write(first: int, last: int) -> None:
+        for i in paced(first, last, args.interval_ms / 1000, deadline):
+            t0 = time.monotonic_ns()
+            message = json.dumps({"version": i, "values": value_for(i)})
+            receivers.append(client.publish(REDIS_CHANNEL, message))
+            sets.append((i, t0))
+
+    expect_line("START", sys.stdin.readline())
+    write(1, args.warmup)
+    expect_line("GO", sys.stdin.readline())
+    cpu_go = cpu_s()
+    write(args.warmup + 1, args.final)
+    say("RESULT", json.dumps({"sets": sets, "receivers_min": min(receivers, default=0),
+                              "cpu_s": cpu_s() - cpu_go}))  # fmt: skip
     sys.stdin.readline()
 
 
@@ -340,6 +382,9 @@ def redis_reader(args: argparse.Namespace) -> None:
         if time.monotonic() > deadline:
             raise SystemExit("no subscribe confirmation")
     say("READY", args.contact)
+    cpu_warm = cpu_s()
+    if args.warmup == 0:
+        say("WARM")
     seen: list[tuple[int, int]] = []
     version = 0
     while version < args.final and time.monotonic() < deadline:
@@ -348,9 +393,12 @@ def redis_reader(args: argparse.Namespace) -> None:
             t = time.monotonic_ns()
             got = json.loads(m["data"])["version"]
             if got > version:
+                seen.append((got, t))
+                if version < args.warmup <= got:
+                    say("WARM")
+                    cpu_warm = cpu_s()
                 version = got
-                seen.append((version, t))
-    say("RESULT", json.dumps({"seen": seen}))
+    say("RESULT", json.dumps({"seen": seen, "cpu_s": cpu_s() - cpu_warm}))
     sys.stdin.readline()
 
 
@@ -385,7 +433,7 @@ def run_spark_episub(args: argparse.Namespace, logdir: str) -> dict[str, Any]:
     from spark_connector.config import cluster_config
     from spark_connector.deployment import driver_client
 
-    final, limit, n = args.warmup + args.updates, args.deadline, args.nodes
+    final, limit, n, warmup = args.warmup + args.updates, args.deadline, args.nodes, args.warmup
     deadline = time.monotonic() + limit
     markers = Path(logdir)
     spark = spark_session(n)
@@ -411,6 +459,8 @@ def run_spark_episub(args: argparse.Namespace, logdir: str) -> dict[str, Any]:
                     now = config.version(CONFIG_NAME)  # may be later still
                     if now > version + 1:
                         seen.append((now, time.monotonic_ns()))
+                    if version < warmup <= now:
+                        (markers / f"warm-{executor_owner()}").touch()
                     version = now
             return json.dumps({"owner": executor_owner(), "seen": seen})
 
@@ -425,11 +475,15 @@ def run_spark_episub(args: argparse.Namespace, logdir: str) -> dict[str, Any]:
                                "every executor's UDF")  # fmt: skip
                 time.sleep(args.settle)
                 out["loadavg_before"] = os.getloadavg()
-                sets = []
-                for i in paced(final, args.interval_ms / 1000, deadline):
+                sets = out["sets"] = []
+                for i in paced(1, warmup, args.interval_ms / 1000, deadline):
                     t0 = time.monotonic_ns()
                     sets.append((cfg.set("n", i), t0))
-                out["sets"] = sets
+                wait_until(lambda: len(list(markers.glob("warm-*"))) == n, deadline,
+                           "every executor to see the warm-up writes")  # fmt: skip
+                for i in paced(warmup + 1, final, args.interval_ms / 1000, deadline):
+                    t0 = time.monotonic_ns()
+                    sets.append((cfg.set("n", i), t0))
             except BaseException as exc:
                 out["error"] = exc
 
@@ -464,7 +518,7 @@ def run_spark_broadcast(args: argparse.Namespace, logdir: str) -> dict[str, Any]
         load_before = os.getloadavg()
         sets, ends, in_task, on_all = [], [], [], []
         previous = None
-        for i in paced(final, args.interval_ms / 1000, deadline):
+        for i in paced(1, final, args.interval_ms / 1000, deadline):
             t0 = time.monotonic_ns()
             bv = sc.broadcast(value_for(i))
 
@@ -524,15 +578,30 @@ def report(args: argparse.Namespace, raw: dict[str, Any], command: str) -> dict[
         seen = [[tuple(s) for s in r["seen"]] for r in raw["readers"]]
         per_update = update_latencies(counted, seen)
         result["latency"] = summary(per_update)
+        if args.warmup:  # the first write after the readers joined: a cold start
+            [first] = update_latencies(sets[:1], seen)
+            result["first_write_ms"] = None if first is None else round(first / MS, 3)
         last = [s[-1][0] if s else 0 for s in seen]
         result["readers_with_final"] = sum(v >= final for v in last)
         result["delivered"] = len(sets) == final and all(v >= final for v in last)
-        if "counters" in raw["readers"][0]:
-            totals: dict[str, int] = {}
-            for r in raw["readers"]:
-                for k, v in r["counters"].items():
-                    totals[k] = totals.get(k, 0) + v
-            result["reader_counters"] = totals
+        for field in ("counters", "stats"):
+            if field in raw["readers"][0]:
+                totals: dict[str, int] = {}
+                for r in raw["readers"]:
+                    for k, v in r[field].items():
+                        totals[k] = totals.get(k, 0) + v
+                result[f"reader_{field}"] = totals
+    if "cpu_s" in raw["written"]:
+        readers_cpu = sum(r["cpu_s"] for r in raw["readers"])
+        result["cpu_s"] = {
+            "readers": round(readers_cpu, 3),
+            "writer": round(raw["written"]["cpu_s"], 3),
+            **({"redis_server": round(raw["redis_server_cpu_s"], 3)}
+               if "redis_server_cpu_s" in raw else {}),
+        }  # fmt: skip
+        result["cpu_ms_per_update"] = round(
+            1000 * sum(result["cpu_s"].values()) / max(1, len(sets)), 3
+        )
     if "receivers_min" in raw["written"]:
         result["redis_receivers_min"] = raw["written"]["receivers_min"]
     result["per_update_ms"] = [None if v is None else round(v / MS, 3) for v in per_update]
@@ -552,6 +621,8 @@ def print_report(result: dict[str, Any]) -> None:
           f"interval={result['interval_ms']} ms: p50 {lat.get('p50_ms')} ms, "
           f"p99 {lat.get('p99_ms')} ms, max {lat.get('max_ms')} ms; seen everywhere "
           f"{lat['seen_everywhere']}/{lat['count']}; delivered {result['delivered']}")  # fmt: skip
+    if "cpu_s" in result:
+        print(f"  CPU s (data phase) {result['cpu_s']}, {result['cpu_ms_per_update']} ms/update")
     if "in_task" in result:
         t = result["in_task"]
         on_all = f"{result['jobs_on_every_executor']}/{result['updates']}"
