@@ -412,6 +412,7 @@ def spark_session(executors: int) -> Any:
     return (
         SparkSession.builder.master(f"local-cluster[{executors},1,1024]")
         .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
         .config("spark.executorEnv.PYSPARK_PYTHON", sys.executable)
         .config("spark.executorEnv.PYTHONPATH", str(ROOT))
         .config("spark.locality.wait", "0")  # one task per executor, no waiting for one
@@ -637,7 +638,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--updates", type=int, default=200, help="updates measured")
     p.add_argument("--warmup", type=int, default=5, help="updates before them, not measured")
     p.add_argument("--interval-ms", type=float, default=20.0, help="between two updates")
-    p.add_argument("--settle", type=float, default=3.0, help="s between ready and the writes")
+    p.add_argument("--settle", type=float, default=10.0, help="s between ready and the writes")
     p.add_argument("--deadline", type=float, default=300.0, help="bound on every wait, s")
     p.add_argument("--out", default=None, help="also write the result JSON here")
     # A child's own options (the harness passes them).
