@@ -8,7 +8,9 @@ import trio
 
 from episub import Node
 from episub.config import DELETE, ConfigReplica, config_topic
-from episub.config.codec import value_of
+from episub.config.codec import encode_update, entry_for, value_of
+from episub.config.replica import GAP_GRACE, write_stream
+from episub.subscription import Message
 from tests.net_helpers import KEY, fast_config, run, wait_until
 
 
@@ -119,6 +121,52 @@ def test_a_malformed_message_is_dropped_and_the_replica_keeps_working() -> None:
                 assert await second.wait_for(1, timeout=20)
                 assert second.counters["malformed"] == 1
                 assert snapshot(second) == {"ok": 1}
+                nursery.cancel_scope.cancel()
+
+    run(main)
+
+
+def update_item(writer: bytes, version: int, value: object) -> Message:
+    """An Update as the replica's subscription hands it over, on the write's own stream."""
+    body = encode_update(version, writer, {"k": entry_for(value, version, writer)})
+    return Message(topic=config_topic("default"), publisher=write_stream(writer, version), seq=0,
+                   timestamp_ms=0, key=None, value=body, headers=(), id=bytes(32))  # fmt: skip
+
+
+def test_a_write_that_overtook_an_earlier_one_is_applied_and_the_gap_waits_for_it() -> None:
+    async def main() -> None:
+        async with AsyncExitStack() as stack:
+            nodes = await open_nodes(stack, 2)
+            async with trio.open_nursery() as nursery:
+                _, second = await start_replicas(nursery, nodes)
+                syncs = second.counters["syncs"]
+                writer = b"127.0.0.1:1/" + b"0" * 16
+                await second._on_item(update_item(writer, 2, "two"))
+                assert second.state.version == 2 and snapshot(second) == {"k": "two"}
+                await second._on_item(update_item(writer, 1, "one"))  # late, and older
+                assert snapshot(second) == {"k": "two"}
+                await trio.sleep(GAP_GRACE * 1.5)
+                assert second.counters["syncs"] == syncs  # the gap filled itself: no snapshot
+                await second._on_item(update_item(writer, 5, "five"))
+                await wait_until(lambda: second.counters["syncs"] > syncs, what="a sync")
+                nursery.cancel_scope.cancel()
+
+    run(main)
+
+
+def test_each_write_travels_on_a_stream_of_its_own() -> None:
+    async def main() -> None:
+        async with AsyncExitStack() as stack:
+            nodes = await open_nodes(stack, 2)
+            async with trio.open_nursery() as nursery:
+                first, second = await start_replicas(nursery, nodes)
+                async with second.node.subscribe(config_topic("default")) as sub:
+                    version = await first.write({"a": 1})
+                    with trio.fail_after(20):
+                        async for item in sub:
+                            if isinstance(item, Message) and item.publisher != first.node.id:
+                                break
+                assert (item.publisher, item.seq) == (write_stream(first.node.id, version), 0)
                 nursery.cancel_scope.cancel()
 
     run(main)

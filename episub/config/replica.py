@@ -6,9 +6,20 @@
     version = await replica.write({"threshold": 0.7, "old_flag": DELETE})
     replica.state.get("threshold"); await replica.wait_for(version, timeout=5)
 
+Each write travels as a one-message stream of its own (`write_stream`, seq 0), not on the
+writer node's own stream: the node holds a stream's later messages behind an earlier one
+still being repaired (IHAVE, GRAFT: a few hundred ms), and a newcomer's first message of a
+stream that started before it for `stream_settle`, while the highest-stamp rule makes the
+order of writes irrelevant. So a replica applies every write as soon as its first copy
+arrives; the price is that a single writer's writes may be applied out of order, so
+`wait_for(v)` returning means this replica holds version v or a later one (as with several
+writers already), not that every write below v has arrived (a gap is filled within
+GAP_GRACE, or by a snapshot).
+
 How a replica catches up without any writer resending (the snapshot's owner is everyone):
 - When it starts, and whenever it notices it missed something (an update stamped more than
-  one above its version, a Lagged or Lost subscription item), it publishes a sync request
+  one above its version whose gap stays open for GAP_GRACE, a Lagged or Lost subscription
+  item), it publishes a sync request
   naming one neighbour, nearest by RTT first; that neighbour publishes its snapshot, which
   every replica merges (harmless: the same highest-stamp rule as updates). With no answer
   within SYNC_TIMEOUT it names the next neighbour; with no neighbour at all it is the
@@ -20,6 +31,7 @@ How a replica catches up without any writer resending (the snapshot's owner is e
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import math
 from collections.abc import Mapping, Sequence
@@ -43,7 +55,15 @@ from episub.node import Neighbor, Node
 from episub.proto.messages import check_topic_name
 from episub.subscription import Lagged, Lost, Message
 
-__all__ = ["DELETE", "SNAPSHOT_INTERVAL", "SYNC_TIMEOUT", "ConfigReplica", "config_topic"]
+__all__ = [
+    "DELETE",
+    "GAP_GRACE",
+    "SNAPSHOT_INTERVAL",
+    "SYNC_TIMEOUT",
+    "ConfigReplica",
+    "config_topic",
+    "write_stream",
+]
 
 log = logging.getLogger("episub.config")
 
@@ -55,6 +75,11 @@ SYNC_TIMEOUT = 2.0  # guess
 SEED_GRACE = 1.0  # guess: a few RTTs and a shuffle of a busy Python node
 SNAPSHOT_INTERVAL = 0.2  # s between two snapshot answers; guess: 5/s stays cheap at 512 KiB
 REPLICA_BUFFER = 65_536  # items; guess: as the agent's ledger, absorbs a stalled loop
+# How long versions skipped by an update may stay missing before a snapshot is asked for:
+# a write that overtook another on its way comes from a separate stream, and the late one
+# is repaired by IHAVE + GRAFT within ihave_interval + 2 * missing_check_interval (0.5 s).
+GAP_GRACE = 1.0  # guess: twice that repair
+MAX_MISSING_VERSIONS = 4096  # versions tracked as skipped; past it, a snapshot is asked at once
 
 
 class _Delete:
@@ -63,6 +88,13 @@ class _Delete:
 
 
 DELETE = _Delete()  # a write's value that deletes its key
+
+
+def write_stream(writer: bytes, version: int) -> bytes:
+    """The one-message stream a write travels on: unique per (writer, version), <= 64 bytes."""
+    return (
+        b"cfg/" + hashlib.blake2b(writer, digest_size=12).hexdigest().encode() + (b"/%d" % version)
+    )
 
 
 def config_topic(name: str) -> str:
@@ -98,6 +130,8 @@ class ConfigReplica:
         self._snapshot_for_us = trio.Event()
         self._last_answer: dict[str, Entry] = {}  # the last snapshot sent for us
         self._requesters: dict[bytes, int] = {}  # sync requests to answer: id -> its version
+        self._missing: dict[int, float] = {}  # versions an update skipped -> when noticed
+        self._gap_noticed = trio.Event()
 
     # -- running ---------------------------------------------------------------------------
 
@@ -113,6 +147,7 @@ class ConfigReplica:
                 log.warning("config %r: %s", self.name, exc)
             nursery.start_soon(self._syncer)
             nursery.start_soon(self._answerer)
+            nursery.start_soon(self._gap_watcher)
             task_status.started()
             async for item in sub:
                 await self._on_item(item)
@@ -132,9 +167,12 @@ class ConfigReplica:
                         item.publisher, exc)  # fmt: skip
             return
         if isinstance(message, Update):
+            if message.writer == self.node.id:
+                return  # our own write (on a stream of its own), applied when made
             self.counters["updates"] += 1
+            self._missing.pop(message.version, None)
             if message.version > self.state.version + 1:
-                self._sync_wanted.set()  # its writer saw versions we have not
+                self._notice_gap(self.state.version + 1, message.version)
             await self._apply(message.changes.items())
         elif isinstance(message, SyncRequest):
             if message.responder == self.node.id and len(self._requesters) < MAX_REQUESTERS:
@@ -147,6 +185,9 @@ class ConfigReplica:
             if message.entries:
                 self.counters["snapshots_merged"] += 1
                 await self._apply(message.entries.items())
+                top = max(entry.version for entry in message.entries.values())
+                for version in [v for v in self._missing if v <= top]:
+                    del self._missing[version]
             if self.node.id in message.requesters:
                 self._snapshot_for_us.set()
 
@@ -154,6 +195,30 @@ class ConfigReplica:
         if self.state.apply(changes):  # type: ignore[arg-type]
             async with self._changed:
                 self._changed.notify_all()
+
+    def _notice_gap(self, first: int, end: int) -> None:
+        """Versions first..end-1 were skipped: a snapshot if they stay missing GAP_GRACE."""
+        if len(self._missing) + end - first > MAX_MISSING_VERSIONS:
+            self._missing.clear()
+            self._sync_wanted.set()  # too far behind to wait: ask now
+            return
+        now = trio.current_time()
+        for version in range(first, end):
+            self._missing.setdefault(version, now)
+        self._gap_noticed.set()
+
+    async def _gap_watcher(self) -> None:
+        while True:
+            await self._gap_noticed.wait()
+            self._gap_noticed = trio.Event()
+            while self._missing:
+                await trio.sleep_until(min(self._missing.values()) + GAP_GRACE)
+                now = trio.current_time()
+                if any(since + GAP_GRACE <= now for since in self._missing.values()):
+                    log.info("config %r: versions %s still missing; asking for a snapshot",
+                             self.name, sorted(self._missing)[:5])  # fmt: skip
+                    self._missing.clear()
+                    self._sync_wanted.set()
 
     async def _syncer(self) -> None:
         self._sync_wanted.set()
@@ -237,7 +302,10 @@ class ConfigReplica:
         }
         self.state.check_write(entries)
         # Published first: if the node refuses it (size), nothing was applied here either.
-        await self.node.publish(self.topic, encode_update(version, writer, entries))
+        stream = (write_stream(writer, version), 0)
+        await self.node.publish_record(
+            self.topic, encode_update(version, writer, entries), stream=stream
+        )
         await self._apply(entries.items())
         return version
 
