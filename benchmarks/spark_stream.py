@@ -15,7 +15,8 @@ rows seen over the time from the first to the last batch that had rows.
   set high. Rows/s is the figure to read: the engine's ceiling with `rate`, ours with episub.
 
 Warm-up is not measured: the first micro-batches of a query start Python workers and the
-data source's planners, seconds each. The publisher first sends --warmup messages, and the
+data source's planners, seconds each. The publisher first sends --warmup messages (at
+200/s: ten seconds' worth of batches, so every executor has run tasks), and the
 measured phase starts once the query has read them; `rate`'s first WARM_SECONDS of rows
 are skipped the same way.
 
@@ -58,7 +59,7 @@ async def main():
         print("joined", flush=True)
         for i in range(warmup):
             await node.publish(topic, b"warm-up")
-            await trio.sleep(0.01)
+            await trio.sleep(0.005)  # 200/s: several batches, every executor's tasks
         print("warm", flush=True)
         await trio.to_thread.run_sync(sys.stdin.readline)  # "go"
         start = time.monotonic()
@@ -230,7 +231,7 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=100_000, help="burst: how many")
     parser.add_argument("--burst-rate", type=int, default=20_000, help="burst: rate's rows/s")
     parser.add_argument("--size", type=int, default=100, help="value bytes")
-    parser.add_argument("--warmup", type=int, default=500, help="episub warm-up messages")
+    parser.add_argument("--warmup", type=int, default=2000, help="episub warm-up messages")
     parser.add_argument("--master", default="local-cluster[2,1,1024]")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
