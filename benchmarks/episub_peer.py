@@ -118,6 +118,7 @@ class EpisubAdapter:
             "ihave_interval_s": config.broadcast.ihave_interval,
             "sealed_frames": True,
             "note": "defaults throughout; own publications are delivered to own subscribers",
+            "node_stats": self.node.stats() if self.node is not None else None,
         }
 
     def versions(self) -> dict[str, str]:

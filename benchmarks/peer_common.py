@@ -152,6 +152,22 @@ class Stats:
     def __post_init__(self) -> None:
         self.seen = bytearray(self.publishers * self.messages)
 
+    def missing_ranges(self, most: int = 20) -> list[list[int]]:
+        """Expected (publisher, seq) never received, as [publisher, first, last] runs."""
+        runs: list[list[int]] = []
+        for pub in range(self.publishers):
+            if pub == self.index:
+                continue
+            base = pub * self.messages
+            for seq in range(self.messages):
+                if self.seen[base + seq]:
+                    continue
+                if runs and runs[-1][0] == pub and runs[-1][2] == seq - 1:
+                    runs[-1][2] = seq
+                elif len(runs) < most:
+                    runs.append([pub, seq, seq])
+        return runs
+
     def record(self, data: bytes, now_ns: int) -> None:
         if len(data) < HEADER_SIZE:
             self.foreign += 1
@@ -254,6 +270,7 @@ def build_result(
         "cpu_total_s": end["cpu"],
         "maxrss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
         "timed_out": timed_out,
+        "missing": stats.missing_ranges(),
         "config": adapter.config(),
         "versions": {"python": platform.python_version(), **adapter.versions()},
     }
