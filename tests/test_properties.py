@@ -104,7 +104,14 @@ def run_checked(fields: dict[str, Any]) -> dict[str, Any]:
     return ScenarioRun(params, node_factory=factory).execute()
 
 
-@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# derandomize: the same examples on every run, so CI is reproducible; a longer random
+# search is `pytest tests/test_properties.py --hypothesis-seed=random` with more examples.
+@settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 @given(runs)
 def test_invariants_hold_in_every_step_of_random_runs(fields: dict[str, Any]) -> None:
     report = run_checked(fields)
@@ -123,3 +130,21 @@ def test_invariants_hold_in_every_step_of_random_runs(fields: dict[str, Any]) ->
 def test_a_lossless_run_delivers_every_counted_message(scenario: str) -> None:
     report = run_checked({"scenario": scenario, "nodes": 20, "seed": 7, "loss": 0.0, "drop": ()})
     assert report["reliability"] == 1.0
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open (hardening issue): found by the random search in CI: after a healed "
+    "partition with half the PULLs dropped, one active link stays one-sided past the recheck",
+)
+def test_found_a_one_sided_link_after_a_partition_with_pulls_dropped() -> None:
+    report = run_checked(
+        {
+            "scenario": "partition",
+            "nodes": 13,
+            "seed": 578941881,
+            "loss": 0.0,
+            "drop": (("pull", 0.5),),
+        }
+    )
+    assert report["symmetry_violations_persistent"] == 0
