@@ -31,6 +31,7 @@ from episub.agent import config_cli, tools
 from episub.agent.client import AgentClient, AgentStatus
 from episub.agent.launcher import DEFAULT_IDLE_TIMEOUT
 from episub.agent.options import (
+    UsageError,
     check_addresses,
     load_config,
     load_key,
@@ -126,6 +127,25 @@ def add_parsers(subparsers: Any) -> None:
     inspect.add_argument("--agent", metavar="PATH", required=True, help="the agent's socket")
     inspect.add_argument("--json", action="store_true", help="print one JSON object")
     inspect.add_argument(
+        "--draw",
+        metavar="FILE.png",
+        help="walk the topic's overlay (every node reports its view) and draw it; needs the "
+        "viz extra",
+    )
+    inspect.add_argument("--topic", help="--draw: the topic (default: the node's first)")
+    inspect.add_argument(
+        "--publisher",
+        metavar="ADDR",
+        help="--draw: highlight this node's eager tree (address or peer id; default: the "
+        "node asked)",
+    )
+    inspect.add_argument(
+        "--max-nodes", type=number_type(int, 1), default=0, help="--draw: nodes asked at most"
+    )
+    inspect.add_argument(
+        "--walk-timeout", type=POSITIVE, default=0.0, help="--draw: seconds the walk may take"
+    )
+    inspect.add_argument(
         "--debug", action="store_true", default=argparse.SUPPRESS, help="tracebacks on errors"
     )
     inspect.set_defaults(func=run_inspect_command)
@@ -183,8 +203,22 @@ def run_agent_command(args: argparse.Namespace) -> int:
 
 
 def run_inspect_command(args: argparse.Namespace) -> int:
+    if args.draw is not None:
+        from episub.viz import require
+
+        require("viz", "matplotlib", "networkx")
     with AgentClient(args.agent) as client:
         status = client.inspect()
+        if args.draw is not None:
+            topic = args.topic or next(iter(status.topics), None)
+            if topic is None:
+                raise UsageError("the node has joined no topic: nothing to draw")
+            nodes = client.overlay(topic, args.max_nodes, args.walk_timeout)
+    if args.draw is not None:
+        from episub.viz.deployment import draw_deployment
+
+        meta = draw_deployment(nodes, args.draw, publisher=args.publisher, topic=topic)
+        print(f"drew {meta['nodes']} nodes, {meta['links']} links: {args.draw}", file=sys.stderr)
     if args.json:
         print(json.dumps(status_json(status), sort_keys=True))
     else:
