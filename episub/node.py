@@ -469,6 +469,10 @@ class Node:
             )
         return sorted(out, key=lambda n: (n.kind != "near", n.peer_id))
 
+    def passive_view_size(self, topic: str) -> int:
+        """How many peers the topic's passive view holds (0 when not joined)."""
+        return len(self._running().state.passive_view(topic))
+
     async def view_of(
         self, topic: str, peer_id: bytes, *, timeout: float = VIEW_TIMEOUT
     ) -> View | None:
@@ -505,6 +509,7 @@ class Node:
         subs = [s for group in self._subscriptions.values() for s in group]
         out["subscriptions"] = len(subs)
         out["subscriber_dropped"] = sum(s.dropped for s in subs)
+        out["subscribers_lagged"] = sum(1 for s in subs if s.dropped)
         out["retained_messages"] = len(self._retention)
         out["retained_bytes"] = self._retention.bytes
         return out

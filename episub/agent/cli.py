@@ -39,6 +39,7 @@ from episub.agent.options import (
     number_type,
 )
 from episub.agent.runner import NodeOptions, run_node
+from episub.extras import require
 from episub.node import Node
 
 __all__ = ["add_parsers"]
@@ -46,6 +47,14 @@ __all__ = ["add_parsers"]
 POSITIVE = number_type(float, 0, above=True)
 PID = number_type(int, 1)
 FD = number_type(int, 0)
+
+
+def _port(text: str) -> int:
+    """An argparse type: a TCP port, 0..65535 (0: any free one)."""
+    port = number_type(int, 0)(text)
+    if port > 65535:
+        raise argparse.ArgumentTypeError(f"must be <= 65535, got {text}")
+    return port
 
 
 def add_node_arguments(parser: argparse.ArgumentParser) -> None:
@@ -62,6 +71,16 @@ def add_node_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add("--key-file", metavar="PATH", help="the deployment key (default: $EPISUB_KEY, 64 hex)")
     add("--config", metavar="FILE", help='JSON overrides: {"membership": {..}, "broadcast": {..}}')
+
+
+def add_metrics_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--metrics-port",
+        type=_port,
+        metavar="PORT",
+        help="serve Prometheus metrics at http://HOST:PORT/metrics, HOST that of --listen "
+        "(needs the metrics extra)",
+    )
 
 
 def add_logging_arguments(parser: argparse.ArgumentParser) -> None:
@@ -93,6 +112,7 @@ def add_parsers(subparsers: Any) -> None:
     node.add_argument("--topic", action="append", default=[], help="join at start (repeatable)")
     node.add_argument("--link-delay", metavar="FILE", help="emulated zone latencies (JSON)")
     node.add_argument("--socket", metavar="PATH", help="also serve the agent protocol here")
+    add_metrics_argument(node)
     add_logging_arguments(node)
     node.set_defaults(func=run_node_command)
 
@@ -116,6 +136,7 @@ def add_parsers(subparsers: Any) -> None:
     )
     agent.add_argument("--ready-fd", type=FD, help="write 'ready' to this descriptor when serving")
     agent.add_argument("--detach", action="store_true", help="fork; the first process exits")
+    add_metrics_argument(agent)
     add_logging_arguments(agent)
     agent.set_defaults(func=run_agent_command)
 
@@ -156,6 +177,8 @@ def add_parsers(subparsers: Any) -> None:
 
 def _node_options(args: argparse.Namespace, **extra: Any) -> NodeOptions:
     check_addresses(args.listen, args.bootstrap)
+    if args.metrics_port is not None:
+        require("metrics", "prometheus_client")
     return NodeOptions(
         key=load_key(args.key_file),
         listen=args.listen,
@@ -165,6 +188,7 @@ def _node_options(args: argparse.Namespace, **extra: Any) -> NodeOptions:
         config=load_config(args.config),
         link_delay=load_link_delay(args.link_delay),
         socket_path=args.socket,
+        metrics_port=args.metrics_port,
         **extra,
     )
 
@@ -204,8 +228,6 @@ def run_agent_command(args: argparse.Namespace) -> int:
 
 def run_inspect_command(args: argparse.Namespace) -> int:
     if args.draw is not None:
-        from episub.viz import require
-
         require("viz", "matplotlib", "networkx")
     with AgentClient(args.agent) as client:
         status = client.inspect()

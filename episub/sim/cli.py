@@ -160,7 +160,7 @@ def run_command(args: argparse.Namespace) -> int:
         args.parser.error(str(exc))  # exits with status 2
     pictures = args.draw is not None or args.plot is not None
     if pictures:
-        from episub.viz import require
+        from episub.extras import require
 
         require("viz", "matplotlib", "networkx")  # before the run, not after it
     progress = not args.quiet and sys.stderr.isatty()
