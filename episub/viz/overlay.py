@@ -220,7 +220,7 @@ def draw_overlay(
     fig = plt.figure(figsize=(FIGURE_INCHES, FIGURE_INCHES), dpi=DPI)
     ax = fig.add_axes((0.03, 0.03, 0.82, 0.9))
     ax.set_xlim(-1, side)
-    ax.set_ylim(-1, side)
+    ax.set_ylim(-1, side + 0.6)  # room for group names above the top row
     ax.set_aspect("equal")
     ax.axis("off")
 
@@ -290,8 +290,9 @@ def _labels(ax: Any, overlay: Overlay, cells: dict[str, tuple[int, int]], diamet
         if node.group is not None:
             groups.setdefault(node.group, []).append(cells[node.key])
     for name, members in groups.items():
+        # Above the group's topmost disc, where its members' discs cannot hide it.
         cx = sum(c[0] for c in members) / len(members)
-        cy = sum(c[1] for c in members) / len(members)
+        cy = max(c[1] for c in members) + 0.9
         ax.text(
             cx,
             cy,
@@ -299,7 +300,6 @@ def _labels(ax: Any, overlay: Overlay, cells: dict[str, tuple[int, int]], diamet
             fontsize=14,
             fontweight="bold",
             color="#444444",
-            alpha=0.6,
             ha="center",
             va="center",
             zorder=4,
