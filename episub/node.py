@@ -49,6 +49,7 @@ from episub.proto.config import NodeConfig
 from episub.proto.errors import LocalProtocolError
 from episub.proto.events import (
     AlreadyPublished,
+    AskView,
     DataLost,
     Deliver,
     Fetch,
@@ -59,8 +60,9 @@ from episub.proto.events import (
     Publish,
     Published,
     Recovered,
+    ViewReport,
 )
-from episub.proto.messages import MAX_HEADERS, Envelope, LinkKind, check_topic_name
+from episub.proto.messages import MAX_HEADERS, Envelope, LinkKind, View, check_topic_name
 from episub.proto.wire import MAX_PEER_ID_SIZE
 from episub.retention import RetentionConfig, RetentionStore
 from episub.subscription import Lost, Message, Subscription
@@ -92,6 +94,7 @@ FETCH_TIMEOUT = 10.0  # guess: = JOIN_TIMEOUT; a Spark task waits this long at m
 FETCH_CHUNK = 1024
 FETCH_MAX_SPAN = 1_000_000  # seqs one fetch may span: bounds the gap scan's work
 SUBSCRIPTION_BUFFER = 1024  # guess: ~a second of a busy topic; trio has no default on purpose
+VIEW_TIMEOUT = 2.0  # guess: a dial plus a round trip on a LAN, with room; view_of's wait
 _WILDCARD_HOSTS = frozenset({"", "0.0.0.0", "::"})
 
 
@@ -188,6 +191,8 @@ class Node:
         # set when one of those arrives (live messages of the publisher do not count).
         self._fetching: dict[tuple[str, bytes], list[_FetchWaiter]] = {}
         self._lifetime_cm: AbstractAsyncContextManager[Node] | None = None
+        # view_of() calls waiting for a VIEW, per (topic, peer): one answer serves them all.
+        self._view_waiters: dict[tuple[str, bytes], list[_ViewWaiter]] = {}
 
     # -- lifetime ---------------------------------------------------------------------------
 
@@ -442,6 +447,10 @@ class Node:
             up = self._first_neighbor.get(event.topic)  # type: ignore[union-attr]
             if up is not None:
                 up.set()
+        elif kind is ViewReport:
+            for waiter in self._view_waiters.pop((event.topic, event.peer), ()):  # type: ignore[union-attr]
+                waiter.view = event.view  # type: ignore[union-attr]
+                waiter.arrived.set()
         elif kind is DataLost:
             lost = Lost(event.publisher, event.first_seq, event.last_seq)  # type: ignore[union-attr]
             for sub in self._subscriptions.get(event.topic, ()):  # type: ignore[union-attr]
@@ -471,6 +480,38 @@ class Node:
             )
         return sorted(out, key=lambda n: (n.kind != "near", n.peer_id))
 
+    def passive_view_size(self, topic: str) -> int:
+        """How many peers the topic's passive view holds (0 when not joined)."""
+        return len(self._running().state.passive_view(topic))
+
+    async def view_of(
+        self, topic: str, peer_id: bytes, *, timeout: float = VIEW_TIMEOUT
+    ) -> View | None:
+        """`peer_id`'s active view of `topic`, as it answers GETVIEW (any node of the
+        deployment, neighbour or not: it is dialled); None when no answer came within
+        `timeout` seconds. This node's own view is read here, without a message.
+        episub.crawl walks the overlay with it."""
+        runtime = self._running()
+        if peer_id == runtime.me:
+            await trio.lowlevel.checkpoint()
+            return runtime.state.view(topic)
+        waiter = _ViewWaiter(trio.Event())
+        key = (topic, peer_id)
+        first = key not in self._view_waiters
+        self._view_waiters.setdefault(key, []).append(waiter)
+        try:
+            if first:
+                runtime.input(AskView(topic, peer_id))
+            with trio.move_on_after(timeout):
+                await waiter.arrived.wait()
+        finally:
+            waiters = self._view_waiters.get(key)
+            if waiters is not None and waiter in waiters:
+                waiters.remove(waiter)
+                if not waiters:
+                    del self._view_waiters[key]
+        return waiter.view
+
     def stats(self) -> dict[str, int]:
         """Core counters (summed over topics), runtime counters, subscriptions, retention."""
         runtime = self._running()
@@ -479,6 +520,7 @@ class Node:
         subs = [s for group in self._subscriptions.values() for s in group]
         out["subscriptions"] = len(subs)
         out["subscriber_dropped"] = sum(s.dropped for s in subs)
+        out["subscribers_lagged"] = sum(1 for s in subs if s.dropped)
         out["retained_messages"] = len(self._retention)
         out["retained_bytes"] = self._retention.bytes
         return out
@@ -544,6 +586,12 @@ class Node:
         was never delivered here, or has aged out of retention, is absent."""
         self._running()
         return self._retention.get(topic, publisher, first_seq, last_seq, trio.current_time())
+
+
+@dataclass(slots=True)
+class _ViewWaiter:
+    arrived: trio.Event
+    view: View | None = None
 
 
 @dataclass(slots=True)

@@ -8,4 +8,4 @@ if [ ! -x .venv/bin/python ]; then
     "$PYTHON" -m venv .venv
 fi
 .venv/bin/python -m pip install --quiet --upgrade pip
-.venv/bin/python -m pip install --quiet -e '.[dev,spark]'
+.venv/bin/python -m pip install --quiet -e '.[dev,spark,viz,metrics]'

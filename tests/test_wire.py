@@ -20,6 +20,7 @@ from episub.proto.messages import (
     ForwardJoin,
     GetNodes,
     GetTopics,
+    GetView,
     Gossip,
     Graft,
     IHave,
@@ -37,6 +38,8 @@ from episub.proto.messages import (
     Shuffle,
     ShuffleReply,
     Topics,
+    View,
+    ViewEntry,
 )
 from episub.proto.wire import (
     MAX_ITEMS_PER_FRAME,
@@ -86,6 +89,15 @@ TOPIC_EXAMPLES: list[Message] = [
     Graft(ids=(ID1, ID2)),
     Graft(ids=()),
     Pull(publisher=ALICE, first_seq=100, last_seq=163),
+    GetView(),
+    View(
+        entries=(
+            ViewEntry(peer=ALICE, kind=LinkKind.NEAR, eager=True, rtt=0.0031),
+            ViewEntry(peer=BOB, kind=LinkKind.RAND, eager=False),
+        ),
+        passive_count=42,
+    ),
+    View(entries=()),
 ]
 NODE_EXAMPLES: list[Message] = [GetTopics(), Topics(topics=("sensors", "config/живой", "x" * 256))]
 

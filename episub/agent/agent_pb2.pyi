@@ -35,7 +35,7 @@ class StreamPlace(_message.Message):
     def __init__(self, publisher: _Optional[bytes] = ..., seq: _Optional[int] = ...) -> None: ...
 
 class Request(_message.Message):
-    __slots__ = ("id", "join", "leave", "publish", "publish_batch", "subscribe", "unsubscribe", "read_range", "offsets", "inspect", "config_read", "config_write")
+    __slots__ = ("id", "join", "leave", "publish", "publish_batch", "subscribe", "unsubscribe", "read_range", "offsets", "inspect", "config_read", "config_write", "overlay")
     ID_FIELD_NUMBER: _ClassVar[int]
     JOIN_FIELD_NUMBER: _ClassVar[int]
     LEAVE_FIELD_NUMBER: _ClassVar[int]
@@ -48,6 +48,7 @@ class Request(_message.Message):
     INSPECT_FIELD_NUMBER: _ClassVar[int]
     CONFIG_READ_FIELD_NUMBER: _ClassVar[int]
     CONFIG_WRITE_FIELD_NUMBER: _ClassVar[int]
+    OVERLAY_FIELD_NUMBER: _ClassVar[int]
     id: int
     join: Join
     leave: Leave
@@ -60,7 +61,8 @@ class Request(_message.Message):
     inspect: Inspect
     config_read: ConfigRead
     config_write: ConfigWrite
-    def __init__(self, id: _Optional[int] = ..., join: _Optional[_Union[Join, _Mapping]] = ..., leave: _Optional[_Union[Leave, _Mapping]] = ..., publish: _Optional[_Union[Publish, _Mapping]] = ..., publish_batch: _Optional[_Union[PublishBatch, _Mapping]] = ..., subscribe: _Optional[_Union[Subscribe, _Mapping]] = ..., unsubscribe: _Optional[_Union[Unsubscribe, _Mapping]] = ..., read_range: _Optional[_Union[ReadRange, _Mapping]] = ..., offsets: _Optional[_Union[GetOffsets, _Mapping]] = ..., inspect: _Optional[_Union[Inspect, _Mapping]] = ..., config_read: _Optional[_Union[ConfigRead, _Mapping]] = ..., config_write: _Optional[_Union[ConfigWrite, _Mapping]] = ...) -> None: ...
+    overlay: Overlay
+    def __init__(self, id: _Optional[int] = ..., join: _Optional[_Union[Join, _Mapping]] = ..., leave: _Optional[_Union[Leave, _Mapping]] = ..., publish: _Optional[_Union[Publish, _Mapping]] = ..., publish_batch: _Optional[_Union[PublishBatch, _Mapping]] = ..., subscribe: _Optional[_Union[Subscribe, _Mapping]] = ..., unsubscribe: _Optional[_Union[Unsubscribe, _Mapping]] = ..., read_range: _Optional[_Union[ReadRange, _Mapping]] = ..., offsets: _Optional[_Union[GetOffsets, _Mapping]] = ..., inspect: _Optional[_Union[Inspect, _Mapping]] = ..., config_read: _Optional[_Union[ConfigRead, _Mapping]] = ..., config_write: _Optional[_Union[ConfigWrite, _Mapping]] = ..., overlay: _Optional[_Union[Overlay, _Mapping]] = ...) -> None: ...
 
 class Join(_message.Message):
     __slots__ = ("topic", "bootstrap")
@@ -150,6 +152,16 @@ class ConfigWrite(_message.Message):
     delete: _containers.RepeatedScalarFieldContainer[str]
     def __init__(self, name: _Optional[str] = ..., set: _Optional[_Iterable[_Union[ConfigValue, _Mapping]]] = ..., delete: _Optional[_Iterable[str]] = ...) -> None: ...
 
+class Overlay(_message.Message):
+    __slots__ = ("topic", "max_nodes", "timeout")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    MAX_NODES_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    max_nodes: int
+    timeout: float
+    def __init__(self, topic: _Optional[str] = ..., max_nodes: _Optional[int] = ..., timeout: _Optional[float] = ...) -> None: ...
+
 class ConfigValue(_message.Message):
     __slots__ = ("key", "kind", "data")
     KEY_FIELD_NUMBER: _ClassVar[int]
@@ -161,7 +173,7 @@ class ConfigValue(_message.Message):
     def __init__(self, key: _Optional[str] = ..., kind: _Optional[str] = ..., data: _Optional[bytes] = ...) -> None: ...
 
 class Response(_message.Message):
-    __slots__ = ("id", "error", "done", "published", "item", "end", "messages", "offsets", "node_info", "config")
+    __slots__ = ("id", "error", "done", "published", "item", "end", "messages", "offsets", "node_info", "config", "overlay_map")
     ID_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
     DONE_FIELD_NUMBER: _ClassVar[int]
@@ -172,6 +184,7 @@ class Response(_message.Message):
     OFFSETS_FIELD_NUMBER: _ClassVar[int]
     NODE_INFO_FIELD_NUMBER: _ClassVar[int]
     CONFIG_FIELD_NUMBER: _ClassVar[int]
+    OVERLAY_MAP_FIELD_NUMBER: _ClassVar[int]
     id: int
     error: Error
     done: Done
@@ -182,7 +195,8 @@ class Response(_message.Message):
     offsets: Offsets
     node_info: NodeInfo
     config: ConfigSnapshot
-    def __init__(self, id: _Optional[int] = ..., error: _Optional[_Union[Error, _Mapping]] = ..., done: _Optional[_Union[Done, _Mapping]] = ..., published: _Optional[_Union[PublishedList, _Mapping]] = ..., item: _Optional[_Union[Item, _Mapping]] = ..., end: _Optional[_Union[End, _Mapping]] = ..., messages: _Optional[_Union[Messages, _Mapping]] = ..., offsets: _Optional[_Union[Offsets, _Mapping]] = ..., node_info: _Optional[_Union[NodeInfo, _Mapping]] = ..., config: _Optional[_Union[ConfigSnapshot, _Mapping]] = ...) -> None: ...
+    overlay_map: OverlayMap
+    def __init__(self, id: _Optional[int] = ..., error: _Optional[_Union[Error, _Mapping]] = ..., done: _Optional[_Union[Done, _Mapping]] = ..., published: _Optional[_Union[PublishedList, _Mapping]] = ..., item: _Optional[_Union[Item, _Mapping]] = ..., end: _Optional[_Union[End, _Mapping]] = ..., messages: _Optional[_Union[Messages, _Mapping]] = ..., offsets: _Optional[_Union[Offsets, _Mapping]] = ..., node_info: _Optional[_Union[NodeInfo, _Mapping]] = ..., config: _Optional[_Union[ConfigSnapshot, _Mapping]] = ..., overlay_map: _Optional[_Union[OverlayMap, _Mapping]] = ...) -> None: ...
 
 class Error(_message.Message):
     __slots__ = ("kind", "message")
@@ -336,6 +350,26 @@ class ConfigEntry(_message.Message):
     kind: str
     data: bytes
     def __init__(self, key: _Optional[str] = ..., version: _Optional[int] = ..., writer: _Optional[bytes] = ..., kind: _Optional[str] = ..., data: _Optional[bytes] = ...) -> None: ...
+
+class OverlayMap(_message.Message):
+    __slots__ = ("nodes",)
+    NODES_FIELD_NUMBER: _ClassVar[int]
+    nodes: _containers.RepeatedCompositeFieldContainer[OverlayNode]
+    def __init__(self, nodes: _Optional[_Iterable[_Union[OverlayNode, _Mapping]]] = ...) -> None: ...
+
+class OverlayNode(_message.Message):
+    __slots__ = ("node_id", "address", "answered", "passive_count", "neighbors")
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    ANSWERED_FIELD_NUMBER: _ClassVar[int]
+    PASSIVE_COUNT_FIELD_NUMBER: _ClassVar[int]
+    NEIGHBORS_FIELD_NUMBER: _ClassVar[int]
+    node_id: bytes
+    address: str
+    answered: bool
+    passive_count: int
+    neighbors: _containers.RepeatedCompositeFieldContainer[Neighbor]
+    def __init__(self, node_id: _Optional[bytes] = ..., address: _Optional[str] = ..., answered: _Optional[bool] = ..., passive_count: _Optional[int] = ..., neighbors: _Optional[_Iterable[_Union[Neighbor, _Mapping]]] = ...) -> None: ...
 
 class TopicView(_message.Message):
     __slots__ = ("topic", "neighbors")

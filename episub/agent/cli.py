@@ -31,6 +31,7 @@ from episub.agent import config_cli, tools
 from episub.agent.client import AgentClient, AgentStatus
 from episub.agent.launcher import DEFAULT_IDLE_TIMEOUT
 from episub.agent.options import (
+    UsageError,
     check_addresses,
     load_config,
     load_key,
@@ -38,6 +39,7 @@ from episub.agent.options import (
     number_type,
 )
 from episub.agent.runner import NodeOptions, run_node
+from episub.extras import require
 from episub.node import Node
 
 __all__ = ["add_parsers"]
@@ -45,6 +47,14 @@ __all__ = ["add_parsers"]
 POSITIVE = number_type(float, 0, above=True)
 PID = number_type(int, 1)
 FD = number_type(int, 0)
+
+
+def _port(text: str) -> int:
+    """An argparse type: a TCP port, 0..65535 (0: any free one)."""
+    port = number_type(int, 0)(text)
+    if port > 65535:
+        raise argparse.ArgumentTypeError(f"must be <= 65535, got {text}")
+    return port
 
 
 def add_node_arguments(parser: argparse.ArgumentParser) -> None:
@@ -67,6 +77,16 @@ def add_node_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_false",
         help="send frames in the clear after the handshake (trusted networks only; every "
         "node of the deployment must agree)",
+    )
+
+
+def add_metrics_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--metrics-port",
+        type=_port,
+        metavar="PORT",
+        help="serve Prometheus metrics at http://HOST:PORT/metrics, HOST that of --listen "
+        "(needs the metrics extra)",
     )
 
 
@@ -99,6 +119,7 @@ def add_parsers(subparsers: Any) -> None:
     node.add_argument("--topic", action="append", default=[], help="join at start (repeatable)")
     node.add_argument("--link-delay", metavar="FILE", help="emulated zone latencies (JSON)")
     node.add_argument("--socket", metavar="PATH", help="also serve the agent protocol here")
+    add_metrics_argument(node)
     add_logging_arguments(node)
     node.set_defaults(func=run_node_command)
 
@@ -122,6 +143,7 @@ def add_parsers(subparsers: Any) -> None:
     )
     agent.add_argument("--ready-fd", type=FD, help="write 'ready' to this descriptor when serving")
     agent.add_argument("--detach", action="store_true", help="fork; the first process exits")
+    add_metrics_argument(agent)
     add_logging_arguments(agent)
     agent.set_defaults(func=run_agent_command)
 
@@ -133,6 +155,25 @@ def add_parsers(subparsers: Any) -> None:
     inspect.add_argument("--agent", metavar="PATH", required=True, help="the agent's socket")
     inspect.add_argument("--json", action="store_true", help="print one JSON object")
     inspect.add_argument(
+        "--draw",
+        metavar="FILE.png",
+        help="walk the topic's overlay (every node reports its view) and draw it; needs the "
+        "viz extra",
+    )
+    inspect.add_argument("--topic", help="--draw: the topic (default: the node's first)")
+    inspect.add_argument(
+        "--publisher",
+        metavar="ADDR",
+        help="--draw: highlight this node's eager tree (address or peer id; default: the "
+        "node asked)",
+    )
+    inspect.add_argument(
+        "--max-nodes", type=number_type(int, 1), default=0, help="--draw: nodes asked at most"
+    )
+    inspect.add_argument(
+        "--walk-timeout", type=POSITIVE, default=0.0, help="--draw: seconds the walk may take"
+    )
+    inspect.add_argument(
         "--debug", action="store_true", default=argparse.SUPPRESS, help="tracebacks on errors"
     )
     inspect.set_defaults(func=run_inspect_command)
@@ -143,6 +184,8 @@ def add_parsers(subparsers: Any) -> None:
 
 def _node_options(args: argparse.Namespace, **extra: Any) -> NodeOptions:
     check_addresses(args.listen, args.bootstrap)
+    if args.metrics_port is not None:
+        require("metrics", "prometheus_client")
     return NodeOptions(
         key=load_key(args.key_file),
         listen=args.listen,
@@ -153,6 +196,7 @@ def _node_options(args: argparse.Namespace, **extra: Any) -> NodeOptions:
         link_delay=load_link_delay(args.link_delay),
         socket_path=args.socket,
         encrypt=args.encrypt,
+        metrics_port=args.metrics_port,
         **extra,
     )
 
@@ -191,8 +235,20 @@ def run_agent_command(args: argparse.Namespace) -> int:
 
 
 def run_inspect_command(args: argparse.Namespace) -> int:
+    if args.draw is not None:
+        require("viz", "matplotlib", "networkx")
     with AgentClient(args.agent) as client:
         status = client.inspect()
+        if args.draw is not None:
+            topic = args.topic or next(iter(status.topics), None)
+            if topic is None:
+                raise UsageError("the node has joined no topic: nothing to draw")
+            nodes = client.overlay(topic, args.max_nodes, args.walk_timeout)
+    if args.draw is not None:
+        from episub.viz.deployment import draw_deployment
+
+        meta = draw_deployment(nodes, args.draw, publisher=args.publisher, topic=topic)
+        print(f"drew {meta['nodes']} nodes, {meta['links']} links: {args.draw}", file=sys.stderr)
     if args.json:
         print(json.dumps(status_json(status), sort_keys=True))
     else:

@@ -47,6 +47,7 @@ from episub.agent.wire import (
 )
 from episub.config.codec import entry_for, value_of
 from episub.config.state import Entry
+from episub.crawl import CRAWL_TIMEOUT
 from episub.node import SUBSCRIPTION_BUFFER, Neighbor
 from episub.subscription import Item, LagBuffer, Lagged, Message
 
@@ -59,6 +60,7 @@ __all__ = [
     "AgentTimeout",
     "AgentUnavailable",
     "ConfigView",
+    "OverlayNode",
 ]
 
 # Longest wait for one reply. Guess: a join may spend the node's 10 s DIAL_TIMEOUT on a
@@ -116,6 +118,17 @@ class AgentStatus:
     pid: int  # the agent's process
     topics: dict[str, list[Neighbor]]
     stats: dict[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class OverlayNode:
+    """One node an `overlay()` walk reached, with its view of the topic."""
+
+    node_id: bytes
+    address: str
+    answered: bool  # False: it did not answer in time (no neighbours known)
+    passive_count: int
+    neighbors: list[Neighbor]
 
 
 class AgentClient:
@@ -313,6 +326,22 @@ class AgentClient:
             topics={t.topic: [neighbor_from_pb(n) for n in t.neighbors] for t in info.topics},
             stats=dict(sorted(info.stats.items())),
         )
+
+    def overlay(self, topic: str, max_nodes: int = 0, timeout: float = 0.0) -> list[OverlayNode]:
+        """Walk `topic`'s overlay from the agent's node: every node reached, with its
+        active view (episub.crawl); the agent's node first. 0: the agent's defaults."""
+        body = pb.Overlay(topic=topic, max_nodes=max_nodes, timeout=timeout)
+        reply = self._call(wait=timeout or CRAWL_TIMEOUT, overlay=body).overlay_map
+        return [
+            OverlayNode(
+                node_id=n.node_id,
+                address=n.address,
+                answered=n.answered,
+                passive_count=n.passive_count,
+                neighbors=[neighbor_from_pb(x) for x in n.neighbors],
+            )
+            for n in reply.nodes
+        ]
 
     # -- plumbing ---------------------------------------------------------------------------
 

@@ -19,6 +19,7 @@ from episub.agent.lifetime import OwnerProcess
 from episub.agent.server import AgentServer
 from episub.agent.service import AgentLimits, AgentRequestError, AgentService
 from episub.net.link_delay import LinkDelay
+from episub.net.peer_id import parse_address
 from episub.node import Node
 from episub.proto.config import NodeConfig
 
@@ -41,6 +42,7 @@ class NodeOptions:
     idle_timeout: float | None = None  # seconds; needs socket_path (idle = no client)
     limits: AgentLimits = field(default_factory=AgentLimits)
     encrypt: bool = True  # seal frames after the handshake (episub.net.sealing)
+    metrics_port: int | None = None  # serve Prometheus metrics here (episub.metrics)
 
 
 async def run_node(options: NodeOptions, on_ready: Callable[[Node], None]) -> str:
@@ -94,6 +96,13 @@ async def _serve(
         if options.socket_path is not None:
             server = AgentServer(service, options.socket_path)
             await nursery.start(server.run)
+        if options.metrics_port is not None:
+            from episub.metrics import serve_metrics
+
+            host = parse_address(options.listen, allow_port_zero=True).host
+            await nursery.start(
+                serve_metrics, node, lambda: service.topics, host, options.metrics_port
+            )
         for topic in options.topics:
             try:
                 await service.join(topic)

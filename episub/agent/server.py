@@ -293,6 +293,8 @@ class AgentServer:
             return pb.Response(id=rid, config=await service.config_read(body))
         elif kind == "config_write":
             return pb.Response(id=rid, config=await service.config_write(body))
+        elif kind == "overlay":
+            return pb.Response(id=rid, overlay_map=await self.service.overlay(body))
         elif kind == "inspect":
             stats = {f"agent_{name}": value for name, value in self.counters.items()}
             stats["agent_clients"] = len(self._clients)

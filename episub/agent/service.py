@@ -43,6 +43,7 @@ from episub.agent.wire import (
 from episub.config import DELETE, ConfigLimitError, ConfigReplica
 from episub.config.codec import value_of
 from episub.config.state import Entry
+from episub.crawl import CRAWL_MAX_NODES, CRAWL_TIMEOUT, crawl
 from episub.node import MAX_STREAM_NAME, Node
 from episub.proto.messages import MAX_HEADERS, check_topic_name
 
@@ -70,6 +71,8 @@ class AgentLimits:
     max_fetch_timeout: int = 120  # seconds a read may wait on neighbours; guess: 12x Node's
     max_configs: int = 16  # live configurations per agent; guess: one or two per application
     max_config_wait: int = 600  # seconds a ConfigRead may wait for a version; guess
+    max_overlay_nodes: int = 1024  # nodes one Overlay walk asks; guess: a big cluster, ~1 MB
+    max_overlay_timeout: int = 60  # seconds one Overlay walk may take; guess: 6x its default
 
     def __post_init__(self) -> None:
         for name in self.__slots__:
@@ -354,6 +357,31 @@ class AgentService:
         except ConfigLimitError as exc:
             raise AgentRequestError("too_large", str(exc)) from None
         return config_snapshot_to_pb(replica)
+
+    async def overlay(self, body: pb.Overlay) -> pb.OverlayMap:
+        """Walk the topic's overlay (episub.crawl), within the agent's bounds."""
+        check_topic_name(body.topic)
+        max_nodes = body.max_nodes or CRAWL_MAX_NODES
+        if max_nodes > self.limits.max_overlay_nodes:
+            raise AgentRequestError(
+                "limit", f"an overlay walk asks at most {self.limits.max_overlay_nodes} nodes"
+            )
+        timeout = body.timeout or CRAWL_TIMEOUT
+        if not 0 < timeout <= self.limits.max_overlay_timeout:
+            raise AgentRequestError(
+                "bad_request",
+                f"timeout must be in 0..{self.limits.max_overlay_timeout} s, not {timeout}",
+            )
+        out = pb.OverlayMap()
+        for view in await crawl(self.node, body.topic, max_nodes=max_nodes, timeout=timeout):
+            entry = out.nodes.add(
+                node_id=view.peer_id,
+                address=view.address,
+                answered=view.answered,
+                passive_count=view.passive_count,
+            )
+            entry.neighbors.extend(neighbor_to_pb(n) for n in view.neighbors)
+        return out
 
     def node_info(self, extra_stats: Mapping[str, int]) -> pb.NodeInfo:
         out = pb.NodeInfo(node_id=self.node.id, address=self.node.address, pid=os.getpid())

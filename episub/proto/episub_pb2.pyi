@@ -14,7 +14,7 @@ class Frame(_message.Message):
     def __init__(self, items: _Optional[_Iterable[_Union[Item, _Mapping]]] = ...) -> None: ...
 
 class Item(_message.Message):
-    __slots__ = ("topic", "gossip", "ihave", "graft", "prune", "pull", "ping", "pong", "neighbor", "disconnect", "join", "forward_join", "shuffle", "shuffle_reply", "leave", "get_nodes", "nodes", "get_topics", "topics")
+    __slots__ = ("topic", "gossip", "ihave", "graft", "prune", "pull", "ping", "pong", "neighbor", "disconnect", "join", "forward_join", "shuffle", "shuffle_reply", "leave", "get_nodes", "nodes", "get_topics", "topics", "get_view", "view")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     GOSSIP_FIELD_NUMBER: _ClassVar[int]
     IHAVE_FIELD_NUMBER: _ClassVar[int]
@@ -34,6 +34,8 @@ class Item(_message.Message):
     NODES_FIELD_NUMBER: _ClassVar[int]
     GET_TOPICS_FIELD_NUMBER: _ClassVar[int]
     TOPICS_FIELD_NUMBER: _ClassVar[int]
+    GET_VIEW_FIELD_NUMBER: _ClassVar[int]
+    VIEW_FIELD_NUMBER: _ClassVar[int]
     topic: str
     gossip: Gossip
     ihave: IHave
@@ -53,7 +55,9 @@ class Item(_message.Message):
     nodes: Nodes
     get_topics: GetTopics
     topics: Topics
-    def __init__(self, topic: _Optional[str] = ..., gossip: _Optional[_Union[Gossip, _Mapping]] = ..., ihave: _Optional[_Union[IHave, _Mapping]] = ..., graft: _Optional[_Union[Graft, _Mapping]] = ..., prune: _Optional[_Union[Prune, _Mapping]] = ..., pull: _Optional[_Union[Pull, _Mapping]] = ..., ping: _Optional[_Union[Ping, _Mapping]] = ..., pong: _Optional[_Union[Pong, _Mapping]] = ..., neighbor: _Optional[_Union[Neighbor, _Mapping]] = ..., disconnect: _Optional[_Union[Disconnect, _Mapping]] = ..., join: _Optional[_Union[Join, _Mapping]] = ..., forward_join: _Optional[_Union[ForwardJoin, _Mapping]] = ..., shuffle: _Optional[_Union[Shuffle, _Mapping]] = ..., shuffle_reply: _Optional[_Union[ShuffleReply, _Mapping]] = ..., leave: _Optional[_Union[Leave, _Mapping]] = ..., get_nodes: _Optional[_Union[GetNodes, _Mapping]] = ..., nodes: _Optional[_Union[Nodes, _Mapping]] = ..., get_topics: _Optional[_Union[GetTopics, _Mapping]] = ..., topics: _Optional[_Union[Topics, _Mapping]] = ...) -> None: ...
+    get_view: GetView
+    view: View
+    def __init__(self, topic: _Optional[str] = ..., gossip: _Optional[_Union[Gossip, _Mapping]] = ..., ihave: _Optional[_Union[IHave, _Mapping]] = ..., graft: _Optional[_Union[Graft, _Mapping]] = ..., prune: _Optional[_Union[Prune, _Mapping]] = ..., pull: _Optional[_Union[Pull, _Mapping]] = ..., ping: _Optional[_Union[Ping, _Mapping]] = ..., pong: _Optional[_Union[Pong, _Mapping]] = ..., neighbor: _Optional[_Union[Neighbor, _Mapping]] = ..., disconnect: _Optional[_Union[Disconnect, _Mapping]] = ..., join: _Optional[_Union[Join, _Mapping]] = ..., forward_join: _Optional[_Union[ForwardJoin, _Mapping]] = ..., shuffle: _Optional[_Union[Shuffle, _Mapping]] = ..., shuffle_reply: _Optional[_Union[ShuffleReply, _Mapping]] = ..., leave: _Optional[_Union[Leave, _Mapping]] = ..., get_nodes: _Optional[_Union[GetNodes, _Mapping]] = ..., nodes: _Optional[_Union[Nodes, _Mapping]] = ..., get_topics: _Optional[_Union[GetTopics, _Mapping]] = ..., topics: _Optional[_Union[Topics, _Mapping]] = ..., get_view: _Optional[_Union[GetView, _Mapping]] = ..., view: _Optional[_Union[View, _Mapping]] = ...) -> None: ...
 
 class GetTopics(_message.Message):
     __slots__ = ()
@@ -64,6 +68,30 @@ class Topics(_message.Message):
     TOPICS_FIELD_NUMBER: _ClassVar[int]
     topics: _containers.RepeatedScalarFieldContainer[str]
     def __init__(self, topics: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class GetView(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class View(_message.Message):
+    __slots__ = ("entries", "passive_count")
+    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    PASSIVE_COUNT_FIELD_NUMBER: _ClassVar[int]
+    entries: _containers.RepeatedCompositeFieldContainer[ViewEntry]
+    passive_count: int
+    def __init__(self, entries: _Optional[_Iterable[_Union[ViewEntry, _Mapping]]] = ..., passive_count: _Optional[int] = ...) -> None: ...
+
+class ViewEntry(_message.Message):
+    __slots__ = ("peer", "near", "eager", "rtt_seconds")
+    PEER_FIELD_NUMBER: _ClassVar[int]
+    NEAR_FIELD_NUMBER: _ClassVar[int]
+    EAGER_FIELD_NUMBER: _ClassVar[int]
+    RTT_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    peer: bytes
+    near: bool
+    eager: bool
+    rtt_seconds: float
+    def __init__(self, peer: _Optional[bytes] = ..., near: _Optional[bool] = ..., eager: _Optional[bool] = ..., rtt_seconds: _Optional[float] = ...) -> None: ...
 
 class GetNodes(_message.Message):
     __slots__ = ()

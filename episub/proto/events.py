@@ -19,6 +19,7 @@ from episub.proto.messages import (
     Message,
     MessageId,
     PeerId,
+    View,
 )
 
 # -- in ---------------------------------------------------------------------------------
@@ -109,8 +110,17 @@ class Fetch:
             )
 
 
+@dataclass(frozen=True, slots=True)
+class AskView:
+    """Command: ask `peer` (any node, neighbour or not) for its active view of `topic`
+    (GETVIEW); the answer comes out as `ViewReport`. For operators' tools, not the protocol."""
+
+    topic: str
+    peer: PeerId
+
+
 InEvent: TypeAlias = (
-    Received | TimerFired | ConnectionLost | JoinTopic | LeaveTopic | Publish | Fetch
+    Received | TimerFired | ConnectionLost | JoinTopic | LeaveTopic | Publish | Fetch | AskView
 )
 
 # -- out --------------------------------------------------------------------------------
@@ -213,6 +223,15 @@ class PeerMisbehaved:
     reason: str
 
 
+@dataclass(frozen=True, slots=True)
+class ViewReport:
+    """`peer` answered a GETVIEW of `topic` with `view` (an `AskView` of ours, or not)."""
+
+    topic: str
+    peer: PeerId
+    view: View
+
+
 OutEvent: TypeAlias = (
     Send
     | ScheduleTimer
@@ -225,4 +244,5 @@ OutEvent: TypeAlias = (
     | ClosePeer
     | DataLost
     | PeerMisbehaved
+    | ViewReport
 )

@@ -91,6 +91,41 @@ class Topics:
             check_topic_name(topic)
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GetView:
+    """What is your active view of this topic? (ours: lets an operator draw the overlay)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ViewEntry:
+    peer: PeerId
+    kind: LinkKind
+    eager: bool
+    rtt: float | None = None  # the sender's smoothed RTT to `peer`, seconds
+
+    def __post_init__(self) -> None:
+        if self.rtt is not None and not (0.0 <= self.rtt < 3600.0):  # as Neighbor.rtt
+            raise ValueError(f"rtt must be seconds in [0, 3600), not {self.rtt!r}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class View:
+    """Answer to GetView: the sender's active view (empty: not in the topic)."""
+
+    entries: tuple[ViewEntry, ...]
+    passive_count: int = 0
+
+    def __post_init__(self) -> None:
+        if len(self.entries) > MAX_PEERS_PER_MESSAGE:
+            raise ValueError(
+                f"at most {MAX_PEERS_PER_MESSAGE} view entries, not {len(self.entries)}"
+            )
+        if not 0 <= self.passive_count <= MAX_PEERS_PER_MESSAGE:
+            raise ValueError(
+                f"passive_count must be in 0..{MAX_PEERS_PER_MESSAGE}, not {self.passive_count!r}"
+            )
+
+
 # -- membership (HyParView + GoCast) -----------------------------------------------------
 
 
@@ -340,4 +375,5 @@ MembershipMessage: TypeAlias = (
 BroadcastMessage: TypeAlias = Gossip | IHave | Prune | Graft | Pull
 TopicMessage: TypeAlias = MembershipMessage | BroadcastMessage
 NodeMessage: TypeAlias = GetTopics | Topics
-Message: TypeAlias = TopicMessage | NodeMessage
+ViewMessage: TypeAlias = GetView | View  # topic-level, answered by the node (node.py)
+Message: TypeAlias = TopicMessage | NodeMessage | ViewMessage

@@ -17,6 +17,7 @@ from episub.proto import messages as m
 from episub.proto.config import NodeConfig
 from episub.proto.errors import LocalProtocolError
 from episub.proto.events import (
+    AskView,
     ClosePeer,
     ConnectionLost,
     Fetch,
@@ -30,6 +31,7 @@ from episub.proto.events import (
     Received,
     Send,
     TimerFired,
+    ViewReport,
 )
 from episub.proto.messages import LinkKind, PeerId
 from episub.proto.peers import Rng, RttTable
@@ -75,6 +77,12 @@ class NodeState:
                 self._topic_or_raise(topic).broadcast.fetch(peer, publisher, first, last, out)
             case Publish(topic=topic, payload=payload, key=key, headers=headers, stream=stream):
                 self._topic_or_raise(topic).publish(payload, key, headers, now, out, stream)
+            case AskView(topic=topic, peer=peer):
+                try:
+                    m.check_topic_name(topic)
+                except ValueError as exc:
+                    raise LocalProtocolError(str(exc)) from None
+                out.append(Send(peer, topic, m.GetView()))
             case _:
                 raise LocalProtocolError(f"not an input event: {event!r}")
         self._release_unused(out)
@@ -134,6 +142,13 @@ class NodeState:
                 peer, f"{type(message).__name__} is node-level, got topic {topic!r}", out
             )
             return
+        if type(message) is m.GetView:
+            # Answered from the views alone, joined or not: one bounded message per ask.
+            out.append(Send(peer, topic, self.view(topic)))
+            return
+        if type(message) is m.View:
+            out.append(ViewReport(topic, peer, message))
+            return
         t = self._topics.get(topic)
         if t is None:
             self._not_subscribed(peer, topic, message, out)
@@ -192,6 +207,17 @@ class NodeState:
             peer in t.membership.active or peer in t.membership.pending
             for t in self._topics.values()
         )
+
+    def view(self, topic: str) -> m.View:
+        """The active view of `topic` as GETVIEW answers it (empty when not joined)."""
+        eager = set(self.eager_peers(topic))
+        entries = []
+        for p, kind in list(self.active_view(topic).items())[: m.MAX_PEERS_PER_MESSAGE]:
+            rtt = self.rtts.get(p)
+            rtt = rtt if rtt is not None and rtt < 3600.0 else None  # View's bound
+            entries.append(m.ViewEntry(peer=p, kind=kind, eager=p in eager, rtt=rtt))
+        passive = min(len(self.passive_view(topic)), m.MAX_PEERS_PER_MESSAGE)
+        return m.View(entries=tuple(entries), passive_count=passive)
 
     # -- queries: no side effects ----------------------------------------------------------
 

@@ -33,6 +33,7 @@ from episub.proto.messages import (
     ForwardJoin,
     GetNodes,
     GetTopics,
+    GetView,
     Gossip,
     Graft,
     IHave,
@@ -51,6 +52,8 @@ from episub.proto.messages import (
     Shuffle,
     ShuffleReply,
     Topics,
+    View,
+    ViewEntry,
 )
 
 __all__ = [
@@ -271,6 +274,29 @@ def _walk_to_pb(m: Join | ForwardJoin | Leave, out: Any) -> None:
     out.ttl = m.ttl
 
 
+def _view_to_pb(m: View, out: pb.View) -> None:
+    out.passive_count = m.passive_count
+    for entry in m.entries:
+        item = out.entries.add(
+            peer=_peer_to_pb(entry.peer), near=entry.kind is LinkKind.NEAR, eager=entry.eager
+        )
+        if entry.rtt is not None:
+            item.rtt_seconds = entry.rtt
+
+
+def _view_from_pb(p: pb.View) -> View:
+    entries = tuple(
+        ViewEntry(
+            peer=_peer_from_pb(e.peer),
+            kind=LinkKind.NEAR if e.near else LinkKind.RAND,
+            eager=e.eager,
+            rtt=e.rtt_seconds if e.HasField("rtt_seconds") else None,
+        )
+        for e in p.entries
+    )
+    return View(entries=entries, passive_count=p.passive_count)
+
+
 class _Codec:
     """How one message type maps to its `Item.body` field."""
 
@@ -333,6 +359,8 @@ _CODECS: dict[type, _Codec] = {
         lambda p: Graft(ids=tuple(p.ids)),
     ),
     Pull: _Codec("pull", _pull_to_pb, _pull_from_pb),
+    GetView: _Codec("get_view", _nothing_to_pb, lambda p: GetView()),
+    View: _Codec("view", _view_to_pb, _view_from_pb),
 }
 _CODECS_BY_FIELD: dict[str, _Codec] = {codec.field: codec for codec in _CODECS.values()}
 

@@ -19,6 +19,7 @@ from episub.sim.params import DEFAULT_ZONES, DROP_KINDS, SCENARIOS, SimParams
 from episub.sim.scenarios import run
 
 _DEFAULTS = SimParams()
+PROXIMITY_RUNS = ("proximity_on", "proximity_off")
 
 
 def _number(
@@ -125,6 +126,19 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         default=min(2, os.cpu_count() or 1),
         help="processes for proximity's two runs (the report does not depend on it)",
     )
+    add(
+        "--draw",
+        metavar="FILE.png",
+        help="draw the overlay at the end (proximity: the run with proximity on); needs "
+        "the viz extra",
+    )
+    add(
+        "--publisher",
+        type=NONNEGATIVE_INT,
+        metavar="NODE",
+        help="--draw highlights this node's eager tree (default: the first sender)",
+    )
+    add("--plot", metavar="DIR", help="write the run's plots (PNG) here; needs the viz extra")
     add("--json", action="store_true", help="print one JSON object on stdout")
     add("--no-timing", action="store_true", help="leave out wall-clock numbers")
     add("--quiet", action="store_true", help="no progress bar")
@@ -184,13 +198,41 @@ def run_command(args: argparse.Namespace) -> int:
         params = params_from_args(args)
     except ValueError as exc:
         args.parser.error(str(exc))  # exits with status 2
+    pictures = args.draw is not None or args.plot is not None
+    if pictures:
+        from episub.extras import require
+
+        require("viz", "matplotlib", "networkx")  # before the run, not after it
     progress = not args.quiet and sys.stderr.isatty()
-    report = run(params, progress=progress, timing=not args.no_timing, jobs=args.jobs)
+    report = run(
+        params, progress=progress, timing=not args.no_timing, jobs=args.jobs, extras=pictures
+    )
+    extras = _take_extras(report)
     if args.json:
         print(json.dumps(report, sort_keys=True))
     else:
         print(format_report(report))
+    if pictures:
+        from episub.viz import simplots
+
+        if args.draw is not None:
+            overlay = extras.get("proximity_on", extras.get(""))
+            path = simplots.draw_run(overlay["overlay"], args.draw, args.publisher)
+            print(f"drew {path}", file=sys.stderr)
+        if args.plot is not None:
+            for path in simplots.write_plots(report, extras, params, args.plot, jobs=args.jobs):
+                print(f"wrote {path}", file=sys.stderr)
     return 0
+
+
+def _take_extras(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Move the runs' "overlay" and "series" out of `report`, by run ("" for the one run of
+    most scenarios, "proximity_on"/"proximity_off" for the proximity scenario)."""
+    out = {}
+    for key, part in [("", report), *((k, report.get(k)) for k in PROXIMITY_RUNS)]:
+        if isinstance(part, dict) and "series" in part:
+            out[key] = {"overlay": part.pop("overlay"), "series": part.pop("series")}
+    return out
 
 
 def _fmt(value: Any, unit: str = "") -> str:

@@ -78,7 +78,17 @@ def payload_for(kind: str, index: int) -> bytes:
 class MessageRecord:
     """One published message: who, when, and which nodes delivered it (a byte per id)."""
 
-    __slots__ = ("delivered", "got", "id", "index", "kind", "on_time", "published_at", "publisher")
+    __slots__ = (
+        "delivered",
+        "got",
+        "id",
+        "index",
+        "kind",
+        "max_hops",
+        "on_time",
+        "published_at",
+        "publisher",
+    )
 
     def __init__(
         self, message_id: bytes, kind: str, index: int, publisher: int, at: float, size: int
@@ -91,6 +101,7 @@ class MessageRecord:
         self.got = bytearray(size)
         self.delivered = 0  # distinct nodes, publisher excluded
         self.on_time = 0  # of those, within the probe deadline
+        self.max_hops = 0  # the message's own last delivery hop (its LDH)
 
 
 class Collector:
@@ -161,6 +172,8 @@ class Collector:
         if record.kind == COUNTED:
             self.latencies.append(latency)
             self.stretch_sum += latency / self._direct(record.publisher, node)
+            if out.hops > record.max_hops:
+                record.max_hops = out.hops
             if out.hops > self.ldh:
                 self.ldh = out.hops
 

@@ -48,6 +48,7 @@ from episub.sim.latency import LatencyModel, make_latency
 from episub.sim.metrics import COUNTED, PROBE, WARMUP, asymmetric_pairs, payload_for, summarize
 from episub.sim.params import DEFAULT_ZONES, DROP_KINDS, SimParams, membership_config
 from episub.sim.seeds import STREAM_SCENARIO, derive
+from episub.sim.series import overlay_of, series_of
 
 TOPIC = "t"
 LEAVE_LINGER = 1.0  # guess: a leaver lingers 1 s after LeaveTopic, time to flush its LEAVEs
@@ -367,12 +368,18 @@ class ScenarioRun:
 
 
 def run(
-    params: SimParams, *, progress: bool = False, timing: bool = True, jobs: int = 1
+    params: SimParams,
+    *,
+    progress: bool = False,
+    timing: bool = True,
+    jobs: int = 1,
+    extras: bool = False,
 ) -> dict[str, Any]:
     """Run `params.scenario` and return the report (one JSON-ready dict).
 
     `jobs` > 1 lets the proximity scenario run its two simulations in two processes at
     once; each is deterministic on its own, so the report does not depend on it.
+    `extras` adds each run's "overlay" and "series" (series.py), for pictures.
     """
     header: dict[str, Any] = {
         "scenario": params.scenario,
@@ -390,28 +397,37 @@ def run(
         "join_rate": params.effective_join_rate,
     }
     if params.scenario != "proximity":
-        header.update(_run_one(params, True, progress, params.scenario, timing, 0))
+        header.update(_run_one(params, True, progress, params.scenario, timing, 0, extras))
         return header
     started = time.perf_counter()
     variants = (("proximity_on", True), ("proximity_off", False))
     if jobs > 1:
         with ProcessPoolExecutor(max_workers=len(variants)) as pool:
             futures = [
-                (key, pool.submit(_run_one, params, on, progress, key, timing, position))
+                (
+                    key,
+                    pool.submit(_run_one, params, on, progress, key, timing, position, extras),
+                )
                 for position, (key, on) in enumerate(variants)
             ]
             for key, future in futures:
                 header[key] = future.result()
     else:
         for key, on in variants:
-            header[key] = _run_one(params, on, progress, key, timing, 0)
+            header[key] = _run_one(params, on, progress, key, timing, 0, extras)
     if timing:
         header["wall_seconds"] = round(time.perf_counter() - started, 3)
     return header
 
 
 def _run_one(
-    params: SimParams, proximity: bool, progress: bool, desc: str, timing: bool, position: int
+    params: SimParams,
+    proximity: bool,
+    progress: bool,
+    desc: str,
+    timing: bool,
+    position: int,
+    extras: bool = False,
 ) -> dict[str, Any]:
     scenario = ScenarioRun(params, proximity=proximity)
     started = time.perf_counter()
@@ -420,4 +436,7 @@ def _run_one(
     if timing:
         report["wall_seconds"] = round(wall, 3)
         report["events_per_second"] = round(scenario.sim.events / wall) if wall > 0 else None
+    if extras:
+        report["overlay"] = overlay_of(scenario, TOPIC)
+        report["series"] = series_of(scenario, TOPIC)
     return report
