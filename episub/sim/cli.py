@@ -15,7 +15,7 @@ import sys
 from typing import Any
 
 from episub.sim.latency import MODELS
-from episub.sim.params import DEFAULT_ZONES, DROP_KINDS, SCENARIOS, SimParams
+from episub.sim.params import DEFAULT_ZONES, SCENARIOS, SimParams
 from episub.sim.scenarios import run
 
 _DEFAULTS = SimParams()
@@ -82,27 +82,6 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     add("--latency-ms", type=POSITIVE, default=d.latency_ms, help="the constant model's delay")
     add("--zones", type=COUNT, help=f"zones model with K zones (default {DEFAULT_ZONES})")
     add("--loss", type=SHARE, default=d.loss, help="probability a send is dropped")
-    add(
-        "--drop",
-        type=drop_rule,
-        action="append",
-        default=[],
-        metavar="KIND=SHARE",
-        help=f"fault injection: drop this share of one message kind's sends (repeatable; "
-        f"kinds: {', '.join(DROP_KINDS)})",
-    )
-    add(
-        "--one-way-seconds",
-        type=SECONDS,
-        default=d.one_way_seconds,
-        help="steady: a one-way partition this long from the first counted message (0: none)",
-    )
-    add(
-        "--one-way-fraction",
-        type=_number(float, 0, 1),
-        default=d.one_way_fraction,
-        help="share of nodes that cannot reach the others during it",
-    )
     add("--hop-cost-ms", type=SECONDS, default=d.hop_cost_ms, help="processing time per hop")
     add("--join-rate", type=POSITIVE, help="joins per second (default N/20 within 100..500)")
     add("--senders", type=COUNT, default=d.senders, help="multi-sender: publishers")
@@ -146,22 +125,6 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     return parser
 
 
-def drop_rule(text: str) -> tuple[str, float]:
-    """KIND=SHARE for --drop, e.g. graft=0.5."""
-    kind, sep, share = text.partition("=")
-    if not sep or kind not in DROP_KINDS:
-        raise argparse.ArgumentTypeError(
-            f"give KIND=SHARE with KIND one of {', '.join(DROP_KINDS)}, not {text!r}"
-        )
-    try:
-        value = float(share)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"SHARE must be a number in 0..1, not {share!r}") from None
-    if not 0.0 <= value <= 1.0:
-        raise argparse.ArgumentTypeError(f"SHARE must be in 0..1, not {value}")
-    return kind, value
-
-
 def params_from_args(args: argparse.Namespace) -> SimParams:
     return SimParams(
         scenario=args.scenario,
@@ -175,9 +138,6 @@ def params_from_args(args: argparse.Namespace) -> SimParams:
         latency_ms=args.latency_ms,
         zones=args.zones,
         loss=args.loss,
-        drop=tuple(args.drop),
-        one_way_seconds=args.one_way_seconds,
-        one_way_fraction=args.one_way_fraction,
         hop_cost_ms=args.hop_cost_ms,
         join_rate=args.join_rate,
         senders=args.senders,

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import itertools
 import random
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from heapq import heappop, heappush
 from typing import Any, Protocol
 
@@ -47,7 +47,7 @@ from episub.proto.events import (
 from episub.proto.messages import Gossip
 from episub.sim.latency import LatencyModel
 from episub.sim.metrics import Collector
-from episub.sim.seeds import STREAM_DROP, STREAM_LOSS, STREAM_NODE, derive
+from episub.sim.seeds import STREAM_LOSS, STREAM_NODE, derive
 
 ACTION = -1  # the `node` of a heap entry whose event is a scenario callable
 
@@ -75,7 +75,6 @@ class Simulator:
         loss: float = 0.0,
         hop_cost: float = 0.0,
         probe_deadline: float = 2.0,
-        drop: Mapping[type, float] | None = None,
     ) -> None:
         if not 0.0 <= loss < 1.0:
             raise ValueError(f"loss must be in [0, 1), not {loss!r}")
@@ -98,13 +97,6 @@ class Simulator:
         self._failing: dict[tuple[int, int], float] = {}  # pending failed-dial notices
         self._cut: bytearray | None = None  # side of each node while partitioned
         self._loss_rng = random.Random(derive(seed, STREAM_LOSS))
-        # Fault injection: message class -> probability a send of it is dropped, silently.
-        self.drop = dict(drop or {})
-        for kind, share in self.drop.items():
-            if not 0.0 <= share <= 1.0:
-                raise ValueError(f"drop share of {kind.__name__} must be in [0, 1], not {share}")
-        self._drop_rng = random.Random(derive(seed, STREAM_DROP))
-        self._one_way: bytearray | None = None  # side 1 cannot reach side 0 while set
         zone_of = latency.zone_of if latency.has_zones else None
         self.metrics = Collector(direct=self.delay, zone_of=zone_of, probe_deadline=probe_deadline)
 
@@ -177,14 +169,6 @@ class Simulator:
                     self._notify_lost(a, b, at)
                     self._notify_lost(b, a, at)
 
-    def cut_one_way(self, senders_cut_off: bytearray) -> None:
-        """One-way partition: sends from nodes marked 1 to nodes marked 0 vanish (no
-        connection is lost: the link looks up at both ends), the other way works."""
-        self._one_way = senders_cut_off
-
-    def heal_one_way(self) -> None:
-        self._one_way = None
-
     def heal(self) -> None:
         """End the partition: every pair may connect again."""
         self._cut = None
@@ -218,9 +202,6 @@ class Simulator:
         on_published = metrics.on_published
         on_other = metrics.on_other
         cut = self._cut
-        drop_get = self.drop.get
-        drop_random = self._drop_rng.random
-        one_way = self._one_way
         events = 0
         dropped = failed = 0
         try:
@@ -234,7 +215,6 @@ class Simulator:
                     self.now = t
                     ev()
                     cut = self._cut
-                    one_way = self._one_way
                     continue
                 state = nodes_get(node)
                 if state is None:
@@ -284,13 +264,6 @@ class Simulator:
                             mine[peer] = d
                             conns[peer][node] = d
                         if loss and loss_random() < loss:
-                            dropped += 1
-                            continue
-                        share = drop_get(mcls)
-                        if share and drop_random() < share:
-                            dropped += 1
-                            continue
-                        if one_way is not None and one_way[node] and not one_way[peer]:
                             dropped += 1
                             continue
                         push(heap, (t + d, next(seq), peer, Received(node, out.topic, msg)))

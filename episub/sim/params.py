@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from episub.proto import messages as m
 from episub.proto.config import MembershipConfig
 from episub.sim.latency import MODELS
 
@@ -24,24 +23,6 @@ JOIN_RATE_MAX = 500.0
 DEFAULT_ZONES = 4  # guess: a handful of regions, as in a multi-region deployment
 DEFAULT_SETTLE = 30.0  # seconds; see SimParams.settle
 PROXIMITY_SETTLE = 90.0  # seconds; see SimParams.settle
-
-
-# Message kinds fault injection can drop (--drop KIND=SHARE), by wire name.
-DROP_KINDS: dict[str, type] = {
-    "gossip": m.Gossip,
-    "ihave": m.IHave,
-    "graft": m.Graft,
-    "prune": m.Prune,
-    "pull": m.Pull,
-    "join": m.Join,
-    "forward-join": m.ForwardJoin,
-    "neighbor": m.Neighbor,
-    "disconnect": m.Disconnect,
-    "shuffle": m.Shuffle,
-    "shuffle-reply": m.ShuffleReply,
-    "ping": m.Ping,
-    "pong": m.Pong,
-}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -64,13 +45,6 @@ class SimParams:
     latency_ms: float = 50.0  # constant model: the mean of the uniform default's 10-100 ms
     zones: int | None = None  # None: DEFAULT_ZONES when the zones model is used
     loss: float = 0.0
-    # Fault injection: (message kind, share of its sends dropped), e.g. (("graft", 0.5),).
-    drop: tuple[tuple[str, float], ...] = ()
-    # One-way partition in the steady scenarios: for this many seconds from the first
-    # counted message, a random `one_way_fraction` of the nodes cannot reach the others
-    # (the other direction works, no connection breaks); 0: none.
-    one_way_seconds: float = 0.0
-    one_way_fraction: float = 0.5
     hop_cost_ms: float = 0.0  # per-hop processing time added to every delivery
     join_rate: float | None = None  # None: N / 20 within 100..500 joins per second
     senders: int = 4  # multi-sender; guess: a few producers, as in a Spark job's executors
@@ -101,13 +75,6 @@ class SimParams:
             raise ValueError(f"fraction must be in [0, 1), not {self.fraction}")
         if not 0.0 <= self.loss < 1.0:
             raise ValueError(f"loss must be in [0, 1), not {self.loss}")
-        for kind, share in self.drop:
-            if kind not in DROP_KINDS:
-                raise ValueError(f"drop kind must be one of {', '.join(DROP_KINDS)}, not {kind!r}")
-            if not 0.0 <= share <= 1.0:
-                raise ValueError(f"drop share of {kind} must be in [0, 1], not {share}")
-        if not 0.0 < self.one_way_fraction < 1.0:
-            raise ValueError(f"one_way_fraction must be in (0, 1), not {self.one_way_fraction}")
         if not 0.0 <= self.rate <= 1.0:
             raise ValueError(f"rate must be in [0, 1], not {self.rate}")
         if self.zones is not None and self.zones < 1:
@@ -123,7 +90,6 @@ class SimParams:
             "duration",
             "lifetime",
             "partition_seconds",
-            "one_way_seconds",
             "max_drain",
         ):
             if not getattr(self, name) >= 0:

@@ -46,7 +46,7 @@ from episub.proto.events import JoinTopic, LeaveTopic, Publish
 from episub.sim.engine import Simulator
 from episub.sim.latency import LatencyModel, make_latency
 from episub.sim.metrics import COUNTED, PROBE, WARMUP, asymmetric_pairs, payload_for, summarize
-from episub.sim.params import DEFAULT_ZONES, DROP_KINDS, SimParams, membership_config
+from episub.sim.params import DEFAULT_ZONES, SimParams, membership_config
 from episub.sim.seeds import STREAM_SCENARIO, derive
 from episub.sim.series import overlay_of, series_of
 
@@ -122,7 +122,6 @@ class ScenarioRun:
             loss=params.loss,
             hop_cost=params.hop_cost_ms / 1000.0,
             probe_deadline=params.probe_deadline,
-            drop={DROP_KINDS[kind]: share for kind, share in params.drop},
         )
         self.rng = random.Random(derive(params.seed, STREAM_SCENARIO))
         self.members: list[int] = []  # alive and not leaving: contacts and victims
@@ -273,21 +272,7 @@ class ScenarioRun:
     def _steady(self) -> None:
         start = self.bootstrap()
         self.pick_senders(1)
-        at = self.warmup(start)
-        self._one_way_partition(at)
-        self.drain(self.counted(at) - self.p.interval)
-
-    def _one_way_partition(self, at: float) -> None:
-        """From `at`, a random share of the nodes cannot reach the rest, for
-        one_way_seconds; then it heals (fault injection; nothing when 0)."""
-        p, sim = self.p, self.sim
-        if p.one_way_seconds <= 0:
-            return
-        cut_off = bytearray(p.nodes)
-        for node in self.rng.sample(range(p.nodes), round(p.one_way_fraction * p.nodes)):
-            cut_off[node] = 1
-        sim.call_at(at, lambda: sim.cut_one_way(cut_off))
-        sim.call_at(at + p.one_way_seconds, sim.heal_one_way)
+        self.drain(self.counted(self.warmup(start)) - self.p.interval)
 
     _proximity = _steady
 
@@ -390,8 +375,6 @@ def run(
         "latency": params.latency_model,
         "zones": (params.zones or DEFAULT_ZONES) if params.latency_model == "zones" else None,
         "loss": params.loss,
-        "drop": dict(params.drop),
-        "one_way_seconds": params.one_way_seconds,
         "hop_cost_ms": params.hop_cost_ms,
         "interval": params.interval,
         "join_rate": params.effective_join_rate,

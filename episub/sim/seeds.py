@@ -19,7 +19,6 @@ STREAM_NODE = 2
 STREAM_LOSS = 3
 STREAM_SCENARIO = 4
 STREAM_COORDS = 5
-STREAM_DROP = 6  # fault injection: which sends of a chosen kind are dropped
 
 
 def mix64(x: int) -> int:
