@@ -32,7 +32,7 @@ def assert_everything_delivered_once(r: dict) -> None:
 
 
 def test_half_the_grafts_dropped_still_delivers_everything():
-    r = report(drop=(("graft", 0.5),), loss=0.02)  # loss: so that grafts are needed
+    r = report(drop=(("graft", 0.5), ("gossip", 0.05)))  # lost GOSSIPs: grafts are needed
     assert_everything_delivered_once(r)
 
 
