@@ -300,6 +300,21 @@ def test_empty_graft_only_makes_the_sender_eager():
     assert node.lazy_peers(TOPIC) == []
 
 
+def test_a_peer_that_just_grafted_us_is_not_pruned_for_copies_already_in_flight():
+    # It lost its parent and forwards what was on its way to it: pruning it now would undo
+    # the repair (with IHAVE dropped, a node was left with no eager parent at all).
+    node = node_with(1, 2, graft_grace=0.5)
+    make_lazy(node, 2)
+    node.handle(received(2, m.Graft()), 1.0)
+    node.handle(received(1, gossip(env(0), hops=2)), 1.0)
+    assert node.handle(received(2, gossip(env(0), hops=5)), 1.2) == []
+    assert node.eager_peers(TOPIC) == [1, 2]
+    # After the grace a duplicate prunes it as usual.
+    node.handle(received(1, gossip(env(1), hops=2)), 1.6)
+    assert node.handle(received(2, gossip(env(1), hops=5)), 1.6) == [send(2, m.Prune())]
+    assert node.lazy_peers(TOPIC) == [2]
+
+
 def test_prune_makes_the_sender_lazy():
     node = node_with(1, 2)
     assert node.handle(received(1, m.Prune()), 1.0) == []

@@ -12,7 +12,8 @@ Rules this machine keeps:
 
 Rules from the draft (and Plumtree):
 - publish / first receipt: GOSSIP to eager peers with hops + 1, id queued for IHAVE.
-- duplicate GOSSIP: PRUNE the sender, which moves to lazy.
+- duplicate GOSSIP: PRUNE the sender, which moves to lazy; except from a peer that sent
+  us an empty GRAFT less than `graft_grace` ago (see `_on_gossip`).
 - every `ihave_interval` the queue is flushed as IHAVE batches to lazy peers.
 - IHAVE of an unknown id: the id is missing; one periodic timer marks it on its first tick
   and from the second tick on GRAFTs it (batched per peer) from the next announcer.
@@ -117,6 +118,9 @@ class Broadcast:
         self.seen: OrderedDict[MessageId, float] = OrderedDict()  # id -> when first seen
         self.lazy_queue: list[tuple[MessageId, int, PeerId | None]] = []
         self.missing: dict[MessageId, Missing] = {}
+        # neighbour -> when it last sent us an empty GRAFT (it lost its parent); at most
+        # one entry per active neighbour, dropped when it goes down.
+        self.grafted_at: dict[PeerId, float] = {}
         self.streams: dict[PeerId, PublisherStream] = {}
         # publisher -> the last span we fetched of it, oldest first; bounded by max_fetches.
         self.fetches: OrderedDict[PeerId, tuple[int, int]] = OrderedDict()
@@ -137,6 +141,7 @@ class Broadcast:
         was_eager = peer in self.eager
         self.eager.pop(peer, None)
         self.lazy.pop(peer, None)
+        self.grafted_at.pop(peer, None)
         if was_eager and repair and self.config.eager_repair:
             for lazy_peer in list(self.lazy):
                 out.append(Send(lazy_peer, self.topic, m.Graft(ids=())))
@@ -248,7 +253,7 @@ class Broadcast:
             case m.Prune():
                 self._make_lazy(peer)
             case m.Graft(ids=ids):
-                self._on_graft(peer, ids, out)
+                self._on_graft(peer, ids, now, out)
             case m.Pull(publisher=publisher, first_seq=first, last_seq=last):
                 self._on_pull(peer, publisher, first, last, out)
 
@@ -262,6 +267,15 @@ class Broadcast:
         mid = msg.id
         if mid in self.seen:
             self.counters.duplicates_received += 1
+            # A peer that just grafted us lost its parent (eager repair) or is swapping to
+            # us (optimisation), and forwards what was already in flight to it: pruning it
+            # for those copies would undo the repair on every link it grafted at once, and
+            # leave it with no eager parent at all (seen in the simulator with IHAVE
+            # dropped, when a proximity swap took a node's parent). It is pruned, if need
+            # be, for a duplicate that comes after the grace.
+            grafted = self.grafted_at.get(peer)
+            if grafted is not None and now - grafted < self.config.graft_grace:
+                return
             if peer in self.eager:
                 self._make_lazy(peer)
                 self.counters.prunes_sent += 1
@@ -376,9 +390,13 @@ class Broadcast:
             self._missing_armed = True
             out.append(ScheduleTimer(c.missing_check_interval, (*self._timer_prefix, "missing")))
 
-    def _on_graft(self, peer: PeerId, ids: tuple[MessageId, ...], out: list[OutEvent]) -> None:
+    def _on_graft(
+        self, peer: PeerId, ids: tuple[MessageId, ...], now: float, out: list[OutEvent]
+    ) -> None:
         if self._is_neighbor(peer):
             self._make_eager(peer, out, skip=frozenset(ids))
+            if not ids:
+                self.grafted_at[peer] = now
         for mid in ids:
             self._send_cached(peer, mid, out)
 

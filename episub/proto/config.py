@@ -109,6 +109,9 @@ class BroadcastConfig:
     # The draft recommends it "for applications that value latency minimization"; with
     # proximity swaps it cut p99 from 447 to 199 ms at 1,000 nodes (docs/simulation.md).
     eager_repair: bool = True
+    # After an empty GRAFT (eager repair, optimisation) the grafter is not pruned for the
+    # duplicates already in flight: one IHAVE round plus a slow round trip.
+    graft_grace: float = 0.5  # guess: ihave_interval + 2 * 200 ms
     cache_ttl: float = 120.0  # guess: payloads kept for GRAFT and PULL answers
     cache_max_messages: int = 100_000  # guess: bounds memory with cache_max_bytes
     cache_max_bytes: int = 256 * 1024 * 1024  # guess

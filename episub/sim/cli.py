@@ -14,6 +14,7 @@ import os
 import sys
 from typing import Any
 
+from episub.sim.faults import MESSAGE_KINDS, OneWayPartition, parse_delay, parse_drop
 from episub.sim.latency import MODELS
 from episub.sim.params import DEFAULT_ZONES, SCENARIOS, SimParams
 from episub.sim.scenarios import run
@@ -53,6 +54,19 @@ NONNEGATIVE_INT = _number(int, 0)
 SECONDS = _number(float, 0)  # zero allowed: "no such phase"
 POSITIVE = _number(float, 0, above=True)
 SHARE = _number(float, 0, 1, below=True)  # a probability or fraction in [0, 1)
+
+
+def _checked(parse: Any, name: str) -> Any:
+    """An argparse type from a parser that raises ValueError with a one-line reason."""
+
+    def check(text: str) -> Any:
+        try:
+            return parse(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    check.__name__ = name
+    return check
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -98,6 +112,30 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         type=SECONDS,
         default=d.max_drain,
         help="longest drain after the last publish",
+    )
+    kinds = ", ".join(MESSAGE_KINDS)
+    add(
+        "--drop",
+        type=_checked(parse_drop, "KIND=P"),
+        action="append",
+        default=[],
+        metavar="KIND=P",
+        help=f"drop sends of a message kind with probability P, repeatable (kinds: {kinds})",
+    )
+    add(
+        "--delay",
+        type=_checked(parse_delay, "KIND=SECONDS"),
+        action="append",
+        default=[],
+        metavar="KIND=SECONDS",
+        help="deliver a message kind SECONDS late, repeatable",
+    )
+    add(
+        "--one-way-partition",
+        type=_checked(OneWayPartition.parse, "FRACTION@START-END"),
+        metavar="FRACTION@START-END",
+        help="a FRACTION of the nodes, the sender among them, cannot send to the others "
+        "from START to END seconds after the first counted message (e.g. 0.5@2-6)",
     )
     add(
         "--jobs",
@@ -150,6 +188,9 @@ def params_from_args(args: argparse.Namespace) -> SimParams:
         probe_interval=args.probe_interval,
         probe_deadline=args.probe_deadline,
         max_drain=args.max_drain,
+        drop=tuple(args.drop),
+        delay=tuple(args.delay),
+        one_way_partition=args.one_way_partition,
     )
 
 
@@ -217,6 +258,8 @@ def _lines(m: dict[str, Any]) -> list[tuple[str, str]]:
             f"{m['symmetry_violations']} at the end, {m['symmetry_violations_persistent']} stuck",
         ),
     ]
+    if m.get("dropped_by_faults"):
+        rows.append(("fault drops", f"{m['dropped_by_faults']} sends"))
     if m.get("cross_zone_copies_per_message") is not None:
         rows.append(("cross-zone copies", _fmt(m["cross_zone_copies_per_message"], " per msg")))
     if m.get("heal_seconds") is not None or m.get("probes"):
@@ -239,6 +282,13 @@ def format_report(report: dict[str, Any]) -> str:
         f"{report['scenario']}: {report['nodes']} nodes, {report['messages']} messages, "
         f"seed {report['seed']}, latency {report['latency']}"
     )
+    if "faults" in report:
+        f = report["faults"]
+        parts = [f"drop {k}={v:g}" for k, v in f["drop"].items()]
+        parts += [f"delay {k}={v:g}s" for k, v in f["delay"].items()]
+        if f["one_way_partition"]:
+            parts.append(f"one-way partition {f['one_way_partition']}")
+        head += f"\nfaults: {', '.join(parts)}"
     if report["scenario"] == "proximity":
         on, off = _lines(report["proximity_on"]), _lines(report["proximity_off"])
         width = max(len(label) for label, _ in on)

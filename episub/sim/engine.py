@@ -12,7 +12,9 @@ The engine carries out each node's outputs:
   link's one-way delay (latency model + per-hop processing cost). A send to a dead peer
   or across a partition is dropped and the sender gets `ConnectionLost(peer)` after the
   round trip (one per pair until it has arrived, like one failed dial). With `loss > 0`
-  a send is dropped silently with that probability.
+  a send is dropped silently with that probability. Fault injection (episub.sim.faults)
+  drops or delays chosen message classes (`drop`, `delay`) and may cut one direction of
+  the network silently (`one_way`): those drops tell nobody, like `loss`.
 - `ScheduleTimer(delay, token)` becomes `TimerFired(token)` after `delay`.
 - Everything else goes to the metrics collector; `ClosePeer` also forgets the connection.
 
@@ -28,8 +30,9 @@ objects beyond the input events the nodes need, and does no logging.
 from __future__ import annotations
 
 import itertools
+import math
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from heapq import heappop, heappush
 from typing import Any, Protocol
 
@@ -47,7 +50,7 @@ from episub.proto.events import (
 from episub.proto.messages import Gossip
 from episub.sim.latency import LatencyModel
 from episub.sim.metrics import Collector
-from episub.sim.seeds import STREAM_LOSS, STREAM_NODE, derive
+from episub.sim.seeds import STREAM_FAULT, STREAM_LOSS, STREAM_NODE, derive
 
 ACTION = -1  # the `node` of a heap entry whose event is a scenario callable
 
@@ -75,13 +78,23 @@ class Simulator:
         loss: float = 0.0,
         hop_cost: float = 0.0,
         probe_deadline: float = 2.0,
+        drop: Mapping[type, float] | None = None,
+        delay: Mapping[type, float] | None = None,
     ) -> None:
         if not 0.0 <= loss < 1.0:
             raise ValueError(f"loss must be in [0, 1), not {loss!r}")
         if hop_cost < 0:
             raise ValueError(f"hop_cost must be >= 0 seconds, not {hop_cost!r}")
+        for name, table, high in (("drop", drop, 1.0), ("delay", delay, math.inf)):
+            for cls, value in (table or {}).items():
+                if not 0.0 <= value <= high:
+                    raise ValueError(f"{name} of {cls.__name__} out of range: {value!r}")
         self.latency = latency
         self.seed = seed
+        self._drop = dict(drop or {})  # message class -> probability a send is dropped
+        self._delay = dict(delay or {})  # message class -> seconds added to its delay
+        self._one_way: bytearray | None = None  # side 1 cannot send to side 0 while set
+        self._fault_rng = random.Random(derive(seed, STREAM_FAULT))
         self.loss = loss
         self.hop_cost = hop_cost
         self._factory = node_factory
@@ -173,6 +186,11 @@ class Simulator:
         """End the partition: every pair may connect again."""
         self._cut = None
 
+    def cut_one_way(self, sides: bytearray | None) -> None:
+        """From now on nodes with `sides[node]` 1 cannot send to nodes with 0 (None: end
+        it). Silent: the sends vanish, no connection is lost, in-flight messages arrive."""
+        self._one_way = sides
+
     def _notify_lost(self, node: int, peer: int, at: float) -> None:
         self.metrics.connection_lost += 1
         heappush(self._heap, (at, next(self._seq), node, ConnectionLost(peer)))
@@ -202,8 +220,13 @@ class Simulator:
         on_published = metrics.on_published
         on_other = metrics.on_other
         cut = self._cut
+        drop_get = self._drop.get
+        delay_get = self._delay.get
+        fault_random = self._fault_rng.random
+        one_way = self._one_way
+        faulty = bool(self._drop or self._delay or one_way is not None)
         events = 0
-        dropped = failed = 0
+        dropped = failed = faulted = 0
         try:
             while heap:
                 item = pop(heap)
@@ -215,6 +238,8 @@ class Simulator:
                     self.now = t
                     ev()
                     cut = self._cut
+                    one_way = self._one_way
+                    faulty = bool(self._drop or self._delay or one_way is not None)
                     continue
                 state = nodes_get(node)
                 if state is None:
@@ -266,6 +291,15 @@ class Simulator:
                         if loss and loss_random() < loss:
                             dropped += 1
                             continue
+                        if faulty:
+                            if one_way is not None and one_way[node] and not one_way[peer]:
+                                faulted += 1
+                                continue
+                            p = drop_get(mcls)
+                            if p is not None and (p >= 1.0 or fault_random() < p):
+                                faulted += 1
+                                continue
+                            d += delay_get(mcls, 0.0)
                         push(heap, (t + d, next(seq), peer, Received(node, out.topic, msg)))
                     elif cls is ScheduleTimer:
                         push(heap, (t + out.delay, next(seq), node, TimerFired(out.token)))
@@ -283,6 +317,7 @@ class Simulator:
         finally:
             self.events += events
             metrics.dropped_loss += dropped
+            metrics.dropped_fault += faulted
             metrics.failed_sends += failed
         if until > self.now:
             self.now = until

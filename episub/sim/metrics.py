@@ -126,6 +126,7 @@ class Collector:
         self.gossip_sends: dict[bytes, int] = {}  # message id -> Gossip sends
         self.cross_zone: dict[bytes, int] = {}  # message id -> Gossip sends across zones
         self.dropped_loss = 0
+        self.dropped_fault = 0  # sends dropped by fault injection (kind drops, one-way cut)
         self.failed_sends = 0  # to a dead node or across the cut
         self.connection_lost = 0  # ConnectionLost inputs the engine generated
         # Filled by the methods below:
@@ -334,6 +335,7 @@ def summarize(
         },
         "messages_sent": sum(c.sent.values()),
         "dropped_by_loss": c.dropped_loss,
+        "dropped_by_faults": c.dropped_fault,
         "failed_sends": c.failed_sends,
         "connection_lost": c.connection_lost,
         "data_lost_seqs": c.data_lost_seqs,

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from episub.proto.config import MembershipConfig
+from episub.sim.faults import MESSAGE_KINDS, OneWayPartition, parse_delay, parse_drop
 from episub.sim.latency import MODELS
 
 SCENARIOS = ("steady", "multi-sender", "crash", "churn", "partition", "proximity")
@@ -57,6 +58,10 @@ class SimParams:
     probe_interval: float = 0.5  # brief: a probe every 0.5 s
     probe_deadline: float = 2.0  # guess: a few tree depths, IHAVE/GRAFT repair included
     max_drain: float = 30.0  # brief: drain bounded by 30 s
+    # Fault injection (episub.sim.faults); none by default.
+    drop: tuple[tuple[str, float], ...] = ()  # (message kind, probability a send is dropped)
+    delay: tuple[tuple[str, float], ...] = ()  # (message kind, seconds added to its delay)
+    one_way_partition: OneWayPartition | None = None
 
     def __post_init__(self) -> None:
         if self.scenario not in SCENARIOS:
@@ -96,6 +101,31 @@ class SimParams:
                 raise ValueError(f"{name} must be >= 0, not {getattr(self, name)}")
         if self.join_rate is not None and not self.join_rate > 0:
             raise ValueError(f"join_rate must be > 0, not {self.join_rate}")
+        for kind, value in self.drop:
+            if kind not in MESSAGE_KINDS:
+                raise ValueError(f"unknown message kind {kind!r}")
+            parse_drop(f"{kind}={value!r}")
+        for kind, value in self.delay:
+            if kind not in MESSAGE_KINDS:
+                raise ValueError(f"unknown message kind {kind!r}")
+            parse_delay(f"{kind}={value!r}")
+        cut = self.one_way_partition
+        last = (self.messages - 1) * self.interval
+        if cut is not None and cut.end >= last:
+            # Nothing announces a message again once its IHAVE round is over: the far side
+            # learns what it missed only from a later message's sequence gap.
+            raise ValueError(
+                f"one-way partition must end before the last counted message "
+                f"({last:g} s after the first), or nothing tells the far side what it "
+                f"missed; got END {cut.end:g}"
+            )
+
+    def drop_by_class(self) -> dict[type, float]:
+        """The engine's form of `drop`: message class -> probability (the last one wins)."""
+        return {MESSAGE_KINDS[kind]: p for kind, p in self.drop}
+
+    def delay_by_class(self) -> dict[type, float]:
+        return {MESSAGE_KINDS[kind]: s for kind, s in self.delay}
 
     @property
     def latency_model(self) -> str:

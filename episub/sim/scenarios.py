@@ -122,6 +122,8 @@ class ScenarioRun:
             loss=params.loss,
             hop_cost=params.hop_cost_ms / 1000.0,
             probe_deadline=params.probe_deadline,
+            drop=params.drop_by_class(),
+            delay=params.delay_by_class(),
         )
         self.rng = random.Random(derive(params.seed, STREAM_SCENARIO))
         self.members: list[int] = []  # alive and not leaving: contacts and victims
@@ -189,7 +191,23 @@ class ScenarioRun:
         return self.publish_series(WARMUP, self.p.warmup, start, self.p.interval)
 
     def counted(self, start: float) -> float:
+        self.schedule_one_way_partition(start)
         return self.publish_series(COUNTED, self.p.messages, start, self.p.interval)
+
+    def schedule_one_way_partition(self, start: float) -> None:
+        """With `one_way_partition`, cut a random fraction of the nodes (the senders among
+        them) off from sending to the rest, `start` + START to `start` + END."""
+        cut, p, sim = self.p.one_way_partition, self.p, self.sim
+        if cut is None:
+            return
+        # Room for every node id a run may create; newcomers of churn are on the far side.
+        sides = bytearray(p.nodes + round(p.rate * p.nodes * p.duration) + 1)
+        others = [node for node in range(p.nodes) if node not in self.senders]
+        count = max(0, round(cut.fraction * p.nodes) - len(self.senders))
+        for node in [*self.senders, *self.rng.sample(others, min(count, len(others)))]:
+            sides[node] = 1
+        sim.call_at(start + cut.start, lambda: sim.cut_one_way(sides))
+        sim.call_at(start + cut.end, lambda: sim.cut_one_way(None))
 
     def probes(self, start: float) -> float:
         p = self.p
@@ -379,6 +397,14 @@ def run(
         "interval": params.interval,
         "join_rate": params.effective_join_rate,
     }
+    if params.drop or params.delay or params.one_way_partition is not None:
+        header["faults"] = {
+            "drop": {kind: p for kind, p in params.drop},
+            "delay": {kind: s for kind, s in params.delay},
+            "one_way_partition": None
+            if params.one_way_partition is None
+            else str(params.one_way_partition),
+        }
     if params.scenario != "proximity":
         header.update(_run_one(params, True, progress, params.scenario, timing, 0, extras))
         return header

@@ -19,6 +19,7 @@ STREAM_NODE = 2
 STREAM_LOSS = 3
 STREAM_SCENARIO = 4
 STREAM_COORDS = 5
+STREAM_FAULT = 6  # fault injection's drop decisions (episub.sim.faults)
 
 
 def mix64(x: int) -> int:
