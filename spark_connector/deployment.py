@@ -21,6 +21,7 @@ One node runs beside the driver and one in each executor, each in an agent proce
 from __future__ import annotations
 
 import os
+import socket
 import tempfile
 from dataclasses import dataclass
 
@@ -36,6 +37,7 @@ __all__ = [
     "executor_jvm_pid",
     "executor_owner",
     "executor_socket_path",
+    "local_address_toward",
 ]
 
 # Every node of the application joins this topic as soon as it starts, so the overlay (and
@@ -117,6 +119,22 @@ def executor_socket_path(directory: str, owner: int) -> str:
     return os.path.join(directory, f"exec-{owner}-{start_time}.sock")
 
 
+def local_address_toward(host: str) -> str:
+    """This host's address on the interface that reaches `host`: where an executor's node
+    listens, so that the driver's node and the other executors can dial it back.
+
+    `deployment.host` is the driver's address; on a cluster an executor cannot bind it.
+    A connected UDP socket sends nothing; it only makes the kernel choose the route.
+    """
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, 9, type=socket.SOCK_DGRAM)[0]
+        with socket.socket(family, kind, proto) as probe:
+            probe.connect(address)
+            return str(probe.getsockname()[0])
+    except OSError:
+        return host  # no route known: the driver's own address is the best guess left
+
+
 def executor_client(deployment: Deployment) -> AgentClient:
     """A client of this executor's agent, started if it is not running yet."""
     owner = executor_owner()
@@ -125,7 +143,7 @@ def executor_client(deployment: Deployment) -> AgentClient:
     ensure_agent(
         socket_path,
         key=deployment.key,
-        listen=f"{deployment.host}:0",
+        listen=f"{_bracketed(local_address_toward(deployment.host))}:0",
         bootstrap=deployment.bootstrap,
         owner_pid=owner,
         idle_timeout=EXECUTOR_IDLE_TIMEOUT,
@@ -166,3 +184,7 @@ def _proc_stat(pid: int) -> tuple[str, int, int] | None:
     comm = data[data.index(b"(") + 1 : data.rindex(b")")].decode("utf-8", "replace")
     fields = data[data.rindex(b")") + 2 :].split()
     return comm, int(fields[1]), int(fields[19])
+
+
+def _bracketed(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
