@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import argparse
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 from episub.cli import build_parser
@@ -42,3 +44,14 @@ def test_every_page_is_in_the_navigation():
     nav = (DOCS.parent / "mkdocs.yml").read_text()
     pages = sorted(p.name for p in DOCS.glob("*.md"))
     assert [p for p in pages if not re.search(rf":\s*{re.escape(p)}\s*$", nav, re.M)] == []
+
+
+def test_the_quickstart_python_example_runs() -> None:
+    """The quickstart's Python block, run as it stands: two nodes on loopback, one message."""
+    text = (DOCS / "quickstart.md").read_text()
+    (block,) = re.findall(r"```python\n(.*?)```", text, re.S)
+    done = subprocess.run(
+        [sys.executable, "-c", block], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().endswith(" 0 b'hello'"), done.stdout
