@@ -530,10 +530,38 @@ def test_shuffle_reply_intake_is_bounded_by_max_shuffle_intake():
 
 def test_ping_is_answered_with_pong_with_view_when_asked():
     node = make_node(active={1: RAND, 2: NEAR})
-    out = node.handle(received(5, m.Ping(nonce=42, want_view=True)), 1.0)
-    assert out == [send(5, m.Pong(nonce=42, active_count=2, rand_count=1, active=(1, 2)))]
-    out = node.handle(received(5, m.Ping(nonce=43)), 1.0)
-    assert out == [send(5, m.Pong(nonce=43, active_count=2, rand_count=1, active=()))]
+    out = node.handle(received(1, m.Ping(nonce=42, want_view=True)), 1.0)
+    assert out == [send(1, m.Pong(nonce=42, active_count=2, rand_count=1, active=(1, 2)))]
+    out = node.handle(received(1, m.Ping(nonce=43)), 1.0)
+    assert out == [send(1, m.Pong(nonce=43, active_count=2, rand_count=1, active=()))]
+
+
+def test_pong_tells_a_pinger_outside_the_active_view_that_it_is_not_a_neighbour():
+    node = make_node(active={1: RAND})
+    out = node.handle(received(5, m.Ping(nonce=42)), 1.0)
+    pong = m.Pong(nonce=42, active_count=1, rand_count=1, not_neighbor=True)
+    assert out == [send(5, pong)]
+
+
+def test_a_link_the_peer_does_not_hold_is_ended_when_its_pong_says_so():
+    # A lost NEIGHBOR accept or DISCONNECT leaves the link at our end only: a broadcast
+    # link that carries nothing one way. The pong to a ping sent over it tells us.
+    node = make_node(active=[1, 2])
+    nonce = ping_nonce(fire(node, "ping", 1.0), 1)
+    out = node.handle(received(1, m.Pong(nonce=nonce, not_neighbor=True)), 1.125)
+    assert out == [send(1, m.Disconnect(alive=True)), NeighborDown(TOPIC, 1), ClosePeer(1)]
+    assert list(node.active_view(TOPIC)) == [2]
+    assert node.passive_view(TOPIC) == [1]
+
+
+def test_a_pong_to_a_ping_sent_before_the_link_came_up_does_not_end_it():
+    # The peer answered before it knew of the link: its "not a neighbour" is stale.
+    node = make_node(passive=[5])
+    nonce = ping_nonce(fire(node, "probe", 1.0), 5)
+    node.handle(received(5, request(RAND, high_priority=True)), 1.0625)
+    assert 5 in node.active_view(TOPIC)
+    assert node.handle(received(5, m.Pong(nonce=nonce, not_neighbor=True)), 1.125) == []
+    assert 5 in node.active_view(TOPIC)
 
 
 def test_ping_timer_asks_every_neighbour_for_its_view_when_proximity_is_on():

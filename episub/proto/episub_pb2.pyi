@@ -186,18 +186,20 @@ class Ping(_message.Message):
     def __init__(self, nonce: _Optional[int] = ..., want_view: _Optional[bool] = ...) -> None: ...
 
 class Pong(_message.Message):
-    __slots__ = ("nonce", "subscribed", "active_count", "rand_count", "active")
+    __slots__ = ("nonce", "subscribed", "active_count", "rand_count", "active", "not_neighbor")
     NONCE_FIELD_NUMBER: _ClassVar[int]
     SUBSCRIBED_FIELD_NUMBER: _ClassVar[int]
     ACTIVE_COUNT_FIELD_NUMBER: _ClassVar[int]
     RAND_COUNT_FIELD_NUMBER: _ClassVar[int]
     ACTIVE_FIELD_NUMBER: _ClassVar[int]
+    NOT_NEIGHBOR_FIELD_NUMBER: _ClassVar[int]
     nonce: int
     subscribed: bool
     active_count: int
     rand_count: int
     active: _containers.RepeatedScalarFieldContainer[bytes]
-    def __init__(self, nonce: _Optional[int] = ..., subscribed: _Optional[bool] = ..., active_count: _Optional[int] = ..., rand_count: _Optional[int] = ..., active: _Optional[_Iterable[bytes]] = ...) -> None: ...
+    not_neighbor: bool
+    def __init__(self, nonce: _Optional[int] = ..., subscribed: _Optional[bool] = ..., active_count: _Optional[int] = ..., rand_count: _Optional[int] = ..., active: _Optional[_Iterable[bytes]] = ..., not_neighbor: _Optional[bool] = ...) -> None: ...
 
 class Envelope(_message.Message):
     __slots__ = ("publisher", "seq", "timestamp_ms", "payload", "key", "headers")

@@ -6,7 +6,8 @@ Rules this machine keeps (checked by tests and by the simulator):
 - A peer enters `active` only once it has answered: we asked and it sent NEIGHBOR(ACCEPT),
   or it asked and we accepted. Every entry and exit is reported as NeighborUp/NeighborDown,
   and a link we drop is announced to the peer with DISCONNECT, so that after quiescence
-  active views are symmetric.
+  active views are symmetric. Should one of those messages be lost, the PONG answering a
+  ping over the link says the peer does not hold us (`not_neighbor`) and we end it too.
 - Each active link is RAND or NEAR (GoCast); both ends agree on the kind, because the
   acceptor decides it and the requester adopts it from the ACCEPT. That holds when a link
   changes kind too: a NEIGHBOR request over a standing link asks to relabel it, and the
@@ -73,6 +74,7 @@ class Link:
     peer_view: tuple[PeerId, ...] = ()
     relabel: LinkKind | None = None  # the kind we asked the peer to give this link
     relabel_at: float = 0.0
+    serial: int = 0  # tells this link from an earlier one to the same peer
 
 
 @dataclass(slots=True)
@@ -86,6 +88,7 @@ class PendingRequest:
 class PendingPing:
     peer: PeerId
     sent_at: float
+    link_serial: int | None = None  # the active link the ping went over, if any
 
 
 @dataclass(slots=True)
@@ -101,6 +104,7 @@ class MembershipCounters:
     passive_expired: int = 0
     revived: int = 0
     relabels: int = 0
+    one_sided_dropped: int = 0
     extra: dict[str, int] = field(default_factory=dict)
 
 
@@ -125,6 +129,7 @@ class Membership:
         self.passive: dict[PeerId, None] = {}  # an ordered set
         self.pending: dict[PeerId, PendingRequest] = {}
         self.pings: dict[int, PendingPing] = {}
+        self.links_made = 0  # serials of links: a pong is judged by the link it was sent over
         self.near_candidates: dict[PeerId, None] = {}
         self.left: dict[PeerId, float] = {}  # departed peer -> until when we ignore it
         self.refused_by: dict[PeerId, float] = {}  # peer -> until when we don't re-ask
@@ -249,6 +254,7 @@ class Membership:
                     active_count=len(self.active),
                     rand_count=self.rand_count(),
                     active=view,
+                    not_neighbor=peer not in self.active,
                 )
                 out.append(Send(peer, self.topic, pong))
             case m.Pong():
@@ -556,7 +562,14 @@ class Membership:
     ) -> None:
         self.passive.pop(peer, None)
         self.near_candidates.pop(peer, None)
-        self.active[peer] = Link(kind=kind, since=now, peer_active=peer_active, peer_rand=peer_rand)
+        self.links_made += 1
+        self.active[peer] = Link(
+            kind=kind,
+            since=now,
+            peer_active=peer_active,
+            peer_rand=peer_rand,
+            serial=self.links_made,
+        )
         out.append(NeighborUp(self.topic, peer, kind))
 
     def _remove_active(self, peer: PeerId, out: list[OutEvent]) -> None:
@@ -701,7 +714,9 @@ class Membership:
 
     def _send_ping(self, peer: PeerId, *, want_view: bool, now: float, out: list[OutEvent]) -> None:
         nonce = self.rng.getrandbits(64)
-        self.pings[nonce] = PendingPing(peer=peer, sent_at=now)
+        link = self.active.get(peer)
+        serial = link.serial if link is not None else None
+        self.pings[nonce] = PendingPing(peer=peer, sent_at=now, link_serial=serial)
         out.append(Send(peer, self.topic, m.Ping(nonce=nonce, want_view=want_view)))
 
     def _expire_pings(self, now: float, out: list[OutEvent]) -> None:
@@ -733,6 +748,15 @@ class Membership:
             self._request_link(peer, LinkKind.RAND, now, out, high_priority=True)
             return
         link = self.active.get(peer)
+        if link is not None and pong.not_neighbor and ping.link_serial == link.serial:
+            # The peer answered a ping sent over this very link, saying we are
+            # not its neighbour: a NEIGHBOR accept or a DISCONNECT was lost on the way (the
+            # runtime's TCP loses none, but a connection can be replaced under it; the
+            # simulator's loss does). A one-sided link carries no broadcast one way, so end
+            # it; stabilisation grows the view again from the passive view.
+            self.counters.one_sided_dropped += 1
+            self._drop_link(peer, out)
+            return
         if link is not None:
             link.peer_active, link.peer_rand = pong.active_count, pong.rand_count
             if pong.active:

@@ -245,13 +245,17 @@ class Ping:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Pong:
-    """Answer to a Ping. `subscribed` is False when the sender is not in the topic."""
+    """Answer to a Ping. `subscribed` is False when the sender is not in the topic;
+    `not_neighbor` is True when the sender's active view does not hold the receiver (how
+    a link left one-sided by a lost NEIGHBOR accept or DISCONNECT is found; False, the
+    protobuf default, says nothing)."""
 
     nonce: int
     subscribed: bool = True
     active_count: int = 0
     rand_count: int = 0
     active: tuple[PeerId, ...] = ()
+    not_neighbor: bool = False
 
     def __post_init__(self) -> None:
         if not 0 <= self.nonce < 1 << 64:

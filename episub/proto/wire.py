@@ -204,6 +204,7 @@ def _pong_to_pb(m: Pong, out: pb.Pong) -> None:
     out.active_count = m.active_count
     out.rand_count = m.rand_count
     out.active.extend(_peers_to_pb(m.active))
+    out.not_neighbor = m.not_neighbor
 
 
 def _pong_from_pb(p: pb.Pong) -> Pong:
@@ -213,6 +214,7 @@ def _pong_from_pb(p: pb.Pong) -> Pong:
         active_count=p.active_count,
         rand_count=p.rand_count,
         active=_peers_from_pb(p.active),
+        not_neighbor=p.not_neighbor,
     )
 
 
