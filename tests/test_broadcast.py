@@ -130,8 +130,18 @@ def test_duplicate_gossip_prunes_the_sender_which_becomes_lazy():
     assert node.handle(received(2, gossip(env(0), hops=4)), 1.0) == [send(2, m.Prune())]
     assert node.eager_peers(TOPIC) == [1, 3]
     assert node.lazy_peers(TOPIC) == [2]
-    # A duplicate from a lazy peer needs no second PRUNE.
-    assert node.handle(received(2, gossip(env(0), hops=4)), 1.0) == []
+    # Copies it sent before our PRUNE reached it need no second PRUNE...
+    assert node.handle(received(2, gossip(env(0), hops=4)), 1.25) == []
+
+
+def test_a_lazy_peer_still_pushing_after_the_grace_is_pruned_again():
+    # ...but one still pushing after that holds us eager: our PRUNE was lost.
+    node = node_with(1, 2, 3, graft_grace=0.5)
+    node.handle(received(1, gossip(env(0), hops=2)), 1.0)
+    node.handle(received(2, gossip(env(0), hops=4)), 1.0)
+    node.handle(received(1, gossip(env(1), hops=2)), 2.0)
+    assert node.handle(received(2, gossip(env(1), hops=4)), 2.0) == [send(2, m.Prune())]
+    assert node.lazy_peers(TOPIC) == [2]
 
 
 def test_our_own_message_coming_back_is_a_duplicate():
@@ -182,7 +192,7 @@ def test_ihave_is_flushed_to_lazy_peers_only_excluding_the_peer_it_came_from():
 
 
 def test_ihave_is_chunked_by_max_ihave_ids():
-    node = node_with(1, max_ihave_ids=2)
+    node = node_with(1, 9, max_ihave_ids=2)  # 9 stays eager: a node keeps a parent
     make_lazy(node, 1)
     ids = [node.handle(Publish(TOPIC, bytes([i])), 1.0)[0].id for i in range(5)]
     assert fire(node, "ihave", 1.125) == [
@@ -322,6 +332,32 @@ def test_prune_makes_the_sender_lazy():
     assert node.lazy_peers(TOPIC) == [1]
 
 
+def test_a_node_whose_last_eager_link_is_pruned_grafts_a_lazy_one():
+    # All lazy, a node hears of messages only by IHAVE, late, or never if IHAVEs are lost.
+    node = node_with(1, 2, 3)
+    make_lazy(node, 1, 2)
+    assert node.handle(received(3, m.Prune()), 1.0) == [send(1, m.Graft())]
+    assert node.eager_peers(TOPIC) == [1]
+    assert node.lazy_peers(TOPIC) == [2, 3]
+
+
+def test_the_only_neighbour_that_pruned_us_is_grafted_back():
+    node = node_with(1)
+    assert node.handle(received(1, m.Prune()), 1.0) == [send(1, m.Graft())]
+    assert node.eager_peers(TOPIC) == [1]
+
+
+def test_a_first_copy_from_a_lazy_peer_grafts_it_so_both_ends_agree():
+    # A PULL answer is such a copy: the peer holds us lazy. Making it eager at our end only
+    # left a node starving for the rest of a stream (`--drop ihave=1.0`).
+    node = node_with(1, 2)
+    make_lazy(node, 2)
+    e = env(0)
+    out = node.handle(received(2, gossip(e, hops=3)), 1.0)
+    assert send(2, m.Graft()) in out
+    assert node.eager_peers(TOPIC) == [1, 2]
+
+
 def test_prune_or_graft_from_a_non_neighbour_changes_no_set():
     node = node_with(1)
     node.handle(received(7, m.Prune()), 1.0)
@@ -375,6 +411,28 @@ def test_eager_repair_on_neighbor_down_sends_empty_grafts_to_lazy_peers():
         ClosePeer(1),
     ]
     assert node.eager_peers(TOPIC) == [2, 3]
+
+
+def test_a_prune_that_crossed_our_graft_is_answered_by_graft_again():
+    # We grafted 2 (eager repair) while 2, not yet knowing, pruned us for a duplicate: 2
+    # makes us eager when our GRAFT lands, so taking its PRUNE would leave the link eager at
+    # 2's end only (the property tests found it after a neighbour left).
+    node = node_with(1, 2, 3, eager_repair=True, graft_grace=0.5)
+    make_lazy(node, 2, 3)
+    node.handle(received(1, m.Disconnect()), 1.0)
+    assert node.handle(received(2, m.Prune()), 1.25) == [send(2, m.Graft())]
+    assert node.eager_peers(TOPIC) == [2, 3]
+    # Once only: a second PRUNE is the peer's word after our GRAFT.
+    assert node.handle(received(2, m.Prune()), 1.3) == []
+    assert node.eager_peers(TOPIC) == [3]
+
+
+def test_a_prune_long_after_our_graft_is_taken():
+    node = node_with(1, 2, 3, eager_repair=True, graft_grace=0.5)
+    make_lazy(node, 2, 3)
+    node.handle(received(1, m.Disconnect()), 1.0)
+    assert node.handle(received(2, m.Prune()), 1.5) == []
+    assert node.lazy_peers(TOPIC) == [2]
 
 
 def test_eager_repair_ignores_a_lazy_neighbour_going_down():
@@ -490,7 +548,7 @@ def test_a_jump_past_max_gap_reports_the_far_part_lost_at_once():
 
 
 def test_max_missing_bounds_the_ids_tracked():
-    node = node_with(1, max_missing=2)
+    node = node_with(1, 9, max_missing=2)
     make_lazy(node, 1)
     x, y, z = fake_id(1), fake_id(2), fake_id(3)
     node.handle(received(1, m.IHave(summaries=((x, 1), (y, 1), (z, 1)))), 1.0)
@@ -500,7 +558,7 @@ def test_max_missing_bounds_the_ids_tracked():
 
 
 def test_max_announcers_bounds_whom_we_graft_from():
-    node = node_with(1, 2, 3, max_announcers=2)
+    node = node_with(1, 2, 3, 9, max_announcers=2)
     make_lazy(node, 1, 2, 3)
     x = fake_id(1)
     for peer in (1, 2, 3):
@@ -511,7 +569,7 @@ def test_max_announcers_bounds_whom_we_graft_from():
 
 
 def test_the_same_announcer_is_counted_once():
-    node = node_with(1, 2)
+    node = node_with(1, 2, 9)
     make_lazy(node, 1, 2)
     x = fake_id(1)
     for peer in (1, 1, 2):

@@ -28,7 +28,6 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -239,15 +238,38 @@ def test_random_schedules_keep_every_invariant_and_deliver_after_quiescence(
     check_schedule(seed, initial, schedule, final_publishers)
 
 
-@pytest.mark.xfail(strict=True, reason="open: a lost NEIGHBOR/DISCONNECT leaves views asymmetric")
-def test_known_failure_loss_leaves_active_views_asymmetric() -> None:
+def test_a_lost_neighbor_accept_or_disconnect_leaves_no_asymmetric_view() -> None:
+    # Found by a 300-example search: half the messages lost while three nodes join left
+    # (6, 3) one-sided for good, until a PONG said "not a neighbour" (membership.py).
+    schedule = [
+        ("join", 0),
+        ("leave", 0),
+        ("leave", 1),
+        ("join", 0),
+        ("join", 0),
+        ("publish", 0),
+        ("publish", 0),
+        ("join", 0),
+        ("join", 0),
+        ("join", 0),
+        ("loss", 0.5),
+    ]
+    check_schedule(0, 3, schedule, [0])
+
+
+def test_loss_after_leave_and_joins_leaves_views_symmetric() -> None:
+    # Kept from the first search (seed 0, six nodes): once a strict xfail, it passes since
+    # the RAND/NEAR relabel changed which links form; a lost NEIGHBOR accept is what it hit.
     schedule = [("leave", 1), ("join", 0), ("join", 0), ("join", 0), ("loss", 0.5)]
     check_schedule(0, 6, schedule, [0])
 
 
-@pytest.mark.xfail(strict=True, reason="open: a link stays eager at one end only")
-def test_known_failure_a_link_eager_at_one_end_after_leave_and_join() -> None:
+def test_a_prune_crossing_a_repair_graft_leaves_no_link_eager_at_one_end() -> None:
+    # Found by a search: a neighbour leaves, eager repair GRAFTs while a PRUNE for a
+    # duplicate is on its way back; taking that PRUNE left the link eager at one end only
+    # (and a node with no eager link at all). broadcast.py now GRAFTs again.
     check_schedule(1, 3, [("publish", 0), ("leave", 0), ("join", 0)], [0])
+    check_schedule(0, 4, [("publish", 0), ("leave", 1)], [0])
 
 
 def check_schedule(
@@ -260,9 +282,12 @@ def check_schedule(
     h.sim.loss = 0.0
     h.run(QUIESCENCE)
     live = h.live()
-    views = {node: set(h.sim.nodes[node].active_view(TOPIC)) for node in live}
-    asymmetric = [(a, b) for a in live for b in views[a] if a not in views.get(b, ())]
+    # Optimisation goes on making and ending links after quiescence, so a link may be half
+    # made at any one instant (an ACCEPT in flight): a pair counts only when it is found at
+    # two checks RECHECK apart, as the simulator's own symmetry metric does.
+    asymmetric = persistent(h, lambda: asymmetric_pairs(h, live))
     assert not asymmetric, f"asymmetric active views after quiescence: {asymmetric}"
+    views = active_views(h, live)
     assert all(b in views for a in live for b in views[a]), "a live node keeps a dead peer"
     # Everything published from now on reaches every live node exactly once.
     already = len(h.checks.published)
@@ -275,6 +300,36 @@ def check_schedule(
         assert not missing, f"a message of {publisher} never reached {sorted(missing)}"
     # Both ends of a link agree whether it is eager: PRUNE and GRAFT act on both ends, and
     # the final messages have crossed every link, so a lost PRUNE has been sent again.
-    eager = {node: set(h.sim.nodes[node].state.eager_peers(TOPIC)) for node in live}
-    one_sided = [(a, b) for a in live for b in views[a] if (b in eager[a]) != (a in eager[b])]
+    one_sided = persistent(h, lambda: one_sided_eager(h, live))
     assert not one_sided, f"links eager at one end only: {one_sided}"
+
+
+RECHECK = 5.0  # seconds: longer than any handshake of membership or broadcast in flight
+
+
+def persistent(h: Harness, pairs_now) -> list[tuple[int, int]]:
+    first = set(pairs_now())
+    if not first:
+        return []
+    h.run(RECHECK)
+    return sorted(first & set(pairs_now()))
+
+
+def active_views(h: Harness, live: list[int]) -> dict[int, set[int]]:
+    return {node: set(h.sim.nodes[node].active_view(TOPIC)) for node in live}
+
+
+def asymmetric_pairs(h: Harness, live: list[int]) -> list[tuple[int, int]]:
+    views = active_views(h, live)
+    return [(a, b) for a in live for b in views[a] if a not in views.get(b, ())]
+
+
+def one_sided_eager(h: Harness, live: list[int]) -> list[tuple[int, int]]:
+    views = active_views(h, live)
+    eager = {node: set(h.sim.nodes[node].state.eager_peers(TOPIC)) for node in live}
+    return [
+        (a, b)
+        for a in live
+        for b in views[a]
+        if a in views.get(b, ()) and (b in eager[a]) != (a in eager[b])
+    ]

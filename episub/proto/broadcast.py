@@ -11,21 +11,27 @@ Rules this machine keeps:
   recently active idle stream is forgotten to make room).
 
 Rules from the draft (and Plumtree):
-- publish / first receipt: GOSSIP to eager peers with hops + 1, id queued for IHAVE.
+- publish / first receipt: GOSSIP to eager peers with hops + 1, id queued for IHAVE; a
+  lazy sender of a first copy is made eager at both ends (empty GRAFT).
 - duplicate GOSSIP: PRUNE the sender, which moves to lazy; except from a peer that sent
-  us an empty GRAFT less than `graft_grace` ago (see `_on_gossip`).
+  us an empty GRAFT less than `graft_grace` ago (see `_on_gossip`). A lazy sender is
+  PRUNEd again (it holds us eager), at most once per `graft_grace`.
 - every `ihave_interval` the queue is flushed as IHAVE batches to lazy peers.
 - IHAVE of an unknown id: the id is missing; one periodic timer marks it on its first tick
   and from the second tick on GRAFTs it (batched per peer) from the next announcer.
 - GRAFT: the sender becomes eager and gets the ids it asked for from the cache.
+- PRUNE: the sender moves to lazy; unless we GRAFTed it less than `graft_grace` ago: then
+  the two crossed, it has made us eager since, and we GRAFT again (once) to agree.
 - tree optimisation: a lazy path shorter than the eager one by `optimization_threshold`
   hops swaps the two (GRAFT the lazy announcer, PRUNE the eager sender).
 - optional eager repair when an eager neighbour goes down (empty GRAFT to lazy peers).
+- a node whose links have all turned lazy (PRUNEs) GRAFTs one: it keeps a parent.
 - per-publisher gaps are pulled (PULL first..last) from neighbours in turn.
 """
 
 from __future__ import annotations
 
+import math
 from collections import OrderedDict
 from collections.abc import Hashable
 from dataclasses import dataclass, field
@@ -93,6 +99,8 @@ class BroadcastCounters:
     recovered: int = 0  # messages pulled from behind a stream's position (history)
     republished: int = 0  # publishes at a named stream place that was taken already
     streams_evicted: int = 0  # idle publisher streams forgotten to make room (max_publishers)
+    crossed_prunes: int = 0  # PRUNEs that crossed our GRAFT, answered by GRAFT again
+    parent_grafts: int = 0  # GRAFTs sent because every link had turned lazy
 
 
 class Broadcast:
@@ -121,6 +129,10 @@ class Broadcast:
         # neighbour -> when it last sent us an empty GRAFT (it lost its parent); at most
         # one entry per active neighbour, dropped when it goes down.
         self.grafted_at: dict[PeerId, float] = {}
+        # neighbour -> when we last sent it a GRAFT, to recognise a PRUNE that crossed it;
+        # at most one entry per active neighbour, dropped when it goes down.
+        self.graft_sent_at: dict[PeerId, float] = {}
+        self.prune_sent_at: dict[PeerId, float] = {}  # the same, for PRUNE
         self.streams: dict[PeerId, PublisherStream] = {}
         # publisher -> the last span we fetched of it, oldest first; bounded by max_fetches.
         self.fetches: OrderedDict[PeerId, tuple[int, int]] = OrderedDict()
@@ -136,16 +148,58 @@ class Broadcast:
         self.lazy.pop(peer, None)
         self.eager[peer] = None
 
-    def neighbor_down(self, peer: PeerId, out: list[OutEvent], *, repair: bool = True) -> None:
+    def neighbor_down(
+        self, peer: PeerId, now: float, out: list[OutEvent], *, repair: bool = True
+    ) -> None:
         """`repair` False when we are leaving: nothing to repair then."""
         was_eager = peer in self.eager
         self.eager.pop(peer, None)
         self.lazy.pop(peer, None)
         self.grafted_at.pop(peer, None)
+        self.graft_sent_at.pop(peer, None)
+        self.prune_sent_at.pop(peer, None)
         if was_eager and repair and self.config.eager_repair:
             for lazy_peer in list(self.lazy):
-                out.append(Send(lazy_peer, self.topic, m.Graft(ids=())))
+                self._graft(lazy_peer, (), now, out)
                 self._make_eager(lazy_peer, out)
+
+    def _graft(
+        self, peer: PeerId, ids: tuple[MessageId, ...], now: float, out: list[OutEvent]
+    ) -> None:
+        self.graft_sent_at[peer] = now
+        out.append(Send(peer, self.topic, m.Graft(ids=ids)))
+
+    def _on_prune(self, peer: PeerId, now: float, out: list[OutEvent]) -> None:
+        sent = self.graft_sent_at.pop(peer, None)
+        if sent is not None and now - sent < self.config.graft_grace and peer in self.eager:
+            # The peer pruned us before our GRAFT reached it: the two crossed, and it has
+            # made us eager since. Taking its PRUNE would leave the link eager at its end
+            # only, and us maybe with no eager link at all (the property tests found it:
+            # eager repair after a neighbour left, against a PRUNE for a duplicate). GRAFT
+            # again, once, so the last word on the link is the same at both ends.
+            self.counters.crossed_prunes += 1
+            out.append(Send(peer, self.topic, m.Graft(ids=())))
+            return
+        self._make_lazy(peer)
+        self._keep_a_parent(peer, now, out)
+
+    def _prune(self, peer: PeerId, now: float, out: list[OutEvent]) -> None:
+        self.prune_sent_at[peer] = now
+        self.counters.prunes_sent += 1
+        out.append(Send(peer, self.topic, m.Prune()))
+
+    def _keep_a_parent(self, pruned: PeerId, now: float, out: list[OutEvent]) -> None:
+        """Never be left with lazy links only: GRAFT one (another than the peer just
+        pruned, if there is one). With every neighbour lazy a node hears of messages only
+        through IHAVE, a round and two missing ticks late, and not at all when IHAVEs are
+        lost (`--drop ihave=1.0`: both remaining parents pruned a node that forwarded
+        repaired messages, and it missed the rest of the stream)."""
+        if self.eager or not self.lazy:
+            return
+        parent = next((p for p in self.lazy if p != pruned), pruned)
+        self.counters.parent_grafts += 1
+        self._graft(parent, (), now, out)
+        self._make_eager(parent, out)
 
     def _make_eager(
         self, peer: PeerId, out: list[OutEvent], skip: frozenset[MessageId] = frozenset()
@@ -251,7 +305,7 @@ class Broadcast:
             case m.IHave(summaries=summaries):
                 self._on_ihave(peer, summaries, now, out)
             case m.Prune():
-                self._make_lazy(peer)
+                self._on_prune(peer, now, out)
             case m.Graft(ids=ids):
                 self._on_graft(peer, ids, now, out)
             case m.Pull(publisher=publisher, first_seq=first, last_seq=last):
@@ -274,12 +328,18 @@ class Broadcast:
             # dropped, when a proximity swap took a node's parent). It is pruned, if need
             # be, for a duplicate that comes after the grace.
             grafted = self.grafted_at.get(peer)
-            if grafted is not None and now - grafted < self.config.graft_grace:
+            grace = self.config.graft_grace
+            if grafted is not None and now - grafted < grace:
                 return
             if peer in self.eager:
                 self._make_lazy(peer)
-                self.counters.prunes_sent += 1
-                out.append(Send(peer, self.topic, m.Prune()))
+                self._prune(peer, now, out)
+                self._keep_a_parent(peer, now, out)
+            elif peer in self.lazy and now - self.prune_sent_at.get(peer, -math.inf) >= grace:
+                # A lazy peer that pushes to us holds us eager: our PRUNE, or its GRAFT's
+                # answer, was lost. Copies it sent before our last PRUNE reached it are
+                # spared by the same grace as above.
+                self._prune(peer, now, out)
             return
         if message_id(self.topic, envelope, self.id_key) != mid:
             self.counters.bad_ids += 1
@@ -297,7 +357,13 @@ class Broadcast:
                 self.missing.pop(mid, None)
                 return
         missing = self.missing.pop(mid, None)
-        if self._is_neighbor(peer):
+        if peer in self.lazy:
+            # A first copy from a lazy peer: the peer becomes our eager parent (Plumtree),
+            # and says so with an empty GRAFT. Flipping only our end was wrong whenever the
+            # copy was not an eager push: a PULL answer (gap repair) left the link eager here
+            # and lazy there, and this node starved (`--drop ihave=1.0`: a node missed the
+            # tail of a stream for good).
+            self._graft(peer, (), now, out)
             self._make_eager(peer, out)
         forward = m.Gossip(id=mid, envelope=envelope, hops=msg.hops + 1)
         for eager_peer in self.eager:
@@ -305,7 +371,7 @@ class Broadcast:
                 out.append(Send(eager_peer, self.topic, forward))
         if missing is not None and self._is_neighbor(peer):
             # After the push, as Plumtree does: the announcer we graft must not get this copy.
-            self._maybe_optimize(peer, msg.hops, missing.announcers, out)
+            self._maybe_optimize(peer, msg.hops, missing.announcers, now, out)
         self._queue_ihave(mid, msg.hops, peer, out)
         if envelope.publisher != self.me:
             self._deliver_in_order(mid, envelope, msg.hops, now, out)
@@ -346,6 +412,7 @@ class Broadcast:
         eager_sender: PeerId,
         hops: int,
         announcers: list[tuple[PeerId, int]],
+        now: float,
         out: list[OutEvent],
     ) -> None:
         """Plumtree's optimisation: a lazy path `threshold` hops shorter replaces the eager one."""
@@ -359,7 +426,7 @@ class Broadcast:
         lazy_hops, lazy_peer = best
         if hops - (lazy_hops + 1) >= self.config.optimization_threshold:
             self.counters.optimizations += 1
-            out.append(Send(lazy_peer, self.topic, m.Graft(ids=())))
+            self._graft(lazy_peer, (), now, out)
             self._make_eager(lazy_peer, out)
             out.append(Send(eager_sender, self.topic, m.Prune()))
             self._make_lazy(eager_sender)
@@ -423,7 +490,7 @@ class Broadcast:
             self._flush_ihave(out)
         elif name == "missing":
             self._missing_armed = False
-            self._check_missing(out)
+            self._check_missing(now, out)
         elif name == "gap":
             self._gap_armed = False
             self._check_gaps(now, out)
@@ -444,7 +511,7 @@ class Broadcast:
             summaries = [(mid, hops) for mid, hops, exclude in queue if exclude != peer]
             self._send_ihave(peer, summaries, out)
 
-    def _check_missing(self, out: list[OutEvent]) -> None:
+    def _check_missing(self, now: float, out: list[OutEvent]) -> None:
         """The draft's single heartbeat: mark on the first tick, GRAFT from the second, one
         announcer per tick in the order they announced, give up after enough ticks."""
         c = self.config
@@ -469,7 +536,7 @@ class Broadcast:
                 chunk = tuple(ids[start : start + c.max_graft_ids])
                 self.counters.grafts_sent += 1
                 self.counters.graft_ids_sent += len(chunk)
-                out.append(Send(peer, self.topic, m.Graft(ids=chunk)))
+                self._graft(peer, chunk, now, out)
         if self.missing:
             self._missing_armed = True
             out.append(ScheduleTimer(c.missing_check_interval, (*self._timer_prefix, "missing")))

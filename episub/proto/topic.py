@@ -65,12 +65,12 @@ class Topic:
     def join(self, bootstrap: tuple[PeerId, ...], now: float, out: list[OutEvent]) -> None:
         start = len(out)
         self.membership.join(bootstrap, now, out)
-        self._feed_neighbor_changes(out, start)
+        self._feed_neighbor_changes(out, start, now)
 
     def leave(self, now: float, out: list[OutEvent]) -> None:
         start = len(out)
         self.membership.leave(now, out)
-        self._feed_neighbor_changes(out, start, repair=False)
+        self._feed_neighbor_changes(out, start, now, repair=False)
 
     def publish(
         self,
@@ -91,7 +91,7 @@ class Topic:
             return
         start = len(out)
         self.membership.on_message(peer, msg, now, out)
-        self._feed_neighbor_changes(out, start)
+        self._feed_neighbor_changes(out, start, now)
 
     def on_timer(self, name: str, now: float, out: list[OutEvent]) -> None:
         if name in BROADCAST_TIMERS:
@@ -99,15 +99,15 @@ class Topic:
             return
         start = len(out)
         self.membership.on_timer(name, now, out)
-        self._feed_neighbor_changes(out, start)
+        self._feed_neighbor_changes(out, start, now)
 
     def on_connection_lost(self, peer: PeerId, now: float, out: list[OutEvent]) -> None:
         start = len(out)
         self.membership.on_connection_lost(peer, now, out)
-        self._feed_neighbor_changes(out, start)
+        self._feed_neighbor_changes(out, start, now)
 
     def _feed_neighbor_changes(
-        self, out: list[OutEvent], start: int, *, repair: bool = True
+        self, out: list[OutEvent], start: int, now: float, *, repair: bool = True
     ) -> None:
         # Broadcast may append (eager repair GRAFTs); only the membership's slice is read.
         end = len(out)
@@ -116,4 +116,4 @@ class Topic:
             if isinstance(event, NeighborUp):
                 self.broadcast.neighbor_up(event.peer)
             elif isinstance(event, NeighborDown):
-                self.broadcast.neighbor_down(event.peer, out, repair=repair)
+                self.broadcast.neighbor_down(event.peer, now, out, repair=repair)
