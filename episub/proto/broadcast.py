@@ -11,9 +11,13 @@ Rules this machine keeps:
   recently active idle stream is forgotten to make room).
 
 Rules from the draft (and Plumtree):
-- publish / first receipt: GOSSIP to eager peers with hops + 1, id queued for IHAVE.
+- publish / first receipt: GOSSIP to eager peers with hops + 1, id queued for IHAVE;
+  not to a peer that announced the id to us (it holds it already).
 - duplicate GOSSIP: PRUNE the sender, which moves to lazy; except from a peer that sent
-  us an empty GRAFT less than `graft_grace` ago (see `_on_gossip`).
+  us an empty GRAFT less than `graft_grace` ago, a peer answering a GRAFT of ours for
+  that id, and our last eager link (see `_on_gossip`).
+- PRUNE: the sender moves to lazy; if that took our last eager link, an empty GRAFT goes
+  to the neighbour that most recently sent us a message first, if any (see `_on_prune`).
 - every `ihave_interval` the queue is flushed as IHAVE batches to lazy peers.
 - IHAVE of an unknown id: the id is missing; one periodic timer marks it on its first tick
   and from the second tick on GRAFTs it (batched per peer) from the next announcer.
@@ -63,6 +67,7 @@ class Missing:
 
     announcers: list[tuple[PeerId, int]]  # (peer, hops it announced), first come first
     ticks: int = 0
+    grafted_from: list[PeerId] = field(default_factory=list)  # whom we GRAFTed it from
 
 
 @dataclass(slots=True)
@@ -93,6 +98,7 @@ class BroadcastCounters:
     recovered: int = 0  # messages pulled from behind a stream's position (history)
     republished: int = 0  # publishes at a named stream place that was taken already
     streams_evicted: int = 0  # idle publisher streams forgotten to make room (max_publishers)
+    regrafts: int = 0  # empty GRAFTs sent because a PRUNE took our last eager link
 
 
 class Broadcast:
@@ -121,6 +127,12 @@ class Broadcast:
         # neighbour -> when it last sent us an empty GRAFT (it lost its parent); at most
         # one entry per active neighbour, dropped when it goes down.
         self.grafted_at: dict[PeerId, float] = {}
+        # neighbour -> when it last sent us a message first: our tree parents, most recent
+        # last. At most one entry per active neighbour, dropped when it goes down.
+        self.first_from: dict[PeerId, float] = {}
+        # id -> the peers we GRAFTed it from that have not answered yet; their answers are
+        # copies we asked for, not a redundant path (bounded by max_missing).
+        self.graft_answers: OrderedDict[MessageId, list[PeerId]] = OrderedDict()
         self.streams: dict[PeerId, PublisherStream] = {}
         # publisher -> the last span we fetched of it, oldest first; bounded by max_fetches.
         self.fetches: OrderedDict[PeerId, tuple[int, int]] = OrderedDict()
@@ -142,6 +154,7 @@ class Broadcast:
         self.eager.pop(peer, None)
         self.lazy.pop(peer, None)
         self.grafted_at.pop(peer, None)
+        self.first_from.pop(peer, None)
         if was_eager and repair and self.config.eager_repair:
             for lazy_peer in list(self.lazy):
                 out.append(Send(lazy_peer, self.topic, m.Graft(ids=())))
@@ -251,7 +264,7 @@ class Broadcast:
             case m.IHave(summaries=summaries):
                 self._on_ihave(peer, summaries, now, out)
             case m.Prune():
-                self._make_lazy(peer)
+                self._on_prune(peer, out)
             case m.Graft(ids=ids):
                 self._on_graft(peer, ids, now, out)
             case m.Pull(publisher=publisher, first_seq=first, last_seq=last):
@@ -276,7 +289,20 @@ class Broadcast:
             grafted = self.grafted_at.get(peer)
             if grafted is not None and now - grafted < self.config.graft_grace:
                 return
-            if peer in self.eager:
+            # The answer to a GRAFT we sent it: we asked two announcers in turn and both
+            # answered. The link carries no redundant push; pruning it for the copy we
+            # asked for cut the link we had just grafted, and left a node that had lost
+            # its eager links with none again (the benchmark's repair loop, see below).
+            asked = self.graft_answers.get(mid)
+            if asked is not None and peer in asked:
+                asked.remove(peer)
+                if not asked:
+                    del self.graft_answers[mid]
+                return
+            # Our last eager link is our one parent: the copy that came first came from a
+            # peer that has pruned us since (two PRUNEs crossed). Pruning this one too would
+            # leave us with IHAVEs only, repaired a GRAFT round later for every message.
+            if peer in self.eager and len(self.eager) > 1:
                 self._make_lazy(peer)
                 self.counters.prunes_sent += 1
                 out.append(Send(peer, self.topic, m.Prune()))
@@ -299,9 +325,23 @@ class Broadcast:
         missing = self.missing.pop(mid, None)
         if self._is_neighbor(peer):
             self._make_eager(peer, out)
+            self.first_from.pop(peer, None)
+            self.first_from[peer] = now
+        # A peer that announced the id (IHAVE) holds it: pushing it there is a duplicate,
+        # answered by a PRUNE. When we had lost our eager links and grafted several
+        # announcers, those PRUNEs cut the new links at once, so we lost them again and
+        # repaired again, in a loop (the config benchmark: ~500 GRAFTs a run at 50 msg/s).
+        holders: frozenset[PeerId] = frozenset()
+        if missing is not None:
+            holders = frozenset(p for p, _ in missing.announcers)
+            asked = [p for p in missing.grafted_from if p != peer]
+            if asked:
+                self.graft_answers[mid] = asked
+                if len(self.graft_answers) > self.config.max_missing:
+                    self.graft_answers.popitem(last=False)
         forward = m.Gossip(id=mid, envelope=envelope, hops=msg.hops + 1)
         for eager_peer in self.eager:
-            if eager_peer != peer:
+            if eager_peer != peer and eager_peer not in holders:
                 out.append(Send(eager_peer, self.topic, forward))
         if missing is not None and self._is_neighbor(peer):
             # After the push, as Plumtree does: the announcer we graft must not get this copy.
@@ -363,6 +403,26 @@ class Broadcast:
             self._make_eager(lazy_peer, out)
             out.append(Send(eager_sender, self.topic, m.Prune()))
             self._make_lazy(eager_sender)
+
+    def _on_prune(self, peer: PeerId, out: list[OutEvent]) -> None:
+        self._make_lazy(peer)
+        if self.eager:
+            return
+        # The PRUNE took our last eager link (PRUNEs crossing: we pruned our other parent
+        # for a duplicate while this one pruned us for one). With no eager link every
+        # message waits for IHAVE and a GRAFT (0.3-0.5 s); graft one lazy peer at once,
+        # as eager repair does when a parent goes down: the one that most recently sent
+        # us a message first, our latest parent. Its graft_grace keeps our in-flight
+        # forwards from pruning us again.
+        # A node that never had a parent among its neighbours (it only publishes, or
+        # nothing was sent yet) has no tree to repair.
+        parents = [p for p in self.first_from if p in self.lazy]
+        if not parents:
+            return
+        target = parents[-1]
+        self.counters.regrafts += 1
+        out.append(Send(target, self.topic, m.Graft(ids=())))
+        self._make_eager(target, out)
 
     def _on_ihave(
         self,
@@ -462,6 +522,8 @@ class Broadcast:
                 del self.missing[mid]
                 continue
             peer = live[(entry.ticks - 2) % len(live)]
+            if peer not in entry.grafted_from:
+                entry.grafted_from.append(peer)
             grafts.setdefault(peer, []).append(mid)
         for peer, ids in grafts.items():
             self._make_eager(peer, out)
