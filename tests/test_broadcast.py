@@ -325,6 +325,58 @@ def test_a_peer_that_just_grafted_us_is_not_pruned_for_copies_already_in_flight(
     assert node.lazy_peers(TOPIC) == [2]
 
 
+def grafted_from_two_announcers() -> tuple[NodeState, m.Envelope]:
+    """Eager 1; lazy 2 and 3 announced e, and were GRAFTed for it in turn (both now eager)."""
+    node = node_with(1, 2, 3)
+    make_lazy(node, 2, 3)
+    e = env(0)
+    node.handle(received(2, m.IHave(summaries=((mid(e), 1),))), 1.0)
+    node.handle(received(3, m.IHave(summaries=((mid(e), 1),))), 1.0)
+    fire(node, "missing", 1.25)
+    assert sends(fire(node, "missing", 1.5), m.Graft) == [send(2, m.Graft(ids=(mid(e),)))]
+    assert sends(fire(node, "missing", 1.75), m.Graft) == [send(3, m.Graft(ids=(mid(e),)))]
+    return node, e
+
+
+def test_a_grafted_message_is_not_pushed_to_the_peers_that_announced_it():
+    # 3 said it holds e: pushing e there is a duplicate it PRUNEs us for, which cut the
+    # links a node had just grafted, again and again (the config benchmark's repair loop).
+    node, e = grafted_from_two_announcers()
+    out = node.handle(received(2, gossip(e, hops=2)), 1.8)
+    assert sends(out, m.Gossip) == [send(1, m.Gossip(id=mid(e), envelope=e, hops=3))]
+
+
+def test_the_answer_to_our_graft_from_a_second_announcer_is_not_pruned():
+    node, e = grafted_from_two_announcers()
+    node.handle(received(2, gossip(e, hops=2)), 1.8)
+    assert node.handle(received(3, gossip(e, hops=2)), 1.85) == []  # we asked 3 for it
+    assert node.eager_peers(TOPIC) == [1, 2, 3]
+    # A copy we did not ask for is a redundant path as usual.
+    assert node.handle(received(3, gossip(e, hops=2)), 1.9) == [send(3, m.Prune())]
+
+
+def test_a_duplicate_from_our_last_eager_link_does_not_prune_it():
+    # 1 sent e first, then pruned us (it got a duplicate from us meanwhile): 2 is the one
+    # parent left, and its copy of e, crossing 1's PRUNE, must not cut that one too.
+    node = node_with(1, 2)
+    node.handle(received(1, gossip(env(0), hops=2)), 1.0)
+    node.handle(received(1, m.Prune()), 1.01)
+    assert node.handle(received(2, gossip(env(0), hops=3)), 1.02) == []
+    assert (node.eager_peers(TOPIC), node.lazy_peers(TOPIC)) == ([2], [1])
+
+
+def test_a_prune_that_takes_our_last_eager_link_grafts_our_latest_parent():
+    node = node_with(1, 2, 3)
+    make_lazy(node, 3)
+    node.handle(received(1, gossip(env(0), hops=2)), 1.0)
+    node.handle(received(2, gossip(env(1), hops=2)), 1.05)  # 2: the latest first copy
+    fire(node, "ihave", 1.125)
+    assert node.handle(received(2, m.Prune()), 1.2) == []  # 1 is still eager
+    assert node.handle(received(1, m.Prune()), 1.3) == [send(2, m.Graft())]
+    assert (node.eager_peers(TOPIC), node.lazy_peers(TOPIC)) == ([2], [3, 1])
+    assert broadcast(node).counters.regrafts == 1
+
+
 def test_prune_makes_the_sender_lazy():
     node = node_with(1, 2)
     assert node.handle(received(1, m.Prune()), 1.0) == []

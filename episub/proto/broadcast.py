@@ -11,17 +11,21 @@ Rules this machine keeps:
   recently active idle stream is forgotten to make room).
 
 Rules from the draft (and Plumtree):
-- publish / first receipt: GOSSIP to eager peers with hops + 1, id queued for IHAVE; a
-  lazy sender of a first copy is made eager at both ends (empty GRAFT).
+- publish / first receipt: GOSSIP to eager peers with hops + 1, id queued for IHAVE;
+  not to a peer that announced the id to us (it holds it already). A lazy sender of a
+  first copy is made eager at both ends (empty GRAFT).
 - duplicate GOSSIP: PRUNE the sender, which moves to lazy; except from a peer that sent
-  us an empty GRAFT less than `graft_grace` ago (see `_on_gossip`). A lazy sender is
-  PRUNEd again (it holds us eager), at most once per `graft_grace`.
+  us an empty GRAFT less than `graft_grace` ago, a peer answering a GRAFT of ours for
+  that id, and our last eager link (see `_on_gossip`). A lazy sender is PRUNEd again (it
+  holds us eager), at most once per `graft_grace`.
+- PRUNE: the sender moves to lazy; unless we GRAFTed it less than `graft_grace` ago: then
+  the two crossed, it has made us eager since, and we GRAFT again (once) to agree. If
+  the PRUNE took our last eager link, an empty GRAFT goes to the neighbour that most
+  recently sent us a message first, or another lazy one (see `_keep_a_parent`).
 - every `ihave_interval` the queue is flushed as IHAVE batches to lazy peers.
 - IHAVE of an unknown id: the id is missing; one periodic timer marks it on its first tick
   and from the second tick on GRAFTs it (batched per peer) from the next announcer.
 - GRAFT: the sender becomes eager and gets the ids it asked for from the cache.
-- PRUNE: the sender moves to lazy; unless we GRAFTed it less than `graft_grace` ago: then
-  the two crossed, it has made us eager since, and we GRAFT again (once) to agree.
 - tree optimisation: a lazy path shorter than the eager one by `optimization_threshold`
   hops swaps the two (GRAFT the lazy announcer, PRUNE the eager sender).
 - optional eager repair when an eager neighbour goes down (empty GRAFT to lazy peers).
@@ -69,6 +73,7 @@ class Missing:
 
     announcers: list[tuple[PeerId, int]]  # (peer, hops it announced), first come first
     ticks: int = 0
+    grafted_from: list[PeerId] = field(default_factory=list)  # whom we GRAFTed it from
 
 
 @dataclass(slots=True)
@@ -100,7 +105,7 @@ class BroadcastCounters:
     republished: int = 0  # publishes at a named stream place that was taken already
     streams_evicted: int = 0  # idle publisher streams forgotten to make room (max_publishers)
     crossed_prunes: int = 0  # PRUNEs that crossed our GRAFT, answered by GRAFT again
-    parent_grafts: int = 0  # GRAFTs sent because every link had turned lazy
+    regrafts: int = 0  # empty GRAFTs sent because a PRUNE took our last eager link
 
 
 class Broadcast:
@@ -133,6 +138,12 @@ class Broadcast:
         # at most one entry per active neighbour, dropped when it goes down.
         self.graft_sent_at: dict[PeerId, float] = {}
         self.prune_sent_at: dict[PeerId, float] = {}  # the same, for PRUNE
+        # neighbour -> when it last sent us a message first: our tree parents, most recent
+        # last. At most one entry per active neighbour, dropped when it goes down.
+        self.first_from: dict[PeerId, float] = {}
+        # id -> the peers we GRAFTed it from that have not answered yet; their answers are
+        # copies we asked for, not a redundant path (bounded by max_missing).
+        self.graft_answers: OrderedDict[MessageId, list[PeerId]] = OrderedDict()
         self.streams: dict[PeerId, PublisherStream] = {}
         # publisher -> the last span we fetched of it, oldest first; bounded by max_fetches.
         self.fetches: OrderedDict[PeerId, tuple[int, int]] = OrderedDict()
@@ -158,6 +169,7 @@ class Broadcast:
         self.grafted_at.pop(peer, None)
         self.graft_sent_at.pop(peer, None)
         self.prune_sent_at.pop(peer, None)
+        self.first_from.pop(peer, None)
         if was_eager and repair and self.config.eager_repair:
             for lazy_peer in list(self.lazy):
                 self._graft(lazy_peer, (), now, out)
@@ -189,15 +201,19 @@ class Broadcast:
         out.append(Send(peer, self.topic, m.Prune()))
 
     def _keep_a_parent(self, pruned: PeerId, now: float, out: list[OutEvent]) -> None:
-        """Never be left with lazy links only: GRAFT one (another than the peer just
-        pruned, if there is one). With every neighbour lazy a node hears of messages only
-        through IHAVE, a round and two missing ticks late, and not at all when IHAVEs are
-        lost (`--drop ihave=1.0`: both remaining parents pruned a node that forwarded
-        repaired messages, and it missed the rest of the stream)."""
+        """Never be left with lazy links only. With no eager link every message waits for
+        IHAVE and a GRAFT (0.3-0.5 s), or never comes when IHAVEs are lost (`--drop
+        ihave=1.0`: both remaining parents pruned a node that forwarded repaired messages,
+        and it missed the rest of the stream). GRAFT one lazy peer at once, as eager repair
+        does when a parent goes down: the one that most recently sent us a message first,
+        our latest parent; else another than the peer that just pruned us, if any. Its
+        graft_grace keeps our in-flight forwards from pruning us again."""
         if self.eager or not self.lazy:
             return
-        parent = next((p for p in self.lazy if p != pruned), pruned)
-        self.counters.parent_grafts += 1
+        parents = [p for p in self.first_from if p in self.lazy]
+        another = next((p for p in self.lazy if p != pruned), pruned)
+        parent = parents[-1] if parents else another
+        self.counters.regrafts += 1
         self._graft(parent, (), now, out)
         self._make_eager(parent, out)
 
@@ -331,10 +347,22 @@ class Broadcast:
             grace = self.config.graft_grace
             if grafted is not None and now - grafted < grace:
                 return
-            if peer in self.eager:
+            # The answer to a GRAFT we sent it: we asked two announcers in turn and both
+            # answered. The link carries no redundant push; pruning it for the copy we
+            # asked for cut the link we had just grafted, and left a node that had lost
+            # its eager links with none again (the benchmark's repair loop, see below).
+            asked = self.graft_answers.get(mid)
+            if asked is not None and peer in asked:
+                asked.remove(peer)
+                if not asked:
+                    del self.graft_answers[mid]
+                return
+            # Our last eager link is our one parent: the copy that came first came from a
+            # peer that has pruned us since (two PRUNEs crossed). Pruning this one too would
+            # leave us with IHAVEs only, repaired a GRAFT round later for every message.
+            if peer in self.eager and len(self.eager) > 1:
                 self._make_lazy(peer)
                 self._prune(peer, now, out)
-                self._keep_a_parent(peer, now, out)
             elif peer in self.lazy and now - self.prune_sent_at.get(peer, -math.inf) >= grace:
                 # A lazy peer that pushes to us holds us eager: our PRUNE, or its GRAFT's
                 # answer, was lost. Copies it sent before our last PRUNE reached it are
@@ -365,9 +393,24 @@ class Broadcast:
             # tail of a stream for good).
             self._graft(peer, (), now, out)
             self._make_eager(peer, out)
+        if self._is_neighbor(peer):
+            self.first_from.pop(peer, None)
+            self.first_from[peer] = now
+        # A peer that announced the id (IHAVE) holds it: pushing it there is a duplicate,
+        # answered by a PRUNE. When we had lost our eager links and grafted several
+        # announcers, those PRUNEs cut the new links at once, so we lost them again and
+        # repaired again, in a loop (the config benchmark: ~500 GRAFTs a run at 50 msg/s).
+        holders: frozenset[PeerId] = frozenset()
+        if missing is not None:
+            holders = frozenset(p for p, _ in missing.announcers)
+            asked = [p for p in missing.grafted_from if p != peer]
+            if asked:
+                self.graft_answers[mid] = asked
+                if len(self.graft_answers) > self.config.max_missing:
+                    self.graft_answers.popitem(last=False)
         forward = m.Gossip(id=mid, envelope=envelope, hops=msg.hops + 1)
         for eager_peer in self.eager:
-            if eager_peer != peer:
+            if eager_peer != peer and eager_peer not in holders:
                 out.append(Send(eager_peer, self.topic, forward))
         if missing is not None and self._is_neighbor(peer):
             # After the push, as Plumtree does: the announcer we graft must not get this copy.
@@ -529,6 +572,8 @@ class Broadcast:
                 del self.missing[mid]
                 continue
             peer = live[(entry.ticks - 2) % len(live)]
+            if peer not in entry.grafted_from:
+                entry.grafted_from.append(peer)
             grafts.setdefault(peer, []).append(mid)
         for peer, ids in grafts.items():
             self._make_eager(peer, out)
