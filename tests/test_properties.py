@@ -40,7 +40,7 @@ from episub.sim.metrics import WARMUP, payload_for
 
 TOPIC = "t"
 SEARCH = os.environ.get("EPISUB_PROPERTY_EXAMPLES")
-EXAMPLES = int(SEARCH or "40")
+EXAMPLES = int(SEARCH or "200")
 QUIESCENCE = 60.0  # seconds: several stabilisation, ping and neighbour-request rounds
 DELIVERY_WAIT = 15.0  # seconds: a gap is pulled or given up within ~5 s, twice over
 
