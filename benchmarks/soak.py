@@ -545,6 +545,7 @@ def analyse(
     return {
         "command": shlex.join([sys.executable, *sys.argv]),
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "commit": _git_head(),
         "parameters": {k: v for k, v in vars(args).items() if k not in ("out", "keep")},
         "machine": {
             "cpus": os.cpu_count(),
@@ -590,6 +591,15 @@ def analyse(
         },
         "incarnations": per_inc,
     }
+
+
+def _git_head() -> str | None:
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        done = subprocess.run(
+            ["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, timeout=10
+        )
+        return done.stdout.decode().strip() or None
+    return None
 
 
 def _ms(ns: float | None) -> float | None:
