@@ -301,6 +301,8 @@ class Cluster:
             command += ["--bootstrap", self.address(other)]
         if self.args.config:
             command += ["--config", self.args.config]
+        if self.args.retention_age is not None:
+            command += ["--retention-age", str(self.args.retention_age)]
         with open(self.dir / f"n{node}.{number}.stderr", "wb") as err:
             popen = subprocess.Popen(
                 command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, env=self.env
@@ -671,6 +673,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     add("--stop-timeout", type=float, default=15.0, help="graceful stop, then SIGKILL (15)")
     add("--seed", type=int, default=1, help="shuffles the kill order (1)")
     add("--config", help="NodeConfig overrides (JSON) for every node; default: defaults")
+    add("--retention-age", type=float, help="seconds a node's replay store keeps a message")
     add("--out", default=str(HERE / "results" / "soak.json"), help="result JSON")
     add("--keep", action="store_true", help="keep the per-node logs (else deleted)")
     args = p.parse_args(argv)

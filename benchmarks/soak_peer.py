@@ -46,6 +46,7 @@ from peer_common import HEADER, HEADER_SIZE, LineReader, emit
 
 from episub.agent.options import load_config, load_key
 from episub.node import Node
+from episub.retention import RetentionConfig
 from episub.subscription import Lagged, Lost, Message
 
 TOPIC = "soak"
@@ -65,6 +66,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--size", type=int, default=256, help=f"payload bytes (>= {HEADER_SIZE})")
     p.add_argument("--stats-interval", type=float, default=5.0, help="seconds between samples")
     p.add_argument("--config", help="NodeConfig overrides (JSON), as `episub node --config`")
+    p.add_argument(
+        "--retention-age", type=float, help="seconds the node's replay store keeps a message"
+    )
     p.add_argument("--deadline", type=float, required=True, help="hard lifetime cap, seconds")
     args = p.parse_args(argv)
     if args.size < HEADER_SIZE:
@@ -139,7 +143,10 @@ async def run(args: argparse.Namespace) -> None:
         trio.move_on_after(args.deadline),
         trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals,
     ):
-        node = Node(key=key, listen=args.listen, config=config)
+        retention = None
+        if args.retention_age is not None:
+            retention = RetentionConfig(max_age=args.retention_age)
+        node = Node(key=key, listen=args.listen, config=config, retention=retention)
         async with node, node.subscribe(args.topic, SUBSCRIPTION_BUFFER) as sub:
             try:
                 async with trio.open_nursery() as nursery:
