@@ -664,7 +664,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     add("--restart-delay", type=float, default=1.0, help="kill to restart, seconds (1)")
     add("--grace", type=float, default=5.0, help="a message counts for nodes up this long (5)")
     add("--warmup", type=float, default=60.0, help="RSS baseline this long after up (60)")
-    add("--rss-bound-mib", type=float, default=24.0, help="allowed RSS growth, MiB (24)")
+    add(
+        "--rss-bound-mib",
+        type=float,
+        default=24.0,
+        help="allowed RSS growth after warm-up, MiB (24: about twice what the default 600 s "
+        "windows hold after 10 minutes at 20 msg/s, ~1 KiB a message)",
+    )
     add("--rss-interval", type=float, default=2.0, help="RSS sampling period, seconds (2)")
     add("--stats-interval", type=float, default=5.0, help="stats sampling period, s (5)")
     add("--settle", type=float, default=10.0, help="after all are up, before publishing (10)")
