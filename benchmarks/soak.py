@@ -697,7 +697,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so `finally` kills the nodes
+    # Both end the run through `finally`, which kills the nodes. SIGINT explicitly: a shell
+    # starts background jobs with it ignored, and Python then leaves it so.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     workdir = Path(tempfile.mkdtemp(prefix="episub-soak-"))
     try:
         result = run(args, workdir)
