@@ -42,6 +42,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime
+import itertools
 import json
 import os
 import platform
@@ -181,6 +182,25 @@ def sum_counters(samples: Iterable[Mapping[str, Any]]) -> dict[str, int]:
             if isinstance(value, int) and not isinstance(value, bool):
                 out[name] = out.get(name, 0) + value
     return dict(sorted(out.items()))
+
+
+def counter_rates(
+    series: Iterable[Sequence[tuple[int, Mapping[str, Any]]]],
+    t0_ns: int,
+    bucket_ns: int,
+    names: Sequence[str],
+) -> list[dict[str, Any]]:
+    """Counter increments of all incarnations by time bucket: each increment between two
+    consecutive samples of one incarnation goes to the bucket of the later sample.
+
+    series: per incarnation, its (ns, stats) samples in time order."""
+    buckets: dict[int, dict[str, int]] = {}
+    for samples in series:
+        for (_, before), (t, after) in itertools.pairwise(samples):
+            sums = buckets.setdefault((t - t0_ns) // bucket_ns, dict.fromkeys(names, 0))
+            for name in names:
+                sums[name] += after.get(name, 0) - before.get(name, 0)
+    return [{"t_s": b * bucket_ns / NS, **buckets[b]} for b in sorted(buckets)]
 
 
 def percentile(values: Sequence[float], p: float) -> float | None:
@@ -480,13 +500,13 @@ def read_received(path: Path) -> tuple[set[tuple[int, int]], int, list[str], lis
     return got, duplicates, notes, latency
 
 
-def last_stats(path: Path) -> dict[str, Any] | None:
-    if not path.exists():
-        return None
-    lines = [line for line in path.read_text().splitlines() if line.strip()]
-    with contextlib.suppress(ValueError, IndexError):
-        return json.loads(lines[-1])
-    return None
+def read_stats(path: Path) -> list[dict[str, Any]]:
+    """An incarnation's stats samples; a line cut short by a SIGKILL is left out."""
+    out = []
+    for line in path.read_text().splitlines() if path.exists() else []:
+        with contextlib.suppress(ValueError):
+            out.append(json.loads(line))
+    return out
 
 
 def analyse(
@@ -506,6 +526,7 @@ def analyse(
     lives, received, per_inc = [], {}, {}
     latencies: list[int] = []
     counters_final, counters_sampled = [], []
+    series: list[list[tuple[int, dict[str, Any]]]] = []
     warmup = round(args.warmup * NS)
     growths = {}
     for inc in cluster.all:
@@ -514,7 +535,9 @@ def analyse(
         got, dups, notes, lat = read_received(workdir / f"{inc.name}.recv")
         received[(inc.node, inc.number)] = got
         latencies += lat
-        stats = last_stats(workdir / f"{inc.name}.stats")
+        samples = read_stats(workdir / f"{inc.name}.stats")
+        series.append([(sample["t"], sample["stats"]) for sample in samples])
+        stats = samples[-1] if samples else None
         if stats is not None:
             (counters_final if stats["final"] else counters_sampled).append(stats["stats"])
         growth = None
@@ -590,6 +613,9 @@ def analyse(
             - len(counters_final)
             - len(counters_sampled),
             "total": totals,
+            "per_interval": counter_rates(
+                series, t0, round(args.stats_interval * NS), REPAIR_COUNTERS
+            ),
         },
         "incarnations": per_inc,
     }

@@ -91,3 +91,14 @@ def test_kills_go_round_robin_over_the_candidates_in_a_seeded_order() -> None:
     assert order[4:8] == order[:4] and order[8:] == order[:2]
     assert order == soak.kill_order(range(2, 6), 10, seed=1)
     assert soak.kill_order([], 3, seed=1) == []
+
+
+def test_counter_increments_go_to_the_bucket_of_the_later_sample() -> None:
+    first = [
+        (5 * S, {"grafts_sent": 1}),
+        (10 * S, {"grafts_sent": 4}),
+        (16 * S, {"grafts_sent": 6}),
+    ]
+    second = [(12 * S, {"grafts_sent": 0}), (14 * S, {"grafts_sent": 5})]
+    rates = soak.counter_rates([first, second, []], 0, 5 * S, ["grafts_sent"])
+    assert rates == [{"t_s": 10.0, "grafts_sent": 3 + 5}, {"t_s": 15.0, "grafts_sent": 2}]
