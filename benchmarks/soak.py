@@ -412,6 +412,7 @@ def kill_order(candidates: Sequence[int], kills: int, seed: int) -> list[int]:
 
 
 def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
+    source = source_state()
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(HERE)])}
     env.setdefault("EPISUB_KEY", os.urandom(32).hex())  # the deployment key; never recorded
     publishers = list(range(args.publishers))
@@ -436,12 +437,9 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         kill_at = [t0 + round((i + 1) * args.kill_every * NS) for i in range(len(order))]
         restart: tuple[int, int] | None = None  # (node, when)
         next_rss = next_load = time.monotonic_ns()
-        end = t0 + round((duration + args.drain) * NS)
-        hard_end = end + 120 * NS  # the loop's bound whatever happens
+        end = t0 + round((duration + args.drain) * NS)  # the loop's bound
         while time.monotonic_ns() < end:
             now = time.monotonic_ns()
-            if now > hard_end:
-                raise RuntimeError("soak loop overran its hard bound")
             cluster.poll()
             if now >= next_rss:
                 cluster.sample_rss()
@@ -476,7 +474,7 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         load.append(((time.monotonic_ns() - t0) / NS, os.getloadavg()))
     finally:
         cluster.close()
-    return analyse(args, cluster, t0, events, load)
+    return analyse(args, cluster, t0, events, load, source)
 
 
 def read_received(path: Path) -> tuple[set[tuple[int, int]], int, list[str], list[int]]:
@@ -515,6 +513,7 @@ def analyse(
     t0: int,
     events: list[dict[str, Any]],
     load: list[Any],
+    source: dict[str, Any],
 ) -> dict[str, Any]:
     workdir = cluster.dir
     published: list[tuple[int, int, int]] = []
@@ -570,7 +569,7 @@ def analyse(
     return {
         "command": shlex.join([sys.executable, *sys.argv]),
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "commit": _git_head(),
+        "source": source,
         "parameters": {k: v for k, v in vars(args).items() if k not in ("out", "keep")},
         "machine": {
             "cpus": os.cpu_count(),
@@ -621,13 +620,24 @@ def analyse(
     }
 
 
-def _git_head() -> str | None:
-    with contextlib.suppress(OSError, subprocess.SubprocessError):
-        done = subprocess.run(
-            ["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, timeout=10
-        )
-        return done.stdout.decode().strip() or None
-    return None
+def source_state() -> dict[str, Any]:
+    """The commit the nodes run, and the files under episub/ and benchmarks/ that differ
+    from it; read when the run starts (a commit made meanwhile is not what ran)."""
+
+    def git(*words: str) -> str | None:
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            done = subprocess.run(
+                ["git", "-C", str(ROOT), *words], capture_output=True, timeout=10, check=True
+            )
+            return done.stdout.decode()
+        return None
+
+    head = git("rev-parse", "HEAD")
+    changed = git("status", "--porcelain", "--untracked-files=no", "--", "episub", "benchmarks")
+    return {
+        "commit": head.strip() if head else None,
+        "changed": None if changed is None else changed.splitlines(),
+    }
 
 
 def _ms(ns: float | None) -> float | None:
@@ -713,6 +723,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error("need at least one publisher and one more node")
     if args.drain < args.grace:
         p.error("--drain must be >= --grace (the last messages need their grace)")
+    if 0 < args.kill_every <= args.restart_delay:
+        p.error("--kill-every must exceed --restart-delay (one node down at a time)")
     if min(args.minutes, args.rate) <= 0:
         p.error("--minutes and --rate must be > 0")
     args.node_deadline = (
