@@ -55,9 +55,12 @@ LEAVE_LINGER = 1.0  # guess: a leaver lingers 1 s after LeaveTopic, time to flus
 STEP = 1.0  # simulated seconds between progress updates
 DRAIN_STEP = 0.5  # simulated seconds between drain checks
 _broadcast = BroadcastConfig()
-# How long after the drain the run goes on before views are judged: longer than a
-# NEIGHBOR request may stay unanswered, plus a round trip, so nothing is still in flight.
-SYMMETRY_RECHECK = MembershipConfig().neighbor_request_timeout + 1.0
+# How long after the drain the run goes on before views are judged: one ping round (a
+# PONG saying "not a neighbour" is how a link left one-sided by a lost message is found
+# and ended), plus a NEIGHBOR request's timeout and a round trip, so nothing is still in
+# flight.
+_membership = MembershipConfig()
+SYMMETRY_RECHECK = _membership.ping_interval + _membership.neighbor_request_timeout + 1.0
 # Twice the longest wait the broadcast layer takes before acting on a gap or an IHAVE:
 # if nothing moved for that long, nothing will.
 QUIET_SECONDS = 2 * max(
