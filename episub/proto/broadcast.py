@@ -24,7 +24,8 @@ Rules from the draft (and Plumtree):
 - GRAFT: the sender becomes eager and gets the ids it asked for from the cache.
 - tree optimisation: a lazy path shorter than the eager one by `optimization_threshold`
   hops swaps the two (GRAFT the lazy announcer, PRUNE the eager sender).
-- optional eager repair when an eager neighbour goes down (empty GRAFT to lazy peers).
+- optional eager repair when an eager neighbour goes down (empty GRAFT to lazy peers),
+  unless a remaining eager neighbour has sent us a message first since it did.
 - per-publisher gaps are pulled (PULL first..last) from neighbours in turn.
 """
 
@@ -154,11 +155,23 @@ class Broadcast:
         self.eager.pop(peer, None)
         self.lazy.pop(peer, None)
         self.grafted_at.pop(peer, None)
-        self.first_from.pop(peer, None)
-        if was_eager and repair and self.config.eager_repair:
+        lost_at = self.first_from.pop(peer, None)
+        if was_eager and repair and self.config.eager_repair and not self._still_fed(lost_at):
             for lazy_peer in list(self.lazy):
                 out.append(Send(lazy_peer, self.topic, m.Graft(ids=())))
                 self._make_eager(lazy_peer, out)
+
+    def _still_fed(self, lost_at: float | None) -> bool:
+        """Does a remaining eager peer send us messages first, at least as lately as a lost
+        neighbour did (`lost_at`: when it last did; None: never)? Then the lost one was
+        not our parent, or not our only one, and there is no tree to repair. Grafting
+        every lazy peer whenever a child's link went (overlay upkeep: evictions, swaps)
+        set off bursts of duplicates and crossing PRUNEs that cut other nodes off."""
+        first_from = self.first_from
+        return any(
+            (t := first_from.get(p)) is not None and (lost_at is None or t >= lost_at)
+            for p in self.eager
+        )
 
     def _make_eager(
         self, peer: PeerId, out: list[OutEvent], skip: frozenset[MessageId] = frozenset()
