@@ -73,6 +73,7 @@ def membership_config(**overrides: object) -> MembershipConfig:
         "timer_jitter": 0.0,
         "alpha": 2.0,
         "rtt_smoothing": 0.125,
+        "rtt_variation_gain": 0.25,
         "left_memory": 60.0,
         "max_left_memory": 4096,
         "recent_reject_memory": 10.0,

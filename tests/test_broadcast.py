@@ -487,6 +487,20 @@ def test_a_prune_long_after_our_graft_is_taken():
     assert node.lazy_peers(TOPIC) == [2]
 
 
+def test_eager_repair_is_skipped_while_another_eager_neighbour_feeds_us():
+    # 1 last sent us a message first before 2 did: losing 1 (a child, or a parent that
+    # 2 replaced) leaves 2 feeding us, and grafting every lazy peer would only set off
+    # duplicates and PRUNEs. Losing 2, our latest parent, is repaired as before.
+    for lost, grafts in ((1, []), (2, [send(3, m.Graft())])):
+        node = node_with(1, 2, 3, eager_repair=True)
+        make_lazy(node, 3)
+        node.handle(received(1, gossip(env(0), hops=2)), 1.0)
+        node.handle(received(2, gossip(env(1), hops=2)), 1.1)
+        fire(node, "ihave", 1.125)
+        out = node.handle(received(lost, m.Disconnect()), 1.2)
+        assert sends(out, m.Graft) == grafts
+
+
 def test_eager_repair_ignores_a_lazy_neighbour_going_down():
     node = node_with(1, 2, 3, eager_repair=True)
     make_lazy(node, 2, 3)

@@ -625,6 +625,47 @@ def test_pong_updates_smoothed_rtt():
     assert node.rtt(5) == 0.25 + 0.125 * (0.75 - 0.25)  # RFC 6298 SRTT
 
 
+def test_a_lower_rtt_sample_is_taken_at_once():
+    # Queueing only adds delay: a first ping answered by a busy peer must not make it look
+    # far for minutes (loopback links of 1-3 ms read 50-100 ms after a loaded start).
+    node = make_node(passive=[5])
+    nonce = ping_nonce(fire(node, "probe", 1.0), 5)
+    node.handle(received(5, m.Pong(nonce=nonce)), 1.5)
+    nonce = ping_nonce(fire(node, "probe", 2.0), 5)
+    node.handle(received(5, m.Pong(nonce=nonce)), 2.125)
+    assert node.rtt(5) == 0.125
+
+
+def test_rtt_variation_is_the_smoothed_deviation_of_samples_and_0_after_one():
+    node = make_node(passive=[5])
+    nonce = ping_nonce(fire(node, "probe", 1.0), 5)
+    node.handle(received(5, m.Pong(nonce=nonce)), 1.25)
+    assert node.rtts.variation(5) == 0.0
+    nonce = ping_nonce(fire(node, "probe", 2.0), 5)
+    node.handle(received(5, m.Pong(nonce=nonce)), 2.75)
+    assert node.rtts.variation(5) == 0.25 * abs(0.75 - 0.25)  # RFC 6298 RTTVAR, beta 1/4
+
+
+def test_a_near_peer_must_be_nearer_by_more_than_the_rtt_variation_to_be_swapped_in():
+    # Candidate 9 reads 1 ms against our near neighbour 3's 4 ms: alpha times nearer. With
+    # steady samples that is a swap; when 9's samples wandered by ms (a busy host) it is
+    # noise, and no link changes.
+    def node_where_9_varies(jitter: float) -> NodeState:
+        node = make_node(
+            active={1: RAND, 2: RAND, 3: NEAR},
+            passive=[9],
+            rtts={3: 0.004, 9: 0.001 + jitter},
+            links={3: 4},
+            config=node_config(membership=membership_config(alpha=1.5)),
+        )
+        node.rtts.sample(9, 0.001)  # a lower sample is taken at once; RTTVAR = jitter / 4
+        return node
+
+    swap = [send(9, request(NEAR, rtt=0.001, links=3, rand=2))]
+    assert sends(fire(node_where_9_varies(0.0), "optimize", 2.0)) == swap
+    assert sends(fire(node_where_9_varies(0.016), "optimize", 2.0)) == []
+
+
 def test_unsolicited_pong_is_peer_misbehaved():
     node = make_node(passive=[5])
     out = node.handle(received(5, m.Pong(nonce=7)), 1.0)
@@ -836,7 +877,7 @@ def test_optimisation_runs_one_swap_at_a_time():
 def test_optimisation_finds_candidates_in_near_neighbours_views():
     node = make_node(active={1: RAND, 2: RAND, 3: NEAR}, rtts={3: 0.25}, links={3: 4})
     nonce = ping_nonce(fire(node, "ping", 1.0), 3)
-    node.handle(received(3, m.Pong(nonce=nonce, active_count=4, active=(ME, 9))), 1.125)
+    node.handle(received(3, m.Pong(nonce=nonce, active_count=4, active=(ME, 9))), 1.25)
     set_rtt(node, 9, 0.0625)
     assert sends(fire(node, "optimize", 2.0)) == [
         send(9, request(NEAR, rtt=0.0625, links=3, rand=2))

@@ -28,7 +28,8 @@ Rules from the draft (and Plumtree):
 - GRAFT: the sender becomes eager and gets the ids it asked for from the cache.
 - tree optimisation: a lazy path shorter than the eager one by `optimization_threshold`
   hops swaps the two (GRAFT the lazy announcer, PRUNE the eager sender).
-- optional eager repair when an eager neighbour goes down (empty GRAFT to lazy peers).
+- optional eager repair when an eager neighbour goes down (empty GRAFT to lazy peers),
+  unless a remaining eager neighbour has sent us a message first since it did.
 - a node whose links have all turned lazy (PRUNEs) GRAFTs one: it keeps a parent.
 - per-publisher gaps are pulled (PULL first..last) from neighbours in turn.
 """
@@ -169,8 +170,8 @@ class Broadcast:
         self.grafted_at.pop(peer, None)
         self.graft_sent_at.pop(peer, None)
         self.prune_sent_at.pop(peer, None)
-        self.first_from.pop(peer, None)
-        if was_eager and repair and self.config.eager_repair:
+        lost_at = self.first_from.pop(peer, None)
+        if was_eager and repair and self.config.eager_repair and not self._still_fed(lost_at):
             for lazy_peer in list(self.lazy):
                 self._graft(lazy_peer, (), now, out)
                 self._make_eager(lazy_peer, out)
@@ -216,6 +217,18 @@ class Broadcast:
         self.counters.regrafts += 1
         self._graft(parent, (), now, out)
         self._make_eager(parent, out)
+
+    def _still_fed(self, lost_at: float | None) -> bool:
+        """Does a remaining eager peer send us messages first, at least as lately as a lost
+        neighbour did (`lost_at`: when it last did; None: never)? Then the lost one was
+        not our parent, or not our only one, and there is no tree to repair. Grafting
+        every lazy peer whenever a child's link went (overlay upkeep: evictions, swaps)
+        set off bursts of duplicates and crossing PRUNEs that cut other nodes off."""
+        first_from = self.first_from
+        return any(
+            (t := first_from.get(p)) is not None and (lost_at is None or t >= lost_at)
+            for p in self.eager
+        )
 
     def _make_eager(
         self, peer: PeerId, out: list[OutEvent], skip: frozenset[MessageId] = frozenset()

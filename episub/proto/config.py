@@ -45,6 +45,7 @@ class MembershipConfig:
     timer_jitter: float = 0.25  # guess: +-25% so periodic work does not synchronise
     alpha: float = 1.5  # tuned: 2.0 converged slower (docs/simulation.md, proximity runs)
     rtt_smoothing: float = 0.125  # RFC 6298's alpha for SRTT
+    rtt_variation_gain: float = 0.25  # RFC 6298's beta for RTTVAR (see Membership._nearer)
     left_memory: float = 60.0  # guess: how long a LEAVE keeps a peer out of our views
     max_left_memory: int = 4096  # bound on remembered departures
     recent_reject_memory: float = 10.0  # guess: don't re-ask a peer that just refused
@@ -82,6 +83,8 @@ class MembershipConfig:
             _positive(name, getattr(self, name))
         if not self.alpha >= 1.0:
             raise ValueError(f"alpha must be >= 1, not {self.alpha}")
+        if not 0.0 <= self.rtt_variation_gain <= 1.0:
+            raise ValueError(f"rtt_variation_gain must be in [0, 1], not {self.rtt_variation_gain}")
         if not 0.0 < self.rtt_smoothing <= 1.0:
             raise ValueError(f"rtt_smoothing must be in (0, 1], not {self.rtt_smoothing}")
         if not 0.0 <= self.timer_jitter < 1.0:

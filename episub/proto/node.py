@@ -45,7 +45,10 @@ class NodeState:
         self.me = peer_id
         self.config = config
         self.rng = rng
-        self.rtts = RttTable(smoothing=config.membership.rtt_smoothing)
+        self.rtts = RttTable(
+            smoothing=config.membership.rtt_smoothing,
+            variation_gain=config.membership.rtt_variation_gain,
+        )
         self._topics: dict[str, Topic] = {}
         self._generations: dict[str, int] = {}
         self._next_generation = 0
