@@ -18,6 +18,9 @@ Choices the API makes:
   addresses of one host); once one answers, the others get `BOOTSTRAP_GRACE` to answer as
   well, then are cancelled. The node's own address is skipped, so every node of a
   deployment can be given the same bootstrap list.
+- `publish` paces a burst: while a neighbour's send queue is more than half full, it waits
+  for the queue to drain (up to `PUBLISH_WAIT`, after which that neighbour is dropped as
+  too slow), so a fast publisher neither overflows a live peer's queue nor loses the link.
 """
 
 from __future__ import annotations
@@ -70,6 +73,7 @@ from episub.subscription import Lost, Message, Subscription
 __all__ = [
     "BOOTSTRAP_GRACE",
     "CLOSE_TIMEOUT",
+    "PUBLISH_WAIT",
     "SUBSCRIPTION_BUFFER",
     "BootstrapError",
     "Neighbor",
@@ -93,6 +97,9 @@ FETCH_TIMEOUT = 10.0  # guess: = JOIN_TIMEOUT; a Spark task waits this long at m
 # room for live traffic (SEND_QUEUE_CAP is 4,096 messages), or it drops the link.
 FETCH_CHUNK = 1024
 FETCH_MAX_SPAN = 1_000_000  # seqs one fetch may span: bounds the gap scan's work
+# How long a publish waits for a neighbour's send queue to drain below half its cap
+# before that neighbour is declared too slow and dropped (network.wait_for_room).
+PUBLISH_WAIT = 5.0  # guess: = the ping timeout; a live peer on a LAN drains far sooner
 SUBSCRIPTION_BUFFER = 1024  # guess: ~a second of a busy topic; trio has no default on purpose
 VIEW_TIMEOUT = 2.0  # guess: a dial plus a round trip on a LAN, with room; view_of's wait
 _WILDCARD_HOSTS = frozenset({"", "0.0.0.0", "::"})
@@ -398,6 +405,8 @@ class Node:
         if stream is not None:
             stream = _stream(stream, runtime.me)
         await trio.lowlevel.checkpoint()
+        # Flow control: a burst waits for its neighbours' queues instead of overflowing them.
+        await runtime.network.wait_for_room(PUBLISH_WAIT)
         for out in runtime.input(Publish(topic, value, key, fields, stream)):
             if type(out) is Published:
                 envelope = out.envelope

@@ -19,6 +19,10 @@ Rules:
   peer closed it while the core still uses the peer; a peer that leaves a link it no
   longer needs says DISCONNECT or LEAVE first, on the same connection, so its EOF is a
   goodbye. Closes we start (ClosePeer, idle, duplicates, shutdown) are never losses.
+- A publisher waits for room (`wait_for_room`): while a peer's queue is over half its
+  cap, a publish waits for it to drain, so that a burst paces itself to its slowest live
+  neighbour instead of overflowing its queue and losing the link. A peer that stays over
+  half full for the whole wait is too slow, and is lost as on overflow.
 - Connections the core does not use that carried nothing for `idle_timeout` are closed;
   a neighbour silent for `liveness_timeout` is lost, since TCP alone may take many
   minutes to notice a vanished host.
@@ -82,6 +86,7 @@ class NetCounters:
     bytes_out: int = 0
     invalid_frames: int = 0
     queue_overflows: int = 0
+    publish_waits: int = 0  # publishes that waited for a peer's queue to drain
     peer_misbehaved: int = 0
     peers_lost: int = 0
     core_errors: int = 0
@@ -203,13 +208,34 @@ class Network:
         peer.close_requested = True
         peer.notify()
 
-    def _overflow(self, peer: Peer) -> None:
+    async def wait_for_room(self, max_wait: float) -> None:
+        """Return once no peer's send queue is over half its cap (items or bytes): a
+        publisher's flow control. A peer still over half after `max_wait` is lost, as a
+        full queue is (so one stuck peer cannot stall a publisher for long)."""
+        crowded = self._crowded()
+        if not crowded:
+            return
+        self.counters.publish_waits += 1
+        with trio.move_on_after(max_wait):
+            while crowded:
+                await self._progress.wait()
+                crowded = self._crowded()
+            return
+        for peer in crowded:
+            self._overflow(peer, f"over half full for {max_wait:g} s while a publish waited")
+
+    def _crowded(self) -> list[Peer]:
+        items, size = self._queue_cap // 2, self._queue_max_bytes // 2
+        return [p for p in self.peers.values() if len(p.queue) > items or p.queued_bytes > size]
+
+    def _overflow(self, peer: Peer, how: str = "overflowed") -> None:
         self.counters.queue_overflows += 1
         self.counters.dropped["queue_overflow"] += len(peer.queue)
         log.warning(
-            "send queue to %s overflowed (%d messages, %d bytes queued): the peer is too slow; "
+            "send queue to %s %s (%d messages, %d bytes queued): the peer is too slow; "
             "closing its connection",
             show_peer(peer.id),
+            how,
             len(peer.queue),
             peer.queued_bytes,
         )
