@@ -15,9 +15,12 @@ Rules from the draft (and Plumtree):
   not to a peer that announced the id to us (it holds it already).
 - duplicate GOSSIP: PRUNE the sender, which moves to lazy; except from a peer that sent
   us an empty GRAFT less than `graft_grace` ago, a peer answering a GRAFT of ours for
-  that id, and our last eager link (see `_on_gossip`).
-- PRUNE: the sender moves to lazy; if that took our last eager link, an empty GRAFT goes
-  to the neighbour that most recently sent us a message first, if any (see `_on_prune`).
+  that id, and our one eager parent (see `_on_gossip`).
+- first receipt from a lazy neighbour makes it eager again, unless we pruned it less than
+  `graft_grace` ago (the copy was sent before our PRUNE arrived).
+- PRUNE: the sender moves to lazy; if it was the neighbour that fed us last and no eager
+  one has fed us since, an empty GRAFT goes to the lazy neighbour that fed us most lately
+  (see `_on_prune`).
 - every `ihave_interval` the queue is flushed as IHAVE batches to lazy peers.
 - IHAVE of an unknown id: the id is missing; one periodic timer marks it on its first tick
   and from the second tick on GRAFTs it (batched per peer) from the next announcer.
@@ -131,6 +134,8 @@ class Broadcast:
         # neighbour -> when it last sent us a message first: our tree parents, most recent
         # last. At most one entry per active neighbour, dropped when it goes down.
         self.first_from: dict[PeerId, float] = {}
+        # neighbour -> when we last sent it a PRUNE; at most one entry per active neighbour.
+        self.pruned_at: dict[PeerId, float] = {}
         # id -> the peers we GRAFTed it from that have not answered yet; their answers are
         # copies we asked for, not a redundant path (bounded by max_missing).
         self.graft_answers: OrderedDict[MessageId, list[PeerId]] = OrderedDict()
@@ -155,11 +160,17 @@ class Broadcast:
         self.eager.pop(peer, None)
         self.lazy.pop(peer, None)
         self.grafted_at.pop(peer, None)
+        self.pruned_at.pop(peer, None)
         lost_at = self.first_from.pop(peer, None)
         if was_eager and repair and self.config.eager_repair and not self._still_fed(lost_at):
             for lazy_peer in list(self.lazy):
                 out.append(Send(lazy_peer, self.topic, m.Graft(ids=())))
                 self._make_eager(lazy_peer, out)
+
+    def _only_parent(self, peer: PeerId) -> bool:
+        """Has `peer` sent us messages first, and no other eager neighbour ever?"""
+        first_from = self.first_from
+        return peer in first_from and not any(p != peer and p in first_from for p in self.eager)
 
     def _still_fed(self, lost_at: float | None) -> bool:
         """Does a remaining eager peer send us messages first, at least as lately as a lost
@@ -312,11 +323,13 @@ class Broadcast:
                 if not asked:
                     del self.graft_answers[mid]
                 return
-            # Our last eager link is our one parent: the copy that came first came from a
-            # peer that has pruned us since (two PRUNEs crossed). Pruning this one too would
-            # leave us with IHAVEs only, repaired a GRAFT round later for every message.
-            if peer in self.eager and len(self.eager) > 1:
+            # It has sent us messages first and no other eager neighbour has: it is our
+            # one parent, and the copy that came first came from a peer that has pruned us
+            # since, or that we pruned (PRUNEs crossing). Pruning this one too would leave
+            # us with IHAVEs only, repaired a GRAFT round later for every message.
+            if peer in self.eager and not self._only_parent(peer):
                 self._make_lazy(peer)
+                self.pruned_at[peer] = now
                 self.counters.prunes_sent += 1
                 out.append(Send(peer, self.topic, m.Prune()))
             return
@@ -337,7 +350,14 @@ class Broadcast:
                 return
         missing = self.missing.pop(mid, None)
         if self._is_neighbor(peer):
-            self._make_eager(peer, out)
+            # From a lazy neighbour, a push means it holds us eager (Plumtree makes it
+            # eager again), unless we pruned it so lately that this copy was on its way
+            # before our PRUNE arrived: it makes us lazy on reading the PRUNE, and
+            # counting it as eager here left a node whose one "parent" pushed nothing to it
+            # (a benchmark trace: cut off 320 ms, until IHAVE and GRAFT repaired it).
+            pruned = self.pruned_at.get(peer)
+            if pruned is None or now - pruned >= self.config.graft_grace:
+                self._make_eager(peer, out)
             self.first_from.pop(peer, None)
             self.first_from[peer] = now
         # A peer that announced the id (IHAVE) holds it: pushing it there is a duplicate,
@@ -358,7 +378,7 @@ class Broadcast:
                 out.append(Send(eager_peer, self.topic, forward))
         if missing is not None and self._is_neighbor(peer):
             # After the push, as Plumtree does: the announcer we graft must not get this copy.
-            self._maybe_optimize(peer, msg.hops, missing.announcers, out)
+            self._maybe_optimize(peer, msg.hops, missing.announcers, now, out)
         self._queue_ihave(mid, msg.hops, peer, out)
         if envelope.publisher != self.me:
             self._deliver_in_order(mid, envelope, msg.hops, now, out)
@@ -399,6 +419,7 @@ class Broadcast:
         eager_sender: PeerId,
         hops: int,
         announcers: list[tuple[PeerId, int]],
+        now: float,
         out: list[OutEvent],
     ) -> None:
         """Plumtree's optimisation: a lazy path `threshold` hops shorter replaces the eager one."""
@@ -416,23 +437,24 @@ class Broadcast:
             self._make_eager(lazy_peer, out)
             out.append(Send(eager_sender, self.topic, m.Prune()))
             self._make_lazy(eager_sender)
+            self.pruned_at[eager_sender] = now
 
     def _on_prune(self, peer: PeerId, out: list[OutEvent]) -> None:
+        lost_at = self.first_from.get(peer)
+        was_eager = peer in self.eager
         self._make_lazy(peer)
-        if self.eager:
+        if not was_eager or lost_at is None or self._still_fed(lost_at):
             return
-        # The PRUNE took our last eager link (PRUNEs crossing: we pruned our other parent
-        # for a duplicate while this one pruned us for one). With no eager link every
-        # message waits for IHAVE and a GRAFT (0.3-0.5 s); graft one lazy peer at once,
-        # as eager repair does when a parent goes down: the one that most recently sent
-        # us a message first, our latest parent. Its graft_grace keeps our in-flight
-        # forwards from pruning us again.
-        # A node that never had a parent among its neighbours (it only publishes, or
-        # nothing was sent yet) has no tree to repair.
+        # The PRUNE came from the neighbour that fed us last, and no eager one has fed
+        # us since: PRUNEs crossed (we pruned our other parent for a duplicate while this
+        # one pruned us for one), and we are left with no parent. Every message would
+        # wait for IHAVE and a GRAFT (0.3-0.5 s); graft a parent back at once, as eager
+        # repair does when a parent goes down: the lazy neighbour that fed us most
+        # lately, the pruner itself only if no other did. Its graft_grace keeps our
+        # in-flight forwards from pruning us again.
         parents = [p for p in self.first_from if p in self.lazy]
-        if not parents:
-            return
-        target = parents[-1]
+        others = [p for p in parents if p != peer]
+        target = (others or parents)[-1]
         self.counters.regrafts += 1
         out.append(Send(target, self.topic, m.Graft(ids=())))
         self._make_eager(target, out)
