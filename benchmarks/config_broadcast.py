@@ -339,7 +339,10 @@ async def episub_node(args: argparse.Namespace, writer: bool) -> None:
                     version = replica.state.version
             stats = {k: v - stats_warm.get(k, 0) for k, v in node.stats().items()}
             say("RESULT", json.dumps({"seen": seen, "counters": replica.counters,
-                                      "cpu_s": cpu_s() - cpu_warm, "stats": stats}))  # fmt: skip
+                                      "cpu_s": cpu_s() - cpu_warm, "stats": stats,
+                                      "address": node.address,
+                                      "rtts_ms": [n.rtt_ms for n in
+                                                  node.neighbors(replica.topic)]}))  # fmt: skip
         with trio.move_on_after(args.deadline):
             await stdin_line()  # STOP, or EOF: keep forwarding until then
         nursery.cancel_scope.cancel()
@@ -641,6 +644,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--settle", type=float, default=10.0, help="s between ready and the writes")
     p.add_argument("--deadline", type=float, default=300.0, help="bound on every wait, s")
     p.add_argument("--out", default=None, help="also write the result JSON here")
+    p.add_argument(
+        "--raw-out",
+        default=None,
+        help="also write every process's raw records here (per-reader times, counters)",
+    )
     # A child's own options (the harness passes them).
     p.add_argument("--role", choices=ROLES, help=argparse.SUPPRESS)
     p.add_argument("--contact", help=argparse.SUPPRESS)
@@ -672,6 +680,8 @@ def main(argv: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory(prefix="config_broadcast.") as logdir:
         raw = run(args, logdir)
     result = report(args, raw, command)
+    if args.raw_out:
+        Path(args.raw_out).write_text(json.dumps(raw) + "\n")
     print_report(result)
     if args.out:
         Path(args.out).write_text(json.dumps(result, indent=1) + "\n")

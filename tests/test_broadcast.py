@@ -355,26 +355,46 @@ def test_the_answer_to_our_graft_from_a_second_announcer_is_not_pruned():
     assert node.handle(received(3, gossip(e, hops=2)), 1.9) == [send(3, m.Prune())]
 
 
-def test_a_duplicate_from_our_last_eager_link_does_not_prune_it():
-    # 1 sent e first, then pruned us (it got a duplicate from us meanwhile): 2 is the one
-    # parent left, and its copy of e, crossing 1's PRUNE, must not cut that one too.
-    node = node_with(1, 2)
+def test_a_copy_from_a_peer_we_just_pruned_leaves_it_lazy():
+    # It was on its way before our PRUNE arrived: on reading the PRUNE the peer makes us
+    # lazy, so counting it as eager again would leave us with a "parent" that pushes
+    # nothing to us.
+    node = node_with(1, 2, graft_grace=0.5)
     node.handle(received(1, gossip(env(0), hops=2)), 1.0)
-    node.handle(received(1, m.Prune()), 1.01)
-    assert node.handle(received(2, gossip(env(0), hops=3)), 1.02) == []
+    assert node.handle(received(2, gossip(env(0), hops=3)), 1.01) == [send(2, m.Prune())]
+    out = node.handle(received(2, gossip(env(1), hops=3)), 1.02)
+    assert deliver(env(1), 3) in out
+    assert (node.eager_peers(TOPIC), node.lazy_peers(TOPIC)) == ([1], [2])
+    # Past the grace, a push from a lazy peer means it holds us eager, as Plumtree has it.
+    node.handle(received(2, gossip(env(2), hops=3)), 1.6)
+    assert (node.eager_peers(TOPIC), node.lazy_peers(TOPIC)) == ([1, 2], [])
+
+
+def test_pruned_parents_crossing_leave_us_with_a_parent():
+    # A benchmark trace: we pruned 2 for a duplicate, 2's next copy (sent before our PRUNE
+    # arrived) came first and we forwarded it to 1, our other parent, which had it: 1's
+    # duplicate of it must not prune 1 (our one eager parent), and 1's PRUNE for our
+    # forward grafts 2 back (it fed us last), instead of leaving us with IHAVEs only.
+    node = node_with(1, 2, graft_grace=0.5)
+    node.handle(received(1, gossip(env(0), hops=2)), 1.0)
+    node.handle(received(2, gossip(env(0), hops=3)), 1.01)  # PRUNE 2
+    node.handle(received(2, gossip(env(1), hops=3)), 1.02)  # forwarded to 1
+    fire(node, "ihave", 1.125)
+    assert node.handle(received(1, gossip(env(1), hops=2)), 1.13) == []
+    assert node.handle(received(1, m.Prune()), 1.14) == [send(2, m.Graft())]
     assert (node.eager_peers(TOPIC), node.lazy_peers(TOPIC)) == ([2], [1])
+    assert broadcast(node).counters.regrafts == 1
 
 
-def test_a_prune_that_takes_our_last_eager_link_grafts_our_latest_parent():
+def test_a_prune_from_our_last_feeder_grafts_the_parent_that_fed_us_most_lately():
     node = node_with(1, 2, 3)
     make_lazy(node, 3)
     node.handle(received(1, gossip(env(0), hops=2)), 1.0)
-    node.handle(received(2, gossip(env(1), hops=2)), 1.05)  # 2: the latest first copy
+    node.handle(received(2, gossip(env(1), hops=2)), 1.05)  # 2 fed us last
     fire(node, "ihave", 1.125)
-    assert node.handle(received(2, m.Prune()), 1.2) == []  # 1 is still eager
-    assert node.handle(received(1, m.Prune()), 1.3) == [send(2, m.Graft())]
-    assert (node.eager_peers(TOPIC), node.lazy_peers(TOPIC)) == ([2], [3, 1])
-    assert broadcast(node).counters.regrafts == 1
+    assert node.handle(received(1, m.Prune()), 1.2) == []  # 2 still feeds us
+    assert node.handle(received(2, m.Prune()), 1.3) == [send(1, m.Graft())]
+    assert (node.eager_peers(TOPIC), node.lazy_peers(TOPIC)) == ([1], [3, 2])
 
 
 def test_prune_makes_the_sender_lazy():

@@ -16,12 +16,15 @@ Rules from the draft (and Plumtree):
   first copy is made eager at both ends (empty GRAFT).
 - duplicate GOSSIP: PRUNE the sender, which moves to lazy; except from a peer that sent
   us an empty GRAFT less than `graft_grace` ago, a peer answering a GRAFT of ours for
-  that id, and our last eager link (see `_on_gossip`). A lazy sender is PRUNEd again (it
+  that id, and our one eager parent (see `_on_gossip`). A lazy sender is PRUNEd again (it
   holds us eager), at most once per `graft_grace`.
+- first receipt from a lazy neighbour makes it eager at both ends (an empty GRAFT), unless
+  we pruned it less than `graft_grace` ago (the copy was sent before our PRUNE arrived).
 - PRUNE: the sender moves to lazy; unless we GRAFTed it less than `graft_grace` ago: then
-  the two crossed, it has made us eager since, and we GRAFT again (once) to agree. If
-  the PRUNE took our last eager link, an empty GRAFT goes to the neighbour that most
-  recently sent us a message first, or another lazy one (see `_keep_a_parent`).
+  the two crossed, it has made us eager since, and we GRAFT again (once) to agree. If the
+  PRUNE left us with no eager link, or came from the neighbour that fed us last with no
+  eager one feeding us since, an empty GRAFT goes to the lazy neighbour that fed us most
+  lately, or another lazy one (see `_keep_a_parent`).
 - every `ihave_interval` the queue is flushed as IHAVE batches to lazy peers.
 - IHAVE of an unknown id: the id is missing; one periodic timer marks it on its first tick
   and from the second tick on GRAFTs it (batched per peer) from the next announcer.
@@ -138,10 +141,11 @@ class Broadcast:
         # neighbour -> when we last sent it a GRAFT, to recognise a PRUNE that crossed it;
         # at most one entry per active neighbour, dropped when it goes down.
         self.graft_sent_at: dict[PeerId, float] = {}
-        self.prune_sent_at: dict[PeerId, float] = {}  # the same, for PRUNE
         # neighbour -> when it last sent us a message first: our tree parents, most recent
         # last. At most one entry per active neighbour, dropped when it goes down.
         self.first_from: dict[PeerId, float] = {}
+        # neighbour -> when we last sent it a PRUNE; at most one entry per active neighbour.
+        self.pruned_at: dict[PeerId, float] = {}
         # id -> the peers we GRAFTed it from that have not answered yet; their answers are
         # copies we asked for, not a redundant path (bounded by max_missing).
         self.graft_answers: OrderedDict[MessageId, list[PeerId]] = OrderedDict()
@@ -169,7 +173,7 @@ class Broadcast:
         self.lazy.pop(peer, None)
         self.grafted_at.pop(peer, None)
         self.graft_sent_at.pop(peer, None)
-        self.prune_sent_at.pop(peer, None)
+        self.pruned_at.pop(peer, None)
         lost_at = self.first_from.pop(peer, None)
         if was_eager and repair and self.config.eager_repair and not self._still_fed(lost_at):
             for lazy_peer in list(self.lazy):
@@ -182,6 +186,11 @@ class Broadcast:
         self.graft_sent_at[peer] = now
         out.append(Send(peer, self.topic, m.Graft(ids=ids)))
 
+    def _prune(self, peer: PeerId, now: float, out: list[OutEvent]) -> None:
+        self.pruned_at[peer] = now
+        self.counters.prunes_sent += 1
+        out.append(Send(peer, self.topic, m.Prune()))
+
     def _on_prune(self, peer: PeerId, now: float, out: list[OutEvent]) -> None:
         sent = self.graft_sent_at.pop(peer, None)
         if sent is not None and now - sent < self.config.graft_grace and peer in self.eager:
@@ -193,30 +202,40 @@ class Broadcast:
             self.counters.crossed_prunes += 1
             out.append(Send(peer, self.topic, m.Graft(ids=())))
             return
+        lost_at = self.first_from.get(peer)
+        was_eager = peer in self.eager
         self._make_lazy(peer)
-        self._keep_a_parent(peer, now, out)
-
-    def _prune(self, peer: PeerId, now: float, out: list[OutEvent]) -> None:
-        self.prune_sent_at[peer] = now
-        self.counters.prunes_sent += 1
-        out.append(Send(peer, self.topic, m.Prune()))
+        if not was_eager:
+            return
+        # Left with no eager link, or the PRUNE came from the neighbour that fed us last
+        # and no eager one has fed us since (PRUNEs crossed: we pruned our other parent
+        # for a duplicate while this one pruned us for one): we have no parent.
+        orphaned = lost_at is not None and not self._still_fed(lost_at)
+        if not self.eager or orphaned:
+            self._keep_a_parent(peer, now, out)
 
     def _keep_a_parent(self, pruned: PeerId, now: float, out: list[OutEvent]) -> None:
-        """Never be left with lazy links only. With no eager link every message waits for
-        IHAVE and a GRAFT (0.3-0.5 s), or never comes when IHAVEs are lost (`--drop
-        ihave=1.0`: both remaining parents pruned a node that forwarded repaired messages,
-        and it missed the rest of the stream). GRAFT one lazy peer at once, as eager repair
-        does when a parent goes down: the one that most recently sent us a message first,
-        our latest parent; else another than the peer that just pruned us, if any. Its
-        graft_grace keeps our in-flight forwards from pruning us again."""
-        if self.eager or not self.lazy:
+        """Graft a parent back at once, as eager repair does when a parent goes down. With
+        no parent every message waits for IHAVE and a GRAFT (0.3-0.5 s), or never comes
+        when IHAVEs are lost (`--drop ihave=1.0`: both remaining parents pruned a node that
+        forwarded repaired messages, and it missed the rest of the stream). The lazy
+        neighbour that fed us most lately, the pruner itself only if no other did; with no
+        such record, another lazy neighbour than the pruner. Its graft_grace keeps our
+        in-flight forwards from pruning us again."""
+        if not self.lazy:
             return
         parents = [p for p in self.first_from if p in self.lazy]
+        others = [p for p in parents if p != pruned]
         another = next((p for p in self.lazy if p != pruned), pruned)
-        parent = parents[-1] if parents else another
+        target = (others or parents or [another])[-1]
         self.counters.regrafts += 1
-        self._graft(parent, (), now, out)
-        self._make_eager(parent, out)
+        self._graft(target, (), now, out)
+        self._make_eager(target, out)
+
+    def _only_parent(self, peer: PeerId) -> bool:
+        """Has `peer` sent us messages first, and no other eager neighbour ever?"""
+        first_from = self.first_from
+        return peer in first_from and not any(p != peer and p in first_from for p in self.eager)
 
     def _still_fed(self, lost_at: float | None) -> bool:
         """Does a remaining eager peer send us messages first, at least as lately as a lost
@@ -370,13 +389,14 @@ class Broadcast:
                 if not asked:
                     del self.graft_answers[mid]
                 return
-            # Our last eager link is our one parent: the copy that came first came from a
-            # peer that has pruned us since (two PRUNEs crossed). Pruning this one too would
-            # leave us with IHAVEs only, repaired a GRAFT round later for every message.
-            if peer in self.eager and len(self.eager) > 1:
+            # It has sent us messages first and no other eager neighbour has: it is our
+            # one parent, and the copy that came first came from a peer that has pruned us
+            # since, or that we pruned (PRUNEs crossing). Pruning this one too would leave
+            # us with IHAVEs only, repaired a GRAFT round later for every message.
+            if peer in self.eager and not self._only_parent(peer):
                 self._make_lazy(peer)
                 self._prune(peer, now, out)
-            elif peer in self.lazy and now - self.prune_sent_at.get(peer, -math.inf) >= grace:
+            elif peer in self.lazy and now - self.pruned_at.get(peer, -math.inf) >= grace:
                 # A lazy peer that pushes to us holds us eager: our PRUNE, or its GRAFT's
                 # answer, was lost. Copies it sent before our last PRUNE reached it are
                 # spared by the same grace as above.
@@ -398,15 +418,19 @@ class Broadcast:
                 self.missing.pop(mid, None)
                 return
         missing = self.missing.pop(mid, None)
-        if peer in self.lazy:
-            # A first copy from a lazy peer: the peer becomes our eager parent (Plumtree),
-            # and says so with an empty GRAFT. Flipping only our end was wrong whenever the
-            # copy was not an eager push: a PULL answer (gap repair) left the link eager here
-            # and lazy there, and this node starved (`--drop ihave=1.0`: a node missed the
-            # tail of a stream for good).
-            self._graft(peer, (), now, out)
-            self._make_eager(peer, out)
         if self._is_neighbor(peer):
+            # A first copy from a lazy neighbour: it becomes our eager parent (Plumtree),
+            # at both ends: we say so with an empty GRAFT. Flipping only our end was wrong
+            # whenever the copy was not an eager push: a PULL answer (gap repair) left the
+            # link eager here and lazy there, and the node starved (`--drop ihave=1.0`: a
+            # node missed the tail of a stream for good). Unless we pruned it so lately
+            # that this copy was on its way before our PRUNE arrived: it makes us lazy on
+            # reading the PRUNE, and counting it as eager here left a node whose one
+            # "parent" pushed nothing to it (a benchmark trace: cut off 320 ms).
+            pruned = self.pruned_at.get(peer)
+            if peer in self.lazy and (pruned is None or now - pruned >= self.config.graft_grace):
+                self._graft(peer, (), now, out)
+                self._make_eager(peer, out)
             self.first_from.pop(peer, None)
             self.first_from[peer] = now
         # A peer that announced the id (IHAVE) holds it: pushing it there is a duplicate,
@@ -486,6 +510,7 @@ class Broadcast:
             self._make_eager(lazy_peer, out)
             out.append(Send(eager_sender, self.topic, m.Prune()))
             self._make_lazy(eager_sender)
+            self.pruned_at[eager_sender] = now
 
     def _on_ihave(
         self,
