@@ -191,6 +191,21 @@ def test_ihave_is_flushed_to_lazy_peers_only_excluding_the_peer_it_came_from():
     assert fire(node, "ihave", 1.25) == []  # the queue was emptied
 
 
+def test_ihave_leaves_out_ids_a_peer_sent_or_announced_to_us_meanwhile():
+    node = node_with(1, 2, 3, 4)
+    make_lazy(node, 2, 3, 4)
+    a, b = env(0), env(1)
+    node.handle(received(1, gossip(a, hops=1)), 1.0)
+    node.handle(received(1, gossip(b, hops=1)), 1.0)
+    node.handle(received(2, m.IHave(summaries=((mid(a), 1),))), 1.05)  # 2 holds a
+    node.handle(received(3, gossip(b, hops=2)), 1.06)  # 3 holds b (a duplicate)
+    assert fire(node, "ihave", 1.125) == [
+        send(2, m.IHave(summaries=((mid(b), 1),))),
+        send(3, m.IHave(summaries=((mid(a), 1),))),
+        send(4, m.IHave(summaries=((mid(a), 1), (mid(b), 1)))),
+    ]
+
+
 def test_ihave_is_chunked_by_max_ihave_ids():
     node = node_with(1, 9, max_ihave_ids=2)  # 9 stays eager: a node keeps a parent
     make_lazy(node, 1)
