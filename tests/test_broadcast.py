@@ -445,6 +445,17 @@ def test_a_first_copy_from_a_lazy_peer_grafts_it_so_both_ends_agree():
     assert node.eager_peers(TOPIC) == [1, 2]
 
 
+def test_a_duplicate_from_our_last_eager_link_does_not_prune_it():
+    # The first copy came from a peer that had just left our view; every neighbour then
+    # pushed the same message. Pruning them all left a node with lazy links only, and
+    # with IHAVEs lost it missed the whole stream (`--drop ihave=1.0 --seed 2`).
+    node = node_with(1, 2)
+    node.handle(received(9, gossip(env(0), hops=2)), 1.0)  # 9: no longer a neighbour
+    assert node.handle(received(2, gossip(env(0), hops=3)), 1.0) == [send(2, m.Prune())]
+    assert node.handle(received(1, gossip(env(0), hops=3)), 1.0) == []
+    assert node.eager_peers(TOPIC) == [1]
+
+
 def test_prune_or_graft_from_a_non_neighbour_changes_no_set():
     node = node_with(1)
     node.handle(received(7, m.Prune()), 1.0)

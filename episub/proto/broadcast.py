@@ -396,8 +396,13 @@ class Broadcast:
             # It has sent us messages first and no other eager neighbour has: it is our
             # one parent, and the copy that came first came from a peer that has pruned us
             # since, or that we pruned (PRUNEs crossing). Pruning this one too would leave
-            # us with IHAVEs only, repaired a GRAFT round later for every message.
-            if peer in self.eager and not self._only_parent(peer):
+            # us with IHAVEs only, repaired a GRAFT round later for every message. Nor is
+            # our last eager link pruned: a node whose first copy came from a peer that had
+            # just left its view got the same message from all its neighbours at once,
+            # pruned every one and was left with lazy links only (`--drop ihave=1.0
+            # --seed 2`: it missed all 50 counted messages).
+            last = len(self.eager) == 1
+            if peer in self.eager and not last and not self._only_parent(peer):
                 self._make_lazy(peer)
                 self._prune(peer, now, out)
             elif peer in self.lazy and now - self.pruned_at.get(peer, -math.inf) >= grace:
