@@ -43,8 +43,9 @@ def prefixed(body: bytes) -> bytes:
     return struct.pack(">I", len(body)) + body
 
 
-def decode_all(chunks: list[bytes], max_frame: int = MAX_FRAME) -> None:
-    """Feed `chunks` one by one and take every frame; only FrameError may come out."""
+def assert_decodes_or_frame_error(chunks: list[bytes], max_frame: int = MAX_FRAME) -> None:
+    """Feed `chunks` one by one and take every frame; only FrameError may come out, every
+    item decoded is well formed, and the buffer stays bounded (asserted here)."""
     decoder = FrameDecoder(max_frame_size=max_frame, max_items_per_frame=64)
     try:
         for chunk in chunks:
@@ -96,13 +97,13 @@ SAMPLE_FRAME = encode_frame(
 @example([b"\xff\xff\xff\xff"])  # a 4 GiB header
 @example([prefixed(b"\x0a\x00")])  # an empty item
 def test_fuzz_raw_bytes_raise_only_frame_error(chunks: list[bytes]) -> None:
-    decode_all(chunks)
+    assert_decodes_or_frame_error(chunks)
 
 
 @FUZZ
 @given(st.lists(st.binary(max_size=300).map(prefixed), min_size=1, max_size=4))
 def test_fuzz_prefixed_garbage_raises_only_frame_error(chunks: list[bytes]) -> None:
-    decode_all(chunks)
+    assert_decodes_or_frame_error(chunks)
 
 
 @FUZZ
@@ -121,7 +122,7 @@ def test_fuzz_mutated_valid_frames_raise_only_frame_error(
     for position, value in edits:
         data[position] = value
     chunks = [bytes(data[i : i + cut]) for i in range(0, len(data), cut)]
-    decode_all(chunks)
+    assert_decodes_or_frame_error(chunks)
 
 
 # Protobuf-level fuzzing: a Frame built field by field with arbitrary values, so that
@@ -188,7 +189,7 @@ def _fill(draw: st.DrawFn, msg, fd) -> None:
 @FUZZ
 @given(st.lists(pb_frames(), min_size=1, max_size=3))
 def test_fuzz_structured_protobuf_frames_raise_only_frame_error(frames: list[bytes]) -> None:
-    decode_all([b"".join(frames)])
+    assert_decodes_or_frame_error([b"".join(frames)])
 
 
 # -- the handshake ---------------------------------------------------------------------------
@@ -202,7 +203,7 @@ def valid_hello() -> bytes:
     return Handshake(key=KEY, my_id=ALICE, initiator=True, nonce=b"\x01" * 32).data_to_send()
 
 
-def handshake_all(chunks: list[bytes]) -> None:
+def assert_handshake_fails_cleanly(chunks: list[bytes]) -> None:
     """Feed `chunks` to a responder; only HandshakeError may come out, and after one the
     machine refuses further input with HandshakeError too."""
     machine = responder()
@@ -225,7 +226,7 @@ def handshake_all(chunks: list[bytes]) -> None:
 @example([b"\x00\x00\x00\x01\x0a"])  # a Hello field with no length
 @example([prefixed(b"\x12\x00")])  # an empty Proof before any Hello
 def test_fuzz_handshake_raw_bytes_raise_only_handshake_error(chunks: list[bytes]) -> None:
-    handshake_all(chunks)
+    assert_handshake_fails_cleanly(chunks)
 
 
 @st.composite
@@ -246,7 +247,7 @@ def test_fuzz_structured_handshake_messages_raise_only_handshake_error(
     messages: list[bytes], cut: int
 ) -> None:
     data = b"".join(messages)
-    handshake_all([data[i : i + cut] for i in range(0, len(data), cut)])
+    assert_handshake_fails_cleanly([data[i : i + cut] for i in range(0, len(data), cut)])
 
 
 @FUZZ
@@ -260,4 +261,4 @@ def test_fuzz_mutated_valid_hello_raises_only_handshake_error(
     data = bytearray(valid_hello())
     for position, value in edits:
         data[position % len(data)] = value
-    handshake_all([bytes(data), tail])
+    assert_handshake_fails_cleanly([bytes(data), tail])
