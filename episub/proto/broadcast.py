@@ -203,6 +203,7 @@ class Broadcast:
             # eager repair after a neighbour left, against a PRUNE for a duplicate). GRAFT
             # again, once, so the last word on the link is the same at both ends.
             self.counters.crossed_prunes += 1
+            # Not through _graft: no new graft_sent_at, so a second PRUNE is taken.
             out.append(Send(peer, self.topic, m.Graft(ids=())))
             return
         lost_at = self.first_from.get(peer)
@@ -517,9 +518,8 @@ class Broadcast:
             self.counters.optimizations += 1
             self._graft(lazy_peer, (), now, out)
             self._make_eager(lazy_peer, out)
-            out.append(Send(eager_sender, self.topic, m.Prune()))
+            self._prune(eager_sender, now, out)
             self._make_lazy(eager_sender)
-            self.pruned_at[eager_sender] = now
 
     def _on_ihave(
         self,
