@@ -26,9 +26,10 @@ Choices the API makes:
 from __future__ import annotations
 
 import itertools
+import logging
 import secrets
-from collections.abc import AsyncIterator, Iterable, Mapping
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from random import Random
 from types import TracebackType
@@ -80,6 +81,8 @@ __all__ = [
     "Node",
     "Receipt",
 ]
+
+log = logging.getLogger("episub.node")
 
 # After the first bootstrap contact answers, how long the others may still answer.
 BOOTSTRAP_GRACE = 0.25  # trio's happy_eyeballs_delay default: "is the next one coming?"
@@ -193,6 +196,8 @@ class Node:
         self._runtime: Runtime | None = None
         self._address = ""
         self._subscriptions: dict[str, list[Subscription]] = {}
+        self._listeners: dict[str, list[Callable[[Message | Lost], None]]] = {}
+        self._listener_errors = 0
         self._first_neighbor: dict[str, trio.Event] = {}
         # Fetches in progress, per (topic, publisher): the seqs each waits for, and an event
         # set when one of those arrives (live messages of the publisher do not count).
@@ -429,6 +434,35 @@ class Node:
         self._running()
         return Subscription(topic, buffer, self._add_subscription, self._remove_subscription)
 
+    @contextmanager
+    def listen(self, topic: str, callback: Callable[[Message | Lost], None]) -> Iterator[None]:
+        """Call `callback(item)` for each item of `topic` (Message, Lost) while in the block.
+
+        For in-process components that keep state, such as a configuration replica: the
+        call happens as the node delivers the message, inside its event processing, so it
+        costs no task switch and no buffer (nothing lags), but it must be quick and must
+        not block. An exception it raises is logged and counted (`listener_errors`), and
+        the node carries on. Applications use `subscribe`.
+        """
+        self._running()
+        check_topic_name(topic)
+        listeners = self._listeners.setdefault(topic, [])
+        listeners.append(callback)
+        try:
+            yield
+        finally:
+            listeners.remove(callback)
+            if not listeners:
+                self._listeners.pop(topic, None)
+
+    def _tell_listeners(self, topic: str, item: Message | Lost) -> None:
+        for callback in self._listeners.get(topic, ()):
+            try:
+                callback(item)
+            except Exception:
+                self._listener_errors += 1
+                log.exception("listener %r of %r failed on %r", callback, topic, item)
+
     def _add_subscription(self, sub: Subscription) -> None:
         self._running()
         self._subscriptions.setdefault(sub.topic, []).append(sub)
@@ -452,6 +486,8 @@ class Node:
                 return  # history: for retention, not a new message for subscribers
             for sub in self._subscriptions.get(message.topic, ()):
                 sub.offer(message)
+            if message.topic in self._listeners:
+                self._tell_listeners(message.topic, message)
         elif kind is NeighborUp:
             up = self._first_neighbor.get(event.topic)  # type: ignore[union-attr]
             if up is not None:
@@ -464,6 +500,7 @@ class Node:
             lost = Lost(event.publisher, event.first_seq, event.last_seq)  # type: ignore[union-attr]
             for sub in self._subscriptions.get(event.topic, ()):  # type: ignore[union-attr]
                 sub.offer(lost)
+            self._tell_listeners(event.topic, lost)  # type: ignore[union-attr]
 
     # -- queries ----------------------------------------------------------------------------
 
@@ -530,6 +567,8 @@ class Node:
         out["subscriptions"] = len(subs)
         out["subscriber_dropped"] = sum(s.dropped for s in subs)
         out["subscribers_lagged"] = sum(1 for s in subs if s.dropped)
+        out["listeners"] = sum(len(group) for group in self._listeners.values())
+        out["listener_errors"] = self._listener_errors
         out["retained_messages"] = len(self._retention)
         out["retained_bytes"] = self._retention.bytes
         return out

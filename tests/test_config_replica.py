@@ -141,13 +141,13 @@ def test_a_write_that_overtook_an_earlier_one_is_applied_and_the_gap_waits_for_i
                 _, second = await start_replicas(nursery, nodes)
                 syncs = second.counters["syncs"]
                 writer = b"127.0.0.1:1/" + b"0" * 16
-                await second._on_item(update_item(writer, 2, "two"))
+                second._on_item(update_item(writer, 2, "two"))
                 assert second.state.version == 2 and snapshot(second) == {"k": "two"}
-                await second._on_item(update_item(writer, 1, "one"))  # late, and older
+                second._on_item(update_item(writer, 1, "one"))  # late, and older
                 assert snapshot(second) == {"k": "two"}
                 await trio.sleep(GAP_GRACE * 1.5)
                 assert second.counters["syncs"] == syncs  # the gap filled itself: no snapshot
-                await second._on_item(update_item(writer, 5, "five"))
+                second._on_item(update_item(writer, 5, "five"))
                 await wait_until(lambda: second.counters["syncs"] > syncs, what="a sync")
                 nursery.cancel_scope.cancel()
 

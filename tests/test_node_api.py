@@ -96,6 +96,38 @@ def test_lagged_comes_before_the_next_message_after_the_gap() -> None:
     run(main)
 
 
+def test_a_listener_sees_each_message_as_delivered_and_a_failing_one_is_counted(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async def main() -> None:
+        async with AsyncExitStack() as stack:
+            a, b = await pair(stack)
+            heard: list[bytes] = []
+
+            def broken(item: object) -> None:
+                raise RuntimeError("listener bug")
+
+            with b.listen(TOPIC, lambda item: heard.append(item.value)), b.listen(TOPIC, broken):
+                async with b.subscribe(TOPIC) as sub:
+                    for i in range(3):
+                        await a.publish(TOPIC, b"%d" % i)
+                    await receive_messages(sub, 3)  # b delivered all three
+                # Called during delivery, before the subscriber could run: all three heard.
+                assert heard == [b"0", b"1", b"2"]
+                assert b.stats()["listeners"] == 2
+                assert b.stats()["listener_errors"] == 3  # and the node carried on
+            await a.publish(TOPIC, b"after")
+            async with b.subscribe(TOPIC) as sub:
+                await a.publish(TOPIC, b"after2")
+                await receive_messages(sub, 1)
+            assert heard == [b"0", b"1", b"2"]  # out of the block: not called any more
+            assert b.stats()["listeners"] == 0
+
+    with caplog.at_level(logging.ERROR, logger="episub.node"):
+        run(main)
+    assert "listener bug" in caplog.text
+
+
 def test_subscriptions_end_when_the_node_closes() -> None:
     async def main() -> None:
         items = []

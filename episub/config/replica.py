@@ -18,12 +18,11 @@ GAP_GRACE, or by a snapshot).
 
 How a replica catches up without any writer resending (the snapshot's owner is everyone):
 - When it starts, and whenever it notices it missed something (an update stamped more than
-  one above its version whose gap stays open for GAP_GRACE, a Lagged or Lost subscription
-  item), it publishes a sync request
-  naming one neighbour, nearest by RTT first; that neighbour publishes its snapshot, which
-  every replica merges (harmless: the same highest-stamp rule as updates). With no answer
-  within SYNC_TIMEOUT it names the next neighbour; with no neighbour at all it is the
-  first node and has nothing to learn.
+  one above its version whose gap stays open for GAP_GRACE, or a Lost notice from the
+  node), it publishes a sync request naming one neighbour, nearest by RTT first; that
+  neighbour publishes its snapshot, which every replica merges (harmless: the same
+  highest-stamp rule as updates). With no answer within SYNC_TIMEOUT it names the next
+  neighbour; with no neighbour at all it is the first node and has nothing to learn.
 - A replica answers sync requests naming it, at most one snapshot per SNAPSHOT_INTERVAL
   (requests arriving meanwhile are answered together by the next one), so a peer naming
   it in a loop costs one bounded message per interval.
@@ -53,7 +52,7 @@ from episub.config.codec import (
 from episub.config.state import ConfigState, Entry, check_key
 from episub.node import Neighbor, Node
 from episub.proto.messages import check_topic_name
-from episub.subscription import Lagged, Lost, Message
+from episub.subscription import Lost, Message
 
 __all__ = [
     "DELETE",
@@ -74,7 +73,6 @@ SYNC_TIMEOUT = 2.0  # guess
 # How long a replica whose only neighbours are seeds waits for another before asking a seed.
 SEED_GRACE = 1.0  # guess: a few RTTs and a shuffle of a busy Python node
 SNAPSHOT_INTERVAL = 0.2  # s between two snapshot answers; guess: 5/s stays cheap at 512 KiB
-REPLICA_BUFFER = 65_536  # items; guess: as the agent's ledger, absorbs a stalled loop
 # How long versions skipped by an update may stay missing before a snapshot is asked for:
 # a write that overtook another on its way comes from a separate stream, and the late one
 # is repaired by IHAVE + GRAFT within ihave_interval + 2 * missing_check_interval (0.5 s).
@@ -124,7 +122,7 @@ class ConfigReplica:
         self.synced = trio.Event()  # set once the first catch-up is over
         self.counters = {"updates": 0, "snapshots_sent": 0, "snapshots_merged": 0, "syncs": 0,
                          "malformed": 0}  # fmt: skip
-        self._changed = trio.Condition()
+        self._changed = trio.Event()  # set and replaced whenever the state changes
         self._sync_wanted = trio.Event()
         self._answer_wanted = trio.Event()
         self._snapshot_for_us = trio.Event()
@@ -137,23 +135,21 @@ class ConfigReplica:
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Subscribe, join, then apply what arrives until cancelled; syncs in between."""
-        async with (
-            trio.open_nursery() as nursery,
-            self.node.subscribe(self.topic, REPLICA_BUFFER) as sub,
-        ):
-            try:
-                await self.node.join(self.topic, self.bootstrap)
-            except TimeoutError as exc:  # joined; the node keeps looking for neighbours
-                log.warning("config %r: %s", self.name, exc)
-            nursery.start_soon(self._syncer)
-            nursery.start_soon(self._answerer)
-            nursery.start_soon(self._gap_watcher)
-            task_status.started()
-            async for item in sub:
-                await self._on_item(item)
+        # A listener, not a subscription: each message is applied as the node delivers
+        # it, with no task switch and no buffer to lag (an update reaches wait_for sooner).
+        with self.node.listen(self.topic, self._on_item):
+            async with trio.open_nursery() as nursery:
+                try:
+                    await self.node.join(self.topic, self.bootstrap)
+                except TimeoutError as exc:  # joined; the node keeps looking for neighbours
+                    log.warning("config %r: %s", self.name, exc)
+                nursery.start_soon(self._syncer)
+                nursery.start_soon(self._answerer)
+                nursery.start_soon(self._gap_watcher)
+                task_status.started()
 
-    async def _on_item(self, item: object) -> None:
-        if isinstance(item, Lagged | Lost):
+    def _on_item(self, item: object) -> None:
+        if isinstance(item, Lost):
             log.info("config %r: missed messages (%r); asking for a snapshot", self.name, item)
             self._sync_wanted.set()
             return
@@ -173,7 +169,7 @@ class ConfigReplica:
             self._missing.pop(message.version, None)
             if message.version > self.state.version + 1:
                 self._notice_gap(self.state.version + 1, message.version)
-            await self._apply(message.changes.items())
+            self._apply(message.changes.items())
         elif isinstance(message, SyncRequest):
             if message.responder == self.node.id and len(self._requesters) < MAX_REQUESTERS:
                 least = self._requesters.get(message.requester, message.version)
@@ -184,17 +180,17 @@ class ConfigReplica:
                 self._last_answer = message.entries
             if message.entries:
                 self.counters["snapshots_merged"] += 1
-                await self._apply(message.entries.items())
+                self._apply(message.entries.items())
                 top = max(entry.version for entry in message.entries.values())
                 for version in [v for v in self._missing if v <= top]:
                     del self._missing[version]
             if self.node.id in message.requesters:
                 self._snapshot_for_us.set()
 
-    async def _apply(self, changes: object) -> None:
+    def _apply(self, changes: object) -> None:
         if self.state.apply(changes):  # type: ignore[arg-type]
-            async with self._changed:
-                self._changed.notify_all()
+            self._changed.set()
+            self._changed = trio.Event()
 
     def _notice_gap(self, first: int, end: int) -> None:
         """Versions first..end-1 were skipped: a snapshot if they stay missing GAP_GRACE."""
@@ -306,14 +302,16 @@ class ConfigReplica:
         await self.node.publish_record(
             self.topic, encode_update(version, writer, entries), stream=stream
         )
-        await self._apply(entries.items())
+        self._apply(entries.items())
         return version
 
     async def wait_for(self, version: int, timeout: float) -> bool:
         """Wait until this replica's version is at least `version`; False on timeout."""
         with trio.move_on_after(timeout):
-            async with self._changed:
-                while self.state.version < version:
-                    await self._changed.wait()
+            # An Event swapped on each change, not a Condition: no lock to take per update
+            # (a follower waits once per version, on the hot path of every update).
+            await trio.lowlevel.checkpoint()
+            while self.state.version < version:
+                await self._changed.wait()
             return True
         return False
