@@ -1,5 +1,5 @@
 """Plumtree broadcast with the Episub draft's batching and per-publisher order: one test per
-rule of episub/proto/broadcast.py.
+rule of episub/proto/broadcast.py and episub/proto/ordering.py.
 
 Each test drives `NodeState.handle` with an explicit `now` and compares exact outputs.
 Neighbours are made the real way (NEIGHBOR requests, see tests/helpers.py): they start

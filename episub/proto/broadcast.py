@@ -4,11 +4,11 @@ Rules this machine keeps:
 - `eager` and `lazy` are disjoint and their union is exactly the active view that
   membership reported through neighbor_up/neighbor_down.
 - A message id is accepted once (the `seen` cache); its id must be blake3 of its envelope.
-- The application gets each publisher's messages in sequence order, each once: a message
-  that arrives early is held until the gap before it is filled or given up (DataLost).
+- Each first copy of a message (and our own publish at a named stream's place) goes to
+  `ordering` (ordering.py), which gives the application each publisher's messages in
+  sequence order, each once, and repairs gaps; its rules are at the top of that module.
 - Every table a peer can grow is bounded: cache (count, bytes, age), seen (count, age),
-  missing ids, announcers per id, held messages per publisher, publishers (the least
-  recently active idle stream is forgotten to make room).
+  missing ids, announcers per id; ordering.py bounds its own.
 
 Rules from the draft (and Plumtree):
 - publish / first receipt: GOSSIP to eager peers with hops + 1, id queued for IHAVE;
@@ -30,11 +30,12 @@ Rules from the draft (and Plumtree):
 - IHAVE of an unknown id: the id is missing; one periodic timer marks it on its first tick
   and from the second tick on GRAFTs it (batched per peer) from the next announcer.
 - GRAFT: the sender becomes eager and gets the ids it asked for from the cache.
+- PULL: the sender gets the publisher's messages it asked for that the cache holds.
 - tree optimisation: a lazy path shorter than the eager one by `optimization_threshold`
   hops swaps the two (GRAFT the lazy announcer, PRUNE the eager sender).
 - optional eager repair when an eager neighbour goes down (empty GRAFT to lazy peers),
   unless a remaining eager neighbour has sent us a message first since it did.
-- per-publisher gaps are pulled (PULL first..last) from neighbours in turn.
+- per-publisher gaps are pulled (PULL first..last) from neighbours in turn (ordering.py).
 """
 
 from __future__ import annotations
@@ -50,8 +51,6 @@ from episub.proto.envelope import message_id
 from episub.proto.errors import LocalProtocolError, MessageTooLarge
 from episub.proto.events import (
     AlreadyPublished,
-    DataLost,
-    Deliver,
     OutEvent,
     PeerMisbehaved,
     Published,
@@ -60,6 +59,7 @@ from episub.proto.events import (
     Send,
 )
 from episub.proto.messages import Envelope, MessageId, PeerId
+from episub.proto.ordering import OrderedDelivery, PublisherStream
 
 
 @dataclass(slots=True)
@@ -78,17 +78,6 @@ class Missing:
     announcers: list[tuple[PeerId, int]]  # (peer, hops it announced), first come first
     ticks: int = 0
     grafted_from: list[PeerId] = field(default_factory=list)  # whom we GRAFTed it from
-
-
-@dataclass(slots=True)
-class PublisherStream:
-    """Ordered delivery state for one publisher."""
-
-    next_seq: int  # the next sequence number the application gets
-    held: dict[int, tuple[MessageId, Envelope, int]] = field(default_factory=dict)
-    settling_until: float | None = None  # while set, where the stream starts is not fixed
-    gap_since: float | None = None
-    pull_attempts: int = 0
 
 
 @dataclass(slots=True)
@@ -152,14 +141,24 @@ class Broadcast:
         # id -> the peers we GRAFTed it from that have not answered yet; their answers are
         # copies we asked for, not a redundant path (bounded by max_missing).
         self.graft_answers: OrderedDict[MessageId, list[PeerId]] = OrderedDict()
-        self.streams: dict[PeerId, PublisherStream] = {}
-        # publisher -> the last span we fetched of it, oldest first; bounded by max_fetches.
-        self.fetches: OrderedDict[PeerId, tuple[int, int]] = OrderedDict()
         self.next_seq = 0
         self._ihave_armed = False
         self._missing_armed = False
-        self._gap_armed = False
         self.counters = BroadcastCounters()
+        # Per-publisher order (ordering.py): it counts into our counters.
+        self.ordering = OrderedDelivery(
+            topic=topic, config=config, timer_prefix=timer_prefix, counters=self.counters
+        )
+
+    @property
+    def streams(self) -> dict[PeerId, PublisherStream]:
+        """Ordered delivery state per publisher, least recently active first."""
+        return self.ordering.streams
+
+    @property
+    def fetches(self) -> OrderedDict[PeerId, tuple[int, int]]:
+        """publisher -> the last span we fetched of it, oldest first."""
+        return self.ordering.fetches
 
     # -- neighbours ---------------------------------------------------------------------
 
@@ -320,7 +319,7 @@ class Broadcast:
                 f"message of {envelope.size} bytes exceeds max_message_size "
                 f"({self.config.max_message_size} bytes) on topic {self.topic!r}"
             )
-        if stream is not None and self._place_taken(publisher, seq):
+        if stream is not None and self.ordering.place_taken(publisher, seq):
             self.counters.republished += 1
             out.append(AlreadyPublished(self.topic, publisher, seq, self.by_seq.get(stream)))
             return None
@@ -333,18 +332,12 @@ class Broadcast:
         else:
             # A named stream's messages reach our own application the way a peer's do: in
             # order, once per place, so a second writer of the same place is dropped.
-            self._deliver_in_order(mid, envelope, 0, now, out)
+            self.ordering.deliver(mid, envelope, 0, now, out)
         gossip = m.Gossip(id=mid, envelope=envelope, hops=1)
         for peer in self.eager:
             out.append(Send(peer, self.topic, gossip))
         self._queue_ihave(mid, 0, None, out)
         return mid
-
-    def _place_taken(self, publisher: PeerId, seq: int) -> bool:
-        stream = self.streams.get(publisher)
-        if stream is None:
-            return False
-        return seq < stream.next_seq or seq in stream.held
 
     # -- messages -----------------------------------------------------------------------
 
@@ -418,13 +411,13 @@ class Broadcast:
             return
         self.counters.gossip_received += 1
         self._remember(mid, envelope, hops=msg.hops, sender=peer, now=now)
-        if self._behind_stream(envelope):
+        if self.ordering.behind_stream(envelope):
             # From before our stream's position: history, kept but not delivered again. An
             # answer to our own fetch is news to nobody downstream, so it stops here; any
             # other copy may be live for nodes that joined before us, and goes on.
             self.counters.recovered += 1
             out.append(Recovered(self.topic, mid, envelope))
-            if self._fetched(envelope):
+            if self.ordering.fetched(envelope):
                 self.missing.pop(mid, None)
                 return
         missing = self.missing.pop(mid, None)
@@ -464,38 +457,13 @@ class Broadcast:
             self._maybe_optimize(peer, msg.hops, missing.announcers, now, out)
         self._queue_ihave(mid, msg.hops, peer, out)
         if envelope.publisher != self.me:
-            self._deliver_in_order(mid, envelope, msg.hops, now, out)
-
-    def _behind_stream(self, envelope: Envelope) -> bool:
-        """Is this message history for us: from before where its stream starts? While the
-        stream settles, so is anything more than max_gap below the lowest seq seen (it will
-        not be held for delivery), such as the answers to a fetch made right after joining."""
-        stream = self.streams.get(envelope.publisher)
-        if stream is None or envelope.seq in stream.held:
-            return False
-        if stream.settling_until is not None:
-            return envelope.seq < stream.next_seq - self.config.max_gap
-        return envelope.seq < stream.next_seq
-
-    def _fetched(self, envelope: Envelope) -> bool:
-        span = self.fetches.get(envelope.publisher)
-        return span is not None and span[0] <= envelope.seq <= span[1]
+            self.ordering.deliver(mid, envelope, msg.hops, now, out)
 
     def fetch(
         self, peer: PeerId, publisher: PeerId, first: int, last: int, out: list[OutEvent]
     ) -> None:
         """PULL first..last of `publisher` from `peer`, in spans the wire allows."""
-        self.fetches.pop(publisher, None)
-        self.fetches[publisher] = (first, last)
-        if len(self.fetches) > self.config.max_fetches:
-            self.fetches.popitem(last=False)
-        while first <= last:
-            upto = min(last, first + m.MAX_PULL_SPAN - 1)
-            self.counters.pulls_sent += 1
-            out.append(
-                Send(peer, self.topic, m.Pull(publisher=publisher, first_seq=first, last_seq=upto))
-            )
-            first = upto + 1
+        self.ordering.fetch(peer, publisher, first, last, out)
 
     def _maybe_optimize(
         self,
@@ -583,10 +551,9 @@ class Broadcast:
             self._missing_armed = False
             self._check_missing(now, out)
         elif name == "gap":
-            self._gap_armed = False
-            self._check_gaps(now, out)
+            self.ordering.on_gap_timer([*self.eager, *self.lazy], now, out)
         elif name == "settle":
-            self._end_settling(now, out)
+            self.ordering.on_settle_timer(now, out)
 
     def _queue_ihave(
         self, mid: MessageId, hops: int, exclude: PeerId | None, out: list[OutEvent]
@@ -672,137 +639,3 @@ class Broadcast:
             key = (old.envelope.publisher, old.envelope.seq)
             if self.by_seq.get(key) == old_id:
                 del self.by_seq[key]
-
-    # -- ordered delivery and gap repair -------------------------------------------------
-
-    def _deliver_in_order(
-        self, mid: MessageId, envelope: Envelope, hops: int, now: float, out: list[OutEvent]
-    ) -> None:
-        c = self.config
-        stream = self.streams.pop(envelope.publisher, None)
-        if stream is None:
-            if len(self.streams) >= c.max_publishers and not self._evict_idle_stream():
-                out.append(PeerMisbehaved(envelope.publisher, "too many publishers on this topic"))
-                return
-            # The first message we see of a publisher opens its stream; where the stream
-            # starts is fixed only after `stream_settle`, so an earlier message that the
-            # first one overtook is still delivered, in order. Nothing comes before seq 0.
-            settles = c.stream_settle > 0 and envelope.seq > 0
-            stream = PublisherStream(
-                next_seq=envelope.seq, settling_until=now + c.stream_settle if settles else None
-            )
-            if settles:
-                out.append(ScheduleTimer(c.stream_settle, (*self._timer_prefix, "settle")))
-        # Re-inserted on every message: `streams` runs from least to most recently active.
-        self.streams[envelope.publisher] = stream
-        seq = envelope.seq
-        if stream.settling_until is not None:
-            if seq not in stream.held and seq >= stream.next_seq - c.max_gap:
-                stream.held[seq] = (mid, envelope, hops)
-                stream.next_seq = min(stream.next_seq, seq)
-            return
-        if seq < stream.next_seq or seq in stream.held:
-            return  # delivered already, or from before we joined
-        publisher = envelope.publisher
-        if seq - stream.next_seq > c.max_gap:
-            # Too far ahead to pull what lies between: report it lost and resynchronise.
-            self._give_up(publisher, stream, seq - c.max_gap, out)
-        if seq > stream.next_seq and len(stream.held) >= c.max_held_per_publisher:
-            # No room to wait for the gap: give it up and deliver what is held.
-            self._give_up(publisher, stream, min(stream.held), out)
-            self._release_held(publisher, stream, out)
-        # Every message goes through `held`: releasing delivers it, and what it unblocks,
-        # when it is the next in sequence; otherwise it waits for the gap before it.
-        stream.held[seq] = (mid, envelope, hops)
-        self._release_held(publisher, stream, out)
-        if stream.held and stream.gap_since is None:
-            stream.gap_since = now
-            stream.pull_attempts = 0
-            self._arm_gap_timer(out)
-
-    def _evict_idle_stream(self) -> bool:
-        """Forget the least recently active stream that holds nothing, to make room for a
-        new publisher. A publisher's streams come and go (a node restarts under a new id, a
-        Spark sink writes each partition of each batch as a stream of its own), so a full
-        table evicts instead of refusing; a forgotten publisher that sends again starts a
-        new stream where it stands. False when every stream is waiting for a gap."""
-        for publisher, stream in self.streams.items():
-            if not stream.held and stream.settling_until is None:
-                del self.streams[publisher]
-                self.counters.streams_evicted += 1
-                return True
-        return False
-
-    def _end_settling(self, now: float, out: list[OutEvent]) -> None:
-        for publisher, stream in self.streams.items():
-            if stream.settling_until is None or stream.settling_until > now:
-                continue
-            stream.settling_until = None
-            stream.next_seq = min(stream.held, default=stream.next_seq)
-            self._release_held(publisher, stream, out)
-            if stream.held:  # a gap inside what arrived while settling: repair as usual
-                stream.gap_since = now
-                self._arm_gap_timer(out)
-
-    def _emit(self, mid: MessageId, envelope: Envelope, hops: int, out: list[OutEvent]) -> None:
-        self.counters.delivered += 1
-        out.append(Deliver(self.topic, mid, envelope, hops))
-
-    def _release_held(
-        self, publisher: PeerId, stream: PublisherStream, out: list[OutEvent]
-    ) -> None:
-        while stream.next_seq in stream.held:
-            mid, envelope, hops = stream.held.pop(stream.next_seq)
-            self._emit(mid, envelope, hops, out)
-            stream.next_seq += 1
-        if not stream.held:
-            stream.gap_since = None
-            stream.pull_attempts = 0
-
-    def _give_up(
-        self, publisher: PeerId, stream: PublisherStream, upto: int, out: list[OutEvent]
-    ) -> None:
-        """Declare publisher's messages next_seq..upto-1 lost and move past them."""
-        if upto <= stream.next_seq:
-            return
-        self.counters.data_lost += upto - stream.next_seq
-        out.append(DataLost(self.topic, publisher, stream.next_seq, upto - 1))
-        stream.next_seq = upto
-        stream.gap_since = None
-        stream.pull_attempts = 0
-
-    def _arm_gap_timer(self, out: list[OutEvent]) -> None:
-        if not self._gap_armed:
-            self._gap_armed = True
-            out.append(ScheduleTimer(self.config.gap_retry_interval, (*self._timer_prefix, "gap")))
-
-    def _check_gaps(self, now: float, out: list[OutEvent]) -> None:
-        c = self.config
-        neighbors = [*self.eager, *self.lazy]
-        pending = False
-        for publisher, stream in self.streams.items():
-            if not stream.held or stream.settling_until is not None:
-                continue
-            pending = True
-            if stream.gap_since is None:
-                stream.gap_since = now
-            if now - stream.gap_since < c.gap_timeout:
-                continue
-            first_held = min(stream.held)
-            if stream.pull_attempts >= c.gap_max_attempts or not neighbors:
-                self._give_up(publisher, stream, first_held, out)
-                self._release_held(publisher, stream, out)
-                continue
-            peer = neighbors[stream.pull_attempts % len(neighbors)]
-            stream.pull_attempts += 1
-            last = min(first_held - 1, stream.next_seq + m.MAX_PULL_SPAN - 1)
-            self.counters.pulls_sent += 1
-            out.append(
-                Send(
-                    peer,
-                    self.topic,
-                    m.Pull(publisher=publisher, first_seq=stream.next_seq, last_seq=last),
-                )
-            )
-        if pending:
-            self._arm_gap_timer(out)

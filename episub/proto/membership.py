@@ -21,21 +21,17 @@ Rules from the draft, in the order a node meets them:
 - FORWARDJOIN: add the joiner to the passive view; walk on while ttl > 0.
 - NEIGHBOR request: accept while below A; accept a peer with fewer than C_rand links as
   RAND; accept a NEAR request closer than our farthest near neighbour by a factor alpha,
-  evicting that neighbour if it has enough links; otherwise refuse with DISCONNECT.
+  evicting that neighbour if it has enough links (proximity.py judges NEAR requests);
+  otherwise refuse with DISCONNECT.
 - stabilisation: above A, drop links whose other end is oversubscribed too, then links
   closing a triangle; below A, request links from the passive view (random ones until
   C_rand RAND links, then the nearest by RTT).
-- optimisation: replace the farthest near neighbour by a known peer closer by alpha. When no
-  known peer could do better (every candidate measured, none closer than our nearest random
-  neighbour), relabel instead: ask that random neighbour to make the link NEAR, and once it
-  agrees demote our farthest near neighbour to RAND. Without this a zone-mate first linked
-  as RAND (joins make random links) stays RAND, and a small zone whose every member is
-  already a neighbour keeps a far near link for good.
-  A node left with more than C_near near links and fewer than C_rand random ones demotes
-  its farthest near link, on the same condition.
-- relabel request (NEIGHBOR over a standing link): RAND is always agreed to; NEAR is agreed
-  to while we are short of near links or when the peer is closer than our farthest near
-  neighbour by alpha (which is then demoted); otherwise answered with the link's kind.
+- optimisation (GoCast), with a full view and no near request or relabel in flight: among
+  the peers we know (near candidates and the passive view), proximity.py picks a near
+  link to ask for and the one it displaces, or relabels a standing link instead; its
+  rules are at the top of that module.
+- relabel request (NEIGHBOR over a standing link): proximity.py decides the kind; the
+  ACCEPT answering it carries the link's kind, agreed or not.
 - SHUFFLE: a random walk that exchanges a sample of views; passive peers are probed
   (PING) for liveness, membership and RTT.
 - LEAVE: eager diffusion, forwarded when it removed the peer or its ttl is not spent.
@@ -58,6 +54,7 @@ from episub.proto.events import (
 )
 from episub.proto.messages import LinkKind, NeighborOp, PeerId
 from episub.proto.peers import Rng, RttTable, choice, jittered, sample
+from episub.proto.proximity import Proximity
 
 # Periodic timers; each re-arms itself when it fires.
 PERIODIC_TIMERS = ("stabilize", "optimize", "shuffle", "ping", "probe")
@@ -141,6 +138,15 @@ class Membership:
         self.join_sent = False
         self._last_shuffle_sent: tuple[PeerId, ...] = ()
         self.counters = MembershipCounters()
+        # GoCast's RTT judgements and relabelling (proximity.py) over our tables.
+        self.proximity = Proximity(
+            topic=topic,
+            config=config,
+            rtts=rtts,
+            active=self.active,
+            refused_by=self.refused_by,
+            counters=self.counters,
+        )
 
     # -- queries ------------------------------------------------------------------------
 
@@ -377,7 +383,7 @@ class Membership:
             link = self.active[peer]
             link.peer_active, link.peer_rand = req.active_count, req.rand_count
             if req.kind is not link.kind:
-                self._judge_relabel(peer, link, req, now, out)
+                self.proximity.judge_relabel(peer, link, req, now, out)
             out.append(Send(peer, self.topic, self._accept_message(link.kind)))
             return
         if req.rtt is not None:
@@ -407,75 +413,13 @@ class Membership:
         if req.active_count < c.c_rand:
             return LinkKind.RAND
         if c.proximity and req.kind is LinkKind.NEAR and req.rtt is not None:
-            if self.near_count() < c.c_near and self.rand_count() > c.c_rand:
-                # A near slot is held by a surplus random link (joins make random links):
-                # GoCast's degree targets say the near link is the one we are short of.
-                surplus = self._surplus_rand_link()
-                if surplus is not None:
-                    self.counters.evictions += 1
-                    self._drop_link(surplus, out)
+            admitted, evict = self.proximity.admit_near(peer, req.rtt)
+            if evict is not None:
+                self.counters.evictions += 1
+                self._drop_link(evict, out)
+            if admitted:
                 return LinkKind.NEAR
-            farthest = self._farthest_near()
-            if farthest is not None:
-                far_peer, far_rtt = farthest
-                if self._nearer(peer, req.rtt, far_peer, far_rtt):
-                    link = self.active[far_peer]
-                    if link.peer_active > c.c_rand:  # it keeps its random links
-                        self.counters.evictions += 1
-                        self._drop_link(far_peer, out)
-                    return LinkKind.NEAR
         return None
-
-    def _judge_relabel(
-        self, peer: PeerId, link: Link, req: m.Neighbor, now: float, out: list[OutEvent]
-    ) -> None:
-        """The peer asks to turn our standing link into `req.kind`; agree by setting it."""
-        c = self.config
-        if link.relabel is req.kind or req.kind is LinkKind.RAND:
-            # We asked the same at once, or a demotion, which is always agreed to: either
-            # way a node short of near links finds new ones by optimisation.
-            self._relabel(peer, link, req.kind, now, out)
-            return
-        rtt = self.rtts.get(peer)
-        if rtt is None:
-            rtt = req.rtt
-        if self.near_count() < c.c_near:
-            agree = True
-        else:
-            farthest = self._farthest_near()
-            agree = farthest is not None and rtt is not None and rtt * c.alpha < farthest[1]
-        if agree:
-            self._relabel(peer, link, LinkKind.NEAR, now, out)
-
-    def _relabel(
-        self, peer: PeerId, link: Link, kind: LinkKind, now: float, out: list[OutEvent]
-    ) -> None:
-        """Set the link's kind; a surplus near link left by a promotion is demoted."""
-        link.relabel = None
-        if link.kind is kind:
-            return
-        link.kind = kind
-        self.counters.relabels += 1
-        if kind is LinkKind.NEAR and self.near_count() > self.config.c_near:
-            farthest = self._farthest_near()
-            if farthest is not None and farthest[0] != peer:
-                self._ask_relabel(farthest[0], LinkKind.RAND, now, out)
-
-    def _ask_relabel(self, peer: PeerId, kind: LinkKind, now: float, out: list[OutEvent]) -> None:
-        """Ask `peer` to relabel our link; a demotion to RAND takes effect at once."""
-        link = self.active[peer]
-        if kind is LinkKind.RAND:
-            link.kind = kind
-            self.counters.relabels += 1
-        link.relabel, link.relabel_at = kind, now
-        request = m.Neighbor(
-            op=NeighborOp.REQUEST,
-            kind=kind,
-            rtt=self.rtts.get(peer),
-            active_count=len(self.active),
-            rand_count=self.rand_count(),
-        )
-        out.append(Send(peer, self.topic, request))
 
     def _proposal_wins(self, peer: PeerId) -> bool:
         """Does `peer`'s proposal beat ours when requests cross? The lower id wins."""
@@ -483,31 +427,6 @@ class Membership:
             return bool(peer < self.me)  # type: ignore[operator]
         except TypeError:
             return repr(peer) < repr(self.me)
-
-    def _surplus_rand_link(self) -> PeerId | None:
-        """A random link we hold beyond C_rand whose peer can spare it, or None."""
-        c = self.config
-        if self.rand_count() <= c.c_rand:
-            return None
-        spare = [
-            (link.peer_active, -link.since, p)
-            for p, link in self.active.items()
-            if link.kind is LinkKind.RAND
-            and (link.peer_rand > c.c_rand or link.peer_active > self.active_size)
-        ]
-        return max(spare, key=lambda item: (item[0], item[1]))[2] if spare else None
-
-    def _farthest_near(self) -> tuple[PeerId, float] | None:
-        """Our near neighbour with the largest RTT (unknown RTT counts as farthest)."""
-        worst: tuple[PeerId, float] | None = None
-        for peer, link in self.active.items():
-            if link.kind is not LinkKind.NEAR:
-                continue
-            rtt = self.rtts.get(peer)
-            rtt = float("inf") if rtt is None else rtt
-            if worst is None or rtt > worst[1]:
-                worst = (peer, rtt)
-        return worst
 
     def _on_neighbor_accept(
         self, peer: PeerId, acc: m.Neighbor, now: float, out: list[OutEvent]
@@ -520,7 +439,7 @@ class Membership:
                 # The answer to our relabel request: the peer's kind is the link's.
                 if acc.kind is not link.relabel:
                     self.refused_by[peer] = now + self.config.recent_reject_memory
-                self._relabel(peer, link, acc.kind, now, out)
+                self.proximity.relabel(peer, link, acc.kind, now, out)
             elif link.kind is not acc.kind and self._proposal_wins(peer):
                 link.kind = acc.kind
             return
@@ -845,31 +764,14 @@ class Membership:
                 # Without proximity the near slots are filled like random ones: plain HyParView.
                 peer = choice(self.rng, pool)
             else:
-                peer = min(pool, key=lambda p: (self._rtt_or_inf(p), self.rng.random()))
+                peer = min(pool, key=lambda p: (self.proximity.rtt_or_inf(p), self.rng.random()))
             pool.remove(peer)
             self._request_link(peer, kind, now, out)
 
-    def _nearer(self, peer: PeerId, rtt: float, far_peer: PeerId, far_rtt: float) -> bool:
-        """Is `peer` at `rtt` nearer than `far_peer` at `far_rtt`, enough to change links
-        for (a swap, an eviction)? By the factor alpha (GoCast), and by more than the two
-        RTTs' variation (RTTVAR): a difference inside it is noise, not distance. Between
-        processes of one busy host RTTs of 0.7-3 ms wandered by ms, and swaps on that
-        noise went on for good (the config benchmark at 32 nodes: 10-13 swaps and ~20
-        evictions in 4 s, each one a burst of duplicates and PRUNEs in the tree). With
-        steady samples (the simulator) the variation is 0 and this is GoCast's rule.
-        Relabelling a standing link (RAND <-> NEAR) drops no link and keeps alpha only."""
-        if not rtt * self.config.alpha < far_rtt:
-            return False
-        noise = self.rtts.variation(peer) + self.rtts.variation(far_peer)
-        return far_rtt - rtt > noise
-
-    def _rtt_or_inf(self, peer: PeerId) -> float:
-        rtt = self.rtts.get(peer)
-        return float("inf") if rtt is None else rtt
-
     def _optimize(self, now: float, out: list[OutEvent]) -> None:
-        """GoCast: fill the near slots with the nearest measured peers, then swap the
-        farthest near neighbour for a measured peer closer by alpha."""
+        """GoCast's optimisation round: proximity.py chooses among the peers we know, and we
+        ask for the near link it names (a swap drops the displaced link once the new one
+        is made, if its peer keeps C_rand links without it)."""
         c = self.config
         if not c.proximity or len(self.active) < self.active_size:
             return  # growth (stabilisation) fills a thin view first
@@ -883,68 +785,7 @@ class Membership:
             for p in dict.fromkeys((*self.near_candidates, *self.passive))
             if p not in self.refused_by and p not in self.active
         ]
-        candidates = [(rtt, p) for rtt, p in known if rtt is not None]
-        if self._demote_surplus_near(known, now, out) or self._relabel_nearest_rand(
-            known, now, out
-        ):
-            return
-        if not candidates:
-            return
-        best_rtt, best = min(candidates, key=lambda item: item[0])
-        if self.near_count() < c.c_near:
-            # Short of near links while full: the new one displaces a surplus random link.
-            self._request_link(best, LinkKind.NEAR, now, out, replaces=self._surplus_rand_link())
-            return
-        farthest = self._farthest_near()
-        if farthest is not None and self._nearer(best, best_rtt, *farthest):
-            self._request_link(best, LinkKind.NEAR, now, out, replaces=farthest[0])
-
-    def _demote_surplus_near(
-        self, known: list[tuple[float | None, PeerId]], now: float, out: list[OutEvent]
-    ) -> bool:
-        """Holding more than C_near near links and fewer than C_rand random ones (accepted
-        NEAR requests and relabels at the other end get there), demote the farthest near
-        link to RAND, when no known peer could replace it instead. True if demoted."""
-        c = self.config
-        if self.near_count() <= c.c_near or self.rand_count() >= c.c_rand:
-            return False
-        farthest = self._farthest_near()
-        if farthest is None or any(rtt is None or rtt * c.alpha < farthest[1] for rtt, _ in known):
-            return False
-        self._ask_relabel(farthest[0], LinkKind.RAND, now, out)
-        return True
-
-    def _relabel_nearest_rand(
-        self, known: list[tuple[float | None, PeerId]], now: float, out: list[OutEvent]
-    ) -> bool:
-        """When our nearest random neighbour is the best near neighbour we know of (every
-        candidate measured and none closer), ask it to make the link NEAR, if that fills
-        a missing near slot or beats our farthest near neighbour by alpha. True if asked.
-
-        Only when nothing known could do better: relabelling keeps the far link, as RAND,
-        where replacing it by a candidate drops it. On the zones model that cut the
-        cross-zone gain from 4.5x to 3.7x when relabelling came first (docs/simulation.md).
-        """
-        c = self.config
-        get_rtt = self.rtts.get
-        rands = [
-            (rtt, p)
-            for p, link in self.active.items()
-            if link.kind is LinkKind.RAND
-            and p not in self.refused_by
-            and (rtt := get_rtt(p)) is not None
-        ]
-        if not rands:
-            return False
-        rand_rtt, rand = min(rands, key=lambda item: item[0])
-        if any(rtt is None or rtt < rand_rtt for rtt, _ in known):
-            return False
-        if self.near_count() < c.c_near:
-            if self.rand_count() <= c.c_rand:
-                return False
-        else:
-            farthest = self._farthest_near()
-            if farthest is None or rand_rtt * c.alpha >= farthest[1]:
-                return False
-        self._ask_relabel(rand, LinkKind.NEAR, now, out)
-        return True
+        wanted = self.proximity.optimize(known, now, out)
+        if wanted is not None:
+            peer, replaces = wanted
+            self._request_link(peer, LinkKind.NEAR, now, out, replaces=replaces)
