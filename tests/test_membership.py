@@ -135,11 +135,45 @@ def test_join_retry_asks_contacts_again_while_nothing_is_connected():
     ]
 
 
-def test_join_retry_stops_once_a_link_is_up():
+def test_join_retry_stops_once_a_contact_answered_and_a_link_is_up():
     node = NodeState(ME, node_config(), random.Random(0))
     node.handle(JoinTopic(TOPIC, (5,)), 0.0)
+    node.handle(received(5, m.Nodes(peers=(6,))), 0.5)
     node.handle(received(5, request(RAND, high_priority=True)), 1.0)
     assert fire(node, "join_retry", 3.0) == []
+
+
+def test_join_retry_goes_on_while_our_getnodes_is_unanswered_even_with_links():
+    # Our GETNODES (or its NODES answer) was lost, and a newcomer joined through us: its
+    # link must not stop our own join, or the two of us root an island for good (the
+    # 2%-loss simulator runs that split into two full components).
+    node = NodeState(ME, node_config(), random.Random(0))
+    node.handle(JoinTopic(TOPIC, (5,)), 0.0)
+    node.handle(received(9, m.Join(peer=9, ttl=6)), 1.0)  # 9 joins through us
+    node.handle(received(9, accept()), 1.1)
+    assert 9 in node.active_view(TOPIC)
+    assert fire(node, "join_retry", 3.0) == [
+        send(5, m.GetNodes()),
+        ScheduleTimer(3.0, token("join_retry")),
+    ]
+    out = node.handle(received(5, m.Nodes(peers=(6, 7))), 3.5)  # answered at last
+    assert {s.peer for s in sends(out, m.Join)} <= {5, 6, 7} and sends(out, m.Join)
+    node.handle(received(6, request(RAND, high_priority=True)), 3.6)  # 6 took our JOIN in
+    assert fire(node, "join_retry", 6.0) == []
+
+
+def test_join_retry_goes_on_while_no_join_of_ours_was_taken_in():
+    # The contact answered, but every JOIN we sent was lost (or dropped by full nodes at
+    # the walk's end): nobody took us in, so we ask again, whatever links others made.
+    node = NodeState(ME, node_config(), random.Random(0))
+    node.handle(JoinTopic(TOPIC, (5,)), 0.0)
+    node.handle(received(5, m.Nodes(peers=(6,))), 0.5)
+    node.handle(received(9, m.Join(peer=9, ttl=6)), 1.0)
+    node.handle(received(9, accept()), 1.1)
+    assert fire(node, "join_retry", 3.0) == [
+        send(5, m.GetNodes()),
+        ScheduleTimer(3.0, token("join_retry")),
+    ]
 
 
 def test_join_through_a_contact_makes_a_symmetric_random_link():

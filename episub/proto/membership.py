@@ -15,7 +15,9 @@ Rules this machine keeps (checked by tests and by the simulator):
 - A departed peer (LEAVE) is kept out of both views for `left_memory` seconds.
 
 Rules from the draft, in the order a node meets them:
-- join: GETNODES to the contacts, then JOIN(ttl) to C_rand of the peers learned.
+- join: GETNODES to the contacts, then JOIN(ttl) to C_rand of the peers learned; again
+  every join_retry_interval until a JOIN of ours is taken in (a high-priority NEIGHBOR
+  request reaches us), even with links made by nodes that joined through us.
 - JOIN: accept (NEIGHBOR request of high priority to the joiner, FORWARDJOIN to one random
   neighbour) when ttl is 0 or our view is below A; otherwise walk on to a random neighbour.
 - FORWARDJOIN: add the joiner to the passive view; walk on while ttl > 0.
@@ -136,6 +138,9 @@ class Membership:
         self.bootstrap: tuple[PeerId, ...] = ()
         self.joined = False
         self.join_sent = False
+        # Someone took us in: accepted our JOIN (or revived us), with a high-priority
+        # NEIGHBOR request. Until then join_retry goes on, links or not (see on_timer).
+        self.join_confirmed = False
         self._last_shuffle_sent: tuple[PeerId, ...] = ()
         self.counters = MembershipCounters()
         # GoCast's RTT judgements and relabelling (proximity.py) over our tables.
@@ -167,6 +172,7 @@ class Membership:
 
     def join(self, bootstrap: tuple[PeerId, ...], now: float, out: list[OutEvent]) -> None:
         self.joined = True
+        self.join_sent = self.join_confirmed = False
         self.bootstrap = tuple(p for p in bootstrap if p != self.me)
         for name in PERIODIC_TIMERS:
             self._schedule(name, self._period(name), out)
@@ -191,8 +197,13 @@ class Membership:
         if not self.joined:
             return
         if name == "join_retry":
-            if not self.active and not self.pending:
+            # Also with links: if our GETNODES, its answer or our JOINs were lost, the
+            # links we hold are to nodes that joined through us since, and without our
+            # own JOIN taken in we are the root of an island that may never meet the
+            # rest of the overlay (its few bridges can be evicted like any link).
+            if not self.join_confirmed or (not self.active and not self.pending):
                 self.join_sent = False
+            if not self.join_sent:
                 self._ask_contacts(out)
                 self._schedule("join_retry", self.config.join_retry_interval, out)
             return
@@ -398,6 +409,8 @@ class Membership:
             out.append(Send(peer, self.topic, m.Disconnect(alive=True)))
             return
         self.counters.neighbor_accepted += 1
+        if req.high_priority:
+            self.join_confirmed = True
         self._add_active(peer, kind, now, out, req.active_count, req.rand_count)
         out.append(Send(peer, self.topic, self._accept_message(kind)))
 
