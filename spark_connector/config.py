@@ -16,6 +16,9 @@ topic every node of the application joins. A write is one message stamped (versi
 the highest stamp of a key wins everywhere, so all replicas converge; an executor agent
 started late, or restarted, asks a neighbour for its snapshot (docs/config.md).
 
+Reads come from this process's copy of its node's replica, kept current by a thread
+(config_follower.py), so `config.get` costs microseconds and can run once a row.
+
 Which agent a call uses: inside a Spark task, its executor's (found through the deployment
 `cluster_config` put in the job's local properties, or through the executor's running
 agent); outside a task, the driver's (the deployment `register` returned).
@@ -32,6 +35,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from episub.agent import AgentClient, AgentError, AgentUnavailable, ConfigView
+from spark_connector.config_follower import WATCH_POLL, Follower
 from spark_connector.deployment import (
     AGENT_TIMEOUT,
     Deployment,
@@ -61,7 +65,6 @@ log = logging.getLogger("spark_connector.config")
 DEFAULT_NAME = "default"
 # Spark job local property carrying the deployment to tasks (as the pickled reader does).
 DEPLOYMENT_PROPERTY = "episub.deployment"
-WATCH_POLL = 30.0  # s a watcher's long poll waits before asking again; guess, any works
 _driver_deployment: Deployment | None = None  # set by register(), for code outside tasks
 
 
@@ -119,6 +122,9 @@ class ClusterConfig:
     def _write(self, values: Mapping[str, object], deleted: tuple[str, ...]) -> int:
         with driver_client(self.deployment) as client:
             view = _agent_call(lambda: client.config_write(self.name, values, deleted))
+        if self.deployment is _driver_deployment and self.name in _driver_copies():
+            # config.get on the driver must see the driver's own write once set() returned.
+            _follower(self.name).offer(view)
         return view.version
 
     def __repr__(self) -> str:
@@ -147,22 +153,29 @@ def cluster_config(
 
 
 def get(key: str, default: object = None, name: str = DEFAULT_NAME) -> object:
-    """The value of `key` in this node's replica, or `default` when it has none."""
-    return _read(name).values.get(key, default)
+    """The value of `key` in this node's replica, or `default` when it has none.
+
+    Cheap enough per row: served from this process's copy of the replica, which trails it
+    by one local round trip (config_follower.py)."""
+    return _current(name).values.get(key, default)
 
 
 def snapshot(name: str = DEFAULT_NAME) -> dict[str, object]:
     """Every live key and its value, as this node's replica holds them now."""
-    return _read(name).values
+    return dict(_current(name).values)
 
 
 def version(name: str = DEFAULT_NAME) -> int:
     """The highest version this node's replica has applied; it never goes backwards."""
-    return _read(name).version
+    return _current(name).version
 
 
 def wait_for(version: int, timeout: float, name: str = DEFAULT_NAME) -> bool:
-    """Wait until this node's replica reaches `version` (at most `timeout` s); False if not."""
+    """Wait until this node's replica reaches `version` (at most `timeout` s); False if not.
+    True means `get`, `snapshot` and `version` in this process see that version or later."""
+    view = _follower(name).current()
+    if view is not None and view.version >= version:
+        return True
     try:
         _read(name, version, timeout)
     except ConfigError as exc:
@@ -220,25 +233,60 @@ def watch(callback: Callable[[int, dict[str, object]], None], name: str = DEFAUL
 # -- plumbing ---------------------------------------------------------------------------------
 
 _clients: dict[str, AgentClient] = {}  # one per agent socket, reused by a worker's calls
+_followers: dict[str, Follower] = {}  # this process's copies, per agent and configuration
 _lock = threading.Lock()
+_executor_factories: dict[str, Callable[[], AgentClient]] = {}  # deployment JSON -> factory
+
+
+def _agent_key(factory: Callable[[], AgentClient]) -> str:
+    # A forked process must not use its parent's connections or copies.
+    return f"{os.getpid()}:{factory.__name__}"
+
+
+def _follower(name: str, factory: Callable[[], AgentClient] | None = None) -> Follower:
+    factory = factory or _client_factory()
+    key = f"{_agent_key(factory)}:{name}"
+    with _lock:
+        follower = _followers.get(key)
+        if follower is None:
+            follower = _followers[key] = Follower(name, factory)
+        return follower
+
+
+def _driver_copies() -> set[str]:
+    """Configurations this (driver) process keeps a copy of, outside tasks."""
+    prefix = f"{os.getpid()}:driver:"
+    with _lock:
+        return {key[len(prefix) :] for key in _followers if key.startswith(prefix)}
+
+
+def _current(name: str) -> ConfigView:
+    """The replica as this process's copy holds it, or as the agent says if the copy is not
+    being kept current (first use, or its agent went away)."""
+    view = _follower(name).current()
+    return view if view is not None else _read(name)
 
 
 def _read(name: str, min_version: int = 0, timeout: float = 0.0) -> ConfigView:
+    """Ask the agent; the answer also refreshes this process's copy (and starts it)."""
     factory = _client_factory()
     with _lock:
-        key = f"{os.getpid()}:{factory.__name__}"
+        key = _agent_key(factory)
         client = _clients.get(key)
         for attempt in range(2):
             if client is None:
                 client = _clients[key] = factory()
             try:
-                return _agent_call(lambda: client.config_read(name, min_version, timeout))  # noqa: B023
+                view = _agent_call(lambda: client.config_read(name, min_version, timeout))  # noqa: B023
+                break
             except ConfigError as exc:
                 if not isinstance(exc.__cause__, AgentUnavailable) or attempt == 1:
                     raise
                 _clients.pop(key, None)  # the agent went away: a fresh client starts one
                 client = None
-    raise AssertionError("unreachable")
+    # The newer of the agent's answer and our copy: an agent restarted a moment ago may
+    # answer from behind what this process has already seen, and versions never go back.
+    return _follower(name, factory).offer(view)
 
 
 def _agent_call(call: Callable[[], ConfigView]) -> ConfigView:
@@ -269,12 +317,16 @@ def _client_factory() -> Callable[[], AgentClient]:
         return driver
     text = context.getLocalProperty(DEPLOYMENT_PROPERTY)
     if text is not None:
-        deployment = deployment_from_json(text)
+        # Once per deployment and process, not per call: config.get runs once a row.
+        factory = _executor_factories.get(text)
+        if factory is None:
+            deployment = deployment_from_json(text)
 
-        def executor() -> AgentClient:
-            return executor_client(deployment)
+            def executor() -> AgentClient:
+                return executor_client(deployment)
 
-        return executor
+            factory = _executor_factories[text] = executor
+        return factory
     socket_path = executor_socket_path(agent_dir(), executor_owner())
     if not os.path.exists(socket_path):
         raise ConfigError(

@@ -53,3 +53,12 @@ def test_two_racing_writers_leave_every_node_with_one_value(report: dict) -> Non
     assert driver["race"] in ("driver", "external")
     assert len(race["executors"]) == 2
     assert all(e == driver for e in race["executors"]), race
+
+
+def test_config_get_per_row_is_served_by_the_workers_copy_not_the_agent(report: dict) -> None:
+    race = report["race"]["driver"]["race"]
+    for reads in report["reads"]:
+        assert reads["values"] == [race], reads  # the converged value, every time
+        # The second inspect call itself and a re-poll of the copy's thread, at most a few;
+        # one request a call would be over 1,000.
+        assert reads["requests"] <= 10, reads

@@ -5,6 +5,7 @@ own OS process; prints its findings as JSON on stdout's last line.
 2. One executor's agent is SIGKILLed; the next task there starts a new agent whose
    replica gets the current snapshot from a neighbour, the driver sending nothing.
 3. The driver and an external `episub config set` race on one key; every node converges.
+4. A task calls config.get 1,000 times; its executor's agent counts the requests it got.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ KEY = bytes(range(32))
 FINAL = 100
 LIMIT = 180.0  # s: the longest any awaited condition may take on a loaded 2-core machine
 TOPIC = "_episub.config.default"
+READS = 1000  # config.get calls in one task (section 4)
 
 
 def wait(condition, what: str) -> None:  # type: ignore[no-untyped-def]
@@ -107,12 +109,13 @@ def run(spark: SparkSession) -> None:
     # 2. Kill one executor agent; the next task there starts another, which catches up.
     @udf("string")
     def look(_: int) -> str:
-        from spark_connector import config
-
+        # The executor's agent itself, not this worker's copy of its replica: what the
+        # agent's replica holds is the point (a copy could still hold what the killed one had).
         with executor_client(deployment) as client:
             pid = client.inspect().pid
+            view = client.config_read("default")
         found = {"owner": executor_owner(), "agent": pid}
-        return json.dumps({**found, "version": config.version(), "values": config.snapshot()})
+        return json.dumps({**found, "version": view.version, "values": view.values})
 
     def look_everywhere() -> list[dict]:
         """One look per executor (Spark places tasks as it likes: asked again if needed)."""
@@ -166,6 +169,22 @@ def run(spark: SparkSession) -> None:
                    for v in views)  # fmt: skip
 
     wait(converged, "the race to converge")
+
+    # 4. config.get per row: served from the worker's copy, not one agent request a row.
+    @udf("string")
+    def read_per_row(_: int) -> str:
+        from spark_connector import config
+
+        config.get("race")  # the worker's first read may ask the agent and start the copy
+        with executor_client(deployment) as client:
+            before = client.inspect().stats["agent_requests"]
+            values = {config.get("race") for _ in range(READS)}
+            after = client.inspect().stats["agent_requests"]
+        return json.dumps({"owner": executor_owner(), "requests": after - before,
+                           "values": sorted(values)})  # fmt: skip
+
+    rows = spark.range(0, 2, 1, 2).select(read_per_row(col("id")).alias("r")).collect()
+    out["reads"] = [json.loads(r.r) for r in rows]
     print(json.dumps(out))
 
 
