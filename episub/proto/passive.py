@@ -30,7 +30,8 @@ Rules from the draft and HyParView:
 - passive probing: every passive_probe_interval one due dormant peer, and
   passive_probes_per_tick known peers, are pinged for liveness, membership and RTT:
   unmeasured near candidates first, then unmeasured passive peers, then any. A joiner
-  pings initial_probes fresh contacts at once, so its first near links can be near.
+  sending its JOINs pings initial_probes of its passive peers (fresh contacts) at once,
+  so its first near links can be near.
 """
 
 from __future__ import annotations
