@@ -1,5 +1,5 @@
-"""HyParView membership with GoCast proximity: one test per rule of episub/proto/membership.py
-and episub/proto/proximity.py.
+"""HyParView membership with GoCast proximity: one test per rule of episub/proto/membership.py,
+episub/proto/proximity.py and episub/proto/passive.py.
 
 Each test drives `NodeState.handle` with an explicit `now` and compares exact outputs.
 Configuration comes from tests/helpers.py: C_rand=2, C_near=1 (A=3, max_active=6),

@@ -1,8 +1,9 @@
 """HyParView membership with GoCast proximity, for one topic, as the Episub draft has it.
 
 Rules this machine keeps (checked by tests and by the simulator):
-- `active` and `passive` are disjoint, never contain ourselves, and `passive` never holds
-  more than `passive_size` peers; `active` never holds more than `max_active` (= 2A).
+- `active` and `passive` are disjoint and never contain ourselves; `active` never holds
+  more than `max_active` (= 2A). passive.py keeps the passive view, the dormant peers and
+  the PINGs in flight; its rules are at the top of that module.
 - A peer enters `active` only once it has answered: we asked and it sent NEIGHBOR(ACCEPT),
   or it asked and we accepted. Every entry and exit is reported as NeighborUp/NeighborDown,
   and a link we drop is announced to the peer with DISCONNECT, so that after quiescence
@@ -34,8 +35,9 @@ Rules from the draft, in the order a node meets them:
   rules are at the top of that module.
 - relabel request (NEIGHBOR over a standing link): proximity.py decides the kind; the
   ACCEPT answering it carries the link's kind, agreed or not.
-- SHUFFLE: a random walk that exchanges a sample of views; passive peers are probed
-  (PING) for liveness, membership and RTT.
+- SHUFFLE and passive probing: passive.py. A PONG from a dormant peer that is still
+  subscribed and neither linked nor asked gets a high-priority NEIGHBOR request at once;
+  a PONG saying the peer is no longer subscribed takes it out of every view.
 - LEAVE: eager diffusion, forwarded when it removed the peer or its ttl is not spent.
 """
 
@@ -55,6 +57,7 @@ from episub.proto.events import (
     Send,
 )
 from episub.proto.messages import LinkKind, NeighborOp, PeerId
+from episub.proto.passive import PassiveView
 from episub.proto.peers import Rng, RttTable, choice, jittered, sample
 from episub.proto.proximity import Proximity
 
@@ -81,13 +84,6 @@ class PendingRequest:
     kind: LinkKind
     sent_at: float
     replaces: PeerId | None = None  # optimisation: the near neighbour this one displaces
-
-
-@dataclass(slots=True)
-class PendingPing:
-    peer: PeerId
-    sent_at: float
-    link_serial: int | None = None  # the active link the ping went over, if any
 
 
 @dataclass(slots=True)
@@ -125,24 +121,28 @@ class Membership:
         self.rtts = rtts
         self._timer_prefix = timer_prefix
         self.active: dict[PeerId, Link] = {}
-        self.passive: dict[PeerId, None] = {}  # an ordered set
         self.pending: dict[PeerId, PendingRequest] = {}
-        self.pings: dict[int, PendingPing] = {}
         self.links_made = 0  # serials of links: a pong is judged by the link it was sent over
-        self.near_candidates: dict[PeerId, None] = {}
         self.left: dict[PeerId, float] = {}  # departed peer -> until when we ignore it
         self.refused_by: dict[PeerId, float] = {}  # peer -> until when we don't re-ask
-        # Peers that became unreachable: re-probed with backoff, because after a partition
-        # heals they are the only way the two halves find each other again.
-        self.dormant: dict[PeerId, tuple[float, float]] = {}  # peer -> (next probe, backoff)
         self.bootstrap: tuple[PeerId, ...] = ()
         self.joined = False
         self.join_sent = False
         # Someone took us in: accepted our JOIN (or revived us), with a high-priority
         # NEIGHBOR request. Until then join_retry goes on, links or not (see on_timer).
         self.join_confirmed = False
-        self._last_shuffle_sent: tuple[PeerId, ...] = ()
         self.counters = MembershipCounters()
+        # The peers we know but are not linked to, and the PINGs in flight (passive.py).
+        self.passive_view = PassiveView(
+            me=me,
+            topic=topic,
+            config=config,
+            rng=rng,
+            rtts=rtts,
+            active=self.active,
+            left=self.left,
+            counters=self.counters,
+        )
         # GoCast's RTT judgements and relabelling (proximity.py) over our tables.
         self.proximity = Proximity(
             topic=topic,
@@ -154,6 +154,20 @@ class Membership:
         )
 
     # -- queries ------------------------------------------------------------------------
+
+    @property
+    def passive(self) -> dict[PeerId, None]:
+        """The passive view, an ordered set; read here, changed by passive.py only."""
+        return self.passive_view.passive
+
+    @property
+    def dormant(self) -> dict[PeerId, tuple[float, float]]:
+        """Unreachable peers re-probed with backoff: peer -> (next probe, backoff)."""
+        return self.passive_view.dormant
+
+    @property
+    def near_candidates(self) -> dict[PeerId, None]:
+        return self.passive_view.near_candidates
 
     @property
     def active_size(self) -> int:
@@ -187,8 +201,7 @@ class Membership:
         for peer in list(self.pending):
             out.append(Send(peer, self.topic, m.Disconnect(alive=False)))
         self.pending.clear()
-        self.passive.clear()
-        self.pings.clear()
+        self.passive_view.clear()
         self.joined = False
 
     # -- timers -------------------------------------------------------------------------
@@ -210,9 +223,9 @@ class Membership:
         handler = {
             "stabilize": self._stabilize,
             "optimize": self._optimize,
-            "shuffle": self._start_shuffle,
+            "shuffle": self.passive_view.start_shuffle,
             "ping": self._ping_active,
-            "probe": self._probe_passive,
+            "probe": self.passive_view.probe,
         }.get(name)
         if handler is None:
             return
@@ -260,9 +273,11 @@ class Membership:
             case m.Leave(peer=departed, ttl=ttl):
                 self._on_leave(peer, departed, ttl, now, out)
             case m.Shuffle(origin=origin, ttl=ttl, peers=peers):
-                self._on_shuffle(peer, origin, ttl, peers, out)
+                if self.joined:
+                    self.passive_view.on_shuffle(peer, origin, ttl, peers, out)
             case m.ShuffleReply(peers=peers):
-                self._add_passive_many(peers, prefer_evicting=self._last_shuffle_sent, now=now)
+                self._expire_left(now)
+                self.passive_view.on_shuffle_reply(peers)
             case m.Ping(nonce=nonce, want_view=want_view):
                 view = tuple(self.active) if want_view else ()
                 pong = m.Pong(
@@ -280,11 +295,10 @@ class Membership:
     def on_connection_lost(self, peer: PeerId, now: float, out: list[OutEvent]) -> None:
         """The peer is unreachable: it leaves every view and goes dormant."""
         if peer in self.active or peer in self.passive:
-            self._make_dormant(peer, now)
+            self.passive_view.make_dormant(peer, now)
         # A dormant peer's backoff already grew when its probe was sent.
         self._forget(peer, out)
-        for nonce in [n for n, p in self.pings.items() if p.peer == peer]:
-            del self.pings[nonce]
+        self.passive_view.drop_pings(peer)
         if self.joined and not self.active and not self.passive:
             self._ask_contacts(out)
 
@@ -301,7 +315,7 @@ class Membership:
             return
         fresh = [p for p in (sender, *peers) if p != self.me and p not in self.active]
         for p in fresh:
-            self._add_passive(p)
+            self.passive_view.add(p)
         if self.join_sent:
             return
         self.join_sent = True
@@ -312,9 +326,7 @@ class Membership:
         )
         for target in targets:
             out.append(Send(target, self.topic, m.Join(peer=self.me, ttl=self.config.join_ttl)))
-        # RTTs to fresh contacts let the first near links be near.
-        for p in sample(self.rng, list(self.passive), self.config.initial_probes):
-            self._send_ping(p, want_view=False, now=now, out=out)
+        self.passive_view.probe_initial(now, out)
 
     def _on_join(
         self, sender: PeerId, joiner: PeerId, ttl: int, now: float, out: list[OutEvent]
@@ -346,7 +358,7 @@ class Membership:
         if joiner == self.me or not self.joined:
             return
         if joiner not in self.active and joiner not in self.left:
-            self._add_passive(joiner)
+            self.passive_view.add(joiner)
         if ttl > 0:
             others = [p for p in self.active if p != sender and p != joiner]
             if others:
@@ -479,9 +491,9 @@ class Membership:
         if peer in self.active:
             self._remove_active(peer, out)
         if alive and self.joined and peer not in self.left:
-            self._add_passive(peer)
+            self.passive_view.add(peer)
         else:
-            self.passive.pop(peer, None)
+            self.passive_view.remove(peer)
 
     def _add_active(
         self,
@@ -492,8 +504,7 @@ class Membership:
         peer_active: int,
         peer_rand: int,
     ) -> None:
-        self.passive.pop(peer, None)
-        self.near_candidates.pop(peer, None)
+        self.passive_view.discard(peer)
         self.links_made += 1
         self.active[peer] = Link(
             kind=kind,
@@ -515,15 +526,14 @@ class Membership:
         if peer in self.active:
             self._remove_active(peer, out)
         self.pending.pop(peer, None)
-        self.passive.pop(peer, None)
-        self.near_candidates.pop(peer, None)
+        self.passive_view.discard(peer)
         return known
 
     def _drop_link(self, peer: PeerId, out: list[OutEvent]) -> None:
         """We end a link on our initiative: tell the peer, keep it as a passive peer."""
         out.append(Send(peer, self.topic, m.Disconnect(alive=True)))
         self._remove_active(peer, out)
-        self._add_passive(peer)
+        self.passive_view.add(peer)
 
     # -- leaving ------------------------------------------------------------------------
 
@@ -547,140 +557,32 @@ class Membership:
         for peer in [p for p, until in self.left.items() if until <= now]:
             del self.left[peer]
 
-    # -- passive view -------------------------------------------------------------------
-
-    def _add_passive(self, peer: PeerId, prefer_evicting: tuple[PeerId, ...] = ()) -> None:
-        if peer == self.me or peer in self.active or peer in self.passive or peer in self.left:
-            return
-        if len(self.passive) >= self.config.passive_size:
-            victims = [p for p in prefer_evicting if p in self.passive]
-            victim = victims[0] if victims else choice(self.rng, list(self.passive))
-            del self.passive[victim]
-        self.passive[peer] = None
-
-    def _add_passive_many(
-        self, peers: tuple[PeerId, ...], *, prefer_evicting: tuple[PeerId, ...], now: float
-    ) -> None:
-        self._expire_left(now)
-        for peer in peers[: self.config.max_shuffle_intake]:
-            self._add_passive(peer, prefer_evicting)
-
-    def _start_shuffle(self, now: float, out: list[OutEvent]) -> None:
-        if not self.active:
-            return
-        c = self.config
-        exchange = (
-            self.me,
-            *sample(self.rng, list(self.active), c.shuffle_active),
-            *sample(self.rng, list(self.passive), c.shuffle_passive),
-        )
-        self._last_shuffle_sent = exchange[1:]
-        self.counters.shuffles += 1
-        target = choice(self.rng, list(self.active))
-        out.append(
-            Send(target, self.topic, m.Shuffle(origin=self.me, ttl=c.shuffle_ttl, peers=exchange))
-        )
-
-    def _on_shuffle(
-        self,
-        sender: PeerId,
-        origin: PeerId,
-        ttl: int,
-        peers: tuple[PeerId, ...],
-        out: list[OutEvent],
-    ) -> None:
-        if origin == self.me or not self.joined:
-            return
-        others = [p for p in self.active if p != sender and p != origin]
-        if ttl > 0 and others:
-            fwd = m.Shuffle(origin=origin, ttl=ttl - 1, peers=peers)
-            out.append(Send(choice(self.rng, others), self.topic, fwd))
-            return
-        reply = tuple(sample(self.rng, list(self.passive), len(peers)))
-        out.append(Send(origin, self.topic, m.ShuffleReply(peers=reply)))
-        for peer in peers[: self.config.max_shuffle_intake]:
-            self._add_passive(peer, reply)
-
-    def _make_dormant(self, peer: PeerId, now: float) -> None:
-        if peer in self.left or peer in self.dormant:
-            return
-        if len(self.dormant) >= self.config.dormant_size:
-            del self.dormant[next(iter(self.dormant))]
-        retry = self.config.dormant_retry
-        self.dormant[peer] = (now + retry, retry)
-
-    def _probe_passive(self, now: float, out: list[OutEvent]) -> None:
-        """Liveness, membership and RTT of known but unconnected peers (draft: passive view
-        management). Peers with no RTT yet go first: proximity needs them measured."""
-        self._expire_pings(now, out)
-        pinged = {p.peer for p in self.pings.values()}
-        due = [p for p, (when, _) in self.dormant.items() if when <= now and p not in pinged]
-        if due:
-            peer = due[0]
-            _, backoff = self.dormant[peer]
-            backoff = min(backoff * 2, self.config.dormant_max_retry)
-            self.dormant[peer] = (now + backoff, backoff)
-            self._send_ping(peer, want_view=False, now=now, out=out)
-        get_rtt = self.rtts.get
-        pool = [p for p in dict.fromkeys((*self.near_candidates, *self.passive)) if p not in pinged]
-        # Unmeasured near candidates first, then unmeasured passive peers: proximity
-        # needs RTTs, and candidates are where the near peers are.
-        k = self.config.passive_probes_per_tick
-        fresh = [p for p in self.near_candidates if p not in pinged and get_rtt(p) is None]
-        targets = sample(self.rng, fresh, k)
-        if len(targets) < k:
-            unmeasured = [p for p in pool if get_rtt(p) is None and p not in targets]
-            rest = [p for p in pool if p not in targets]
-            targets += sample(self.rng, unmeasured or rest, k - len(targets))
-        for peer in targets:
-            self._send_ping(peer, want_view=False, now=now, out=out)
+    # -- pings ------------------------------------------------------------------------
 
     def _ping_active(self, now: float, out: list[OutEvent]) -> None:
-        self._expire_pings(now, out)
+        self.passive_view.expire_pings(now)
         oversubscribed = len(self.active) > self.active_size
         for peer in self.active:
             # Views of near neighbours are where nearer peers are found (GoCast); views of
             # all neighbours tell an oversubscribed node which links close triangles.
             want_view = oversubscribed or self.config.proximity
-            self._send_ping(peer, want_view=want_view, now=now, out=out)
-
-    def _send_ping(self, peer: PeerId, *, want_view: bool, now: float, out: list[OutEvent]) -> None:
-        nonce = self.rng.getrandbits(64)
-        link = self.active.get(peer)
-        serial = link.serial if link is not None else None
-        self.pings[nonce] = PendingPing(peer=peer, sent_at=now, link_serial=serial)
-        out.append(Send(peer, self.topic, m.Ping(nonce=nonce, want_view=want_view)))
-
-    def _expire_pings(self, now: float, out: list[OutEvent]) -> None:
-        deadline = now - self.config.ping_timeout
-        for nonce in [n for n, p in self.pings.items() if p.sent_at <= deadline]:
-            peer = self.pings.pop(nonce).peer
-            if peer in self.passive:
-                # The draft's cleanup: an unanswered passive peer is presumed gone.
-                self.counters.passive_expired += 1
-                del self.passive[peer]
-                self._make_dormant(peer, now)
-            self.near_candidates.pop(peer, None)
+            self.passive_view.send_ping(peer, want_view=want_view, now=now, out=out)
 
     def _on_pong(self, peer: PeerId, pong: m.Pong, now: float, out: list[OutEvent]) -> None:
-        ping = self.pings.get(pong.nonce)
-        if ping is None or ping.peer != peer:
-            out.append(PeerMisbehaved(peer, "PONG answers no PING we sent it"))
+        match = self.passive_view.on_pong(peer, pong, now, out)
+        if match is None:
             return
-        del self.pings[pong.nonce]
-        self.rtts.sample(peer, max(now - ping.sent_at, 0.0))
-        revived = self.dormant.pop(peer, None) is not None
         if not pong.subscribed:
             self._forget(peer, out)
             return
-        if revived and peer not in self.active and peer not in self.pending:
+        if match.revived and peer not in self.active and peer not in self.pending:
             # Reachable again after a failure: link to it at once (high priority), since
             # this may be the one path between two halves of a healed partition.
             self.counters.revived += 1
             self._request_link(peer, LinkKind.RAND, now, out, high_priority=True)
             return
         link = self.active.get(peer)
-        if link is not None and pong.not_neighbor and ping.link_serial == link.serial:
+        if link is not None and pong.not_neighbor and match.link_serial == link.serial:
             # The peer answered a ping sent over this very link, saying we are
             # not its neighbour: a NEIGHBOR accept or a DISCONNECT was lost on the way (the
             # runtime's TCP loses none, but a connection can be replaced under it; the
@@ -697,15 +599,7 @@ class Membership:
                 # random neighbours help too: the simulator found learning only from near
                 # neighbours' views converged slower (docs/simulation.md).
                 if self.config.proximity:
-                    self._learn_near_candidates(pong.active)
-
-    def _learn_near_candidates(self, peers: tuple[PeerId, ...]) -> None:
-        for p in peers:
-            if p == self.me or p in self.active or p in self.left or p in self.near_candidates:
-                continue
-            if len(self.near_candidates) >= self.config.near_candidates:
-                self.near_candidates.pop(next(iter(self.near_candidates)))
-            self.near_candidates[p] = None
+                    self.passive_view.learn_near_candidates(pong.active)
 
     # -- stabilisation and optimisation ------------------------------------------------
 

@@ -1,10 +1,11 @@
 """GoCast proximity for one topic's active view: which links are NEAR, and which peers are
 near enough to change links for.
 
-Membership (membership.py) keeps the views and the links, and asks this machine when a
-choice depends on round-trip times; it owns no view. It compares RTTs, picks the near
-link to give up or to make, and relabels standing links (RAND <-> NEAR) through NEIGHBOR
-requests over them; membership requests, accepts and drops the links it names.
+Membership (membership.py) keeps the active view and the links (passive.py the peers
+outside it), and asks this machine when a choice depends on round-trip times; it owns no
+view. It compares RTTs, picks the near link to give up or to make, and relabels standing
+links (RAND <-> NEAR) through NEIGHBOR requests over them; membership requests, accepts
+and drops the links it names.
 
 Rules this machine keeps:
 - A peer is nearer than another, enough to change links for (a swap, an eviction), when

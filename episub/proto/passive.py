@@ -1,0 +1,252 @@
+"""The passive view's upkeep for one topic: the peers we know but hold no link to, kept
+bounded, fresh and measured.
+
+Membership (membership.py) keeps the active view and makes and ends every link; this
+machine keeps the peers outside it: the passive view, GoCast's near candidates and the
+dormant peers, and the table of PINGs in flight (PINGs over active links go through it
+too, because one PONG answers both). It reads membership's `active` and `left` tables and
+changes neither. When a PONG arrives it says what it found (the peer was dormant, the
+link the PING went over) and membership decides what that means for links.
+
+Rules this machine keeps:
+- The passive view never holds ourselves, an active neighbour or a departed peer, and
+  never more than `passive_size` peers: a newcomer from a shuffle evicts first a peer we
+  sent in that exchange (HyParView), any other newcomer a random peer. At most
+  `max_shuffle_intake` peers are taken from one SHUFFLE or SHUFFLEREPLY.
+- An active or passive peer that becomes unreachable goes dormant unless it left (at most
+  `dormant_size`, the earliest dropped first); a dormant peer is re-probed after
+  `dormant_retry` seconds, the wait doubling up to `dormant_max_retry` with each probe.
+  After a partition heals these probes are the only way the two halves meet again.
+- A PING unanswered after `ping_timeout` takes its peer out of the passive view (the
+  draft's cleanup: presumed gone) into the dormant peers, and out of the near candidates.
+- Near candidates (peers in our neighbours' views, learned from their PONGs) are at most
+  `near_candidates`, the oldest dropped first.
+
+Rules from the draft and HyParView:
+- SHUFFLE: every shuffle_interval, ourselves plus k_a active and k_p passive peers go on
+  a random walk of shuffle_ttl hops over active links; where it ends (ttl spent, or no
+  neighbour to walk on to) the node answers with as many of its passive peers
+  (SHUFFLEREPLY) and adds the walk's peers to its passive view.
+- passive probing: every passive_probe_interval one due dormant peer, and
+  passive_probes_per_tick known peers, are pinged for liveness, membership and RTT:
+  unmeasured near candidates first, then unmeasured passive peers, then any. A joiner
+  sending its JOINs pings initial_probes of its passive peers (fresh contacts) at once,
+  so its first near links can be near.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, NamedTuple
+
+from episub.proto import messages as m
+from episub.proto.config import MembershipConfig
+from episub.proto.events import OutEvent, PeerMisbehaved, Send
+from episub.proto.messages import PeerId
+from episub.proto.peers import Rng, RttTable, choice, sample
+
+if TYPE_CHECKING:
+    # Only for annotations: membership.py imports this module.
+    from episub.proto.membership import Link, MembershipCounters
+
+
+@dataclass(slots=True)
+class PendingPing:
+    peer: PeerId
+    sent_at: float
+    link_serial: int | None = None  # the active link the ping went over, if any
+
+
+class PongMatch(NamedTuple):
+    """What an expected PONG told us, beyond the RTT already sampled."""
+
+    revived: bool  # the peer was dormant: reachable again
+    link_serial: int | None  # the active link the PING went over, if any
+
+
+class PassiveView:
+    """Peers outside the active view. It shares membership's `active` and `left` tables
+    (read here, changed there) and counts into its counters."""
+
+    def __init__(
+        self,
+        *,
+        me: PeerId,
+        topic: str,
+        config: MembershipConfig,
+        rng: Rng,
+        rtts: RttTable,
+        active: dict[PeerId, Link],
+        left: dict[PeerId, float],
+        counters: MembershipCounters,
+    ) -> None:
+        self.me = me
+        self.topic = topic
+        self.config = config
+        self.rng = rng
+        self.rtts = rtts
+        self.active = active
+        self.left = left
+        self.counters = counters
+        self.passive: dict[PeerId, None] = {}  # an ordered set
+        self.near_candidates: dict[PeerId, None] = {}
+        # Peers that became unreachable: re-probed with backoff, because after a partition
+        # heals they are the only way the two halves find each other again.
+        self.dormant: dict[PeerId, tuple[float, float]] = {}  # peer -> (next probe, backoff)
+        self.pings: dict[int, PendingPing] = {}
+        self.last_shuffle_sent: tuple[PeerId, ...] = ()
+
+    # -- the passive set ----------------------------------------------------------------
+
+    def add(self, peer: PeerId, prefer_evicting: tuple[PeerId, ...] = ()) -> None:
+        if peer == self.me or peer in self.active or peer in self.passive or peer in self.left:
+            return
+        if len(self.passive) >= self.config.passive_size:
+            victims = [p for p in prefer_evicting if p in self.passive]
+            victim = victims[0] if victims else choice(self.rng, list(self.passive))
+            del self.passive[victim]
+        self.passive[peer] = None
+
+    def remove(self, peer: PeerId) -> None:
+        self.passive.pop(peer, None)
+
+    def discard(self, peer: PeerId) -> None:
+        """The peer is linked now, or gone: neither a passive peer nor a near candidate."""
+        self.passive.pop(peer, None)
+        self.near_candidates.pop(peer, None)
+
+    def clear(self) -> None:
+        """We left the topic: no passive peers, no PONG awaited."""
+        self.passive.clear()
+        self.pings.clear()
+
+    def learn_near_candidates(self, peers: tuple[PeerId, ...]) -> None:
+        for p in peers:
+            if p == self.me or p in self.active or p in self.left or p in self.near_candidates:
+                continue
+            if len(self.near_candidates) >= self.config.near_candidates:
+                self.near_candidates.pop(next(iter(self.near_candidates)))
+            self.near_candidates[p] = None
+
+    # -- SHUFFLE ------------------------------------------------------------------------
+
+    def start_shuffle(self, now: float, out: list[OutEvent]) -> None:
+        if not self.active:
+            return
+        c = self.config
+        exchange = (
+            self.me,
+            *sample(self.rng, list(self.active), c.shuffle_active),
+            *sample(self.rng, list(self.passive), c.shuffle_passive),
+        )
+        self.last_shuffle_sent = exchange[1:]
+        self.counters.shuffles += 1
+        target = choice(self.rng, list(self.active))
+        out.append(
+            Send(target, self.topic, m.Shuffle(origin=self.me, ttl=c.shuffle_ttl, peers=exchange))
+        )
+
+    def on_shuffle(
+        self,
+        sender: PeerId,
+        origin: PeerId,
+        ttl: int,
+        peers: tuple[PeerId, ...],
+        out: list[OutEvent],
+    ) -> None:
+        if origin == self.me:
+            return
+        others = [p for p in self.active if p != sender and p != origin]
+        if ttl > 0 and others:
+            fwd = m.Shuffle(origin=origin, ttl=ttl - 1, peers=peers)
+            out.append(Send(choice(self.rng, others), self.topic, fwd))
+            return
+        reply = tuple(sample(self.rng, list(self.passive), len(peers)))
+        out.append(Send(origin, self.topic, m.ShuffleReply(peers=reply)))
+        for peer in peers[: self.config.max_shuffle_intake]:
+            self.add(peer, reply)
+
+    def on_shuffle_reply(self, peers: tuple[PeerId, ...]) -> None:
+        """The answer to our last SHUFFLE: room is made with the peers we sent in it."""
+        for peer in peers[: self.config.max_shuffle_intake]:
+            self.add(peer, self.last_shuffle_sent)
+
+    # -- dormant peers and probing ------------------------------------------------------
+
+    def make_dormant(self, peer: PeerId, now: float) -> None:
+        if peer in self.left or peer in self.dormant:
+            return
+        if len(self.dormant) >= self.config.dormant_size:
+            del self.dormant[next(iter(self.dormant))]
+        retry = self.config.dormant_retry
+        self.dormant[peer] = (now + retry, retry)
+
+    def probe_initial(self, now: float, out: list[OutEvent]) -> None:
+        """RTTs to fresh contacts let the first near links be near."""
+        for p in sample(self.rng, list(self.passive), self.config.initial_probes):
+            self.send_ping(p, want_view=False, now=now, out=out)
+
+    def probe(self, now: float, out: list[OutEvent]) -> None:
+        """Liveness, membership and RTT of known but unconnected peers (draft: passive view
+        management). Peers with no RTT yet go first: proximity needs them measured."""
+        self.expire_pings(now)
+        pinged = {p.peer for p in self.pings.values()}
+        due = [p for p, (when, _) in self.dormant.items() if when <= now and p not in pinged]
+        if due:
+            peer = due[0]
+            _, backoff = self.dormant[peer]
+            backoff = min(backoff * 2, self.config.dormant_max_retry)
+            self.dormant[peer] = (now + backoff, backoff)
+            self.send_ping(peer, want_view=False, now=now, out=out)
+        get_rtt = self.rtts.get
+        pool = [p for p in dict.fromkeys((*self.near_candidates, *self.passive)) if p not in pinged]
+        # Unmeasured near candidates first, then unmeasured passive peers: proximity
+        # needs RTTs, and candidates are where the near peers are.
+        k = self.config.passive_probes_per_tick
+        fresh = [p for p in self.near_candidates if p not in pinged and get_rtt(p) is None]
+        targets = sample(self.rng, fresh, k)
+        if len(targets) < k:
+            unmeasured = [p for p in pool if get_rtt(p) is None and p not in targets]
+            rest = [p for p in pool if p not in targets]
+            targets += sample(self.rng, unmeasured or rest, k - len(targets))
+        for peer in targets:
+            self.send_ping(peer, want_view=False, now=now, out=out)
+
+    # -- PINGs in flight ----------------------------------------------------------------
+
+    def send_ping(self, peer: PeerId, *, want_view: bool, now: float, out: list[OutEvent]) -> None:
+        nonce = self.rng.getrandbits(64)
+        link = self.active.get(peer)
+        serial = link.serial if link is not None else None
+        self.pings[nonce] = PendingPing(peer=peer, sent_at=now, link_serial=serial)
+        out.append(Send(peer, self.topic, m.Ping(nonce=nonce, want_view=want_view)))
+
+    def expire_pings(self, now: float) -> None:
+        deadline = now - self.config.ping_timeout
+        for nonce in [n for n, p in self.pings.items() if p.sent_at <= deadline]:
+            peer = self.pings.pop(nonce).peer
+            if peer in self.passive:
+                # The draft's cleanup: an unanswered passive peer is presumed gone.
+                self.counters.passive_expired += 1
+                del self.passive[peer]
+                self.make_dormant(peer, now)
+            self.near_candidates.pop(peer, None)
+
+    def drop_pings(self, peer: PeerId) -> None:
+        """The connection to `peer` is lost: no PONG from it will come."""
+        for nonce in [n for n, p in self.pings.items() if p.peer == peer]:
+            del self.pings[nonce]
+
+    def on_pong(
+        self, peer: PeerId, pong: m.Pong, now: float, out: list[OutEvent]
+    ) -> PongMatch | None:
+        """Match a PONG to our PING, sample the RTT and wake the peer if dormant. None
+        (reported as misbehaviour) when it answers no PING we sent that peer."""
+        ping = self.pings.get(pong.nonce)
+        if ping is None or ping.peer != peer:
+            out.append(PeerMisbehaved(peer, "PONG answers no PING we sent it"))
+            return None
+        del self.pings[pong.nonce]
+        self.rtts.sample(peer, max(now - ping.sent_at, 0.0))
+        revived = self.dormant.pop(peer, None) is not None
+        return PongMatch(revived=revived, link_serial=ping.link_serial)
