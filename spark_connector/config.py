@@ -31,6 +31,7 @@ import json
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -173,11 +174,16 @@ def version(name: str = DEFAULT_NAME) -> int:
 def wait_for(version: int, timeout: float, name: str = DEFAULT_NAME) -> bool:
     """Wait until this node's replica reaches `version` (at most `timeout` s); False if not.
     True means `get`, `snapshot` and `version` in this process see that version or later."""
-    view = _follower(name).current()
-    if view is not None and view.version >= version:
-        return True
+    follower = _follower(name)
+    if follower.current() is None:
+        _read(name)  # the first read of this process starts its copy
+    deadline = time.monotonic() + timeout
+    # While the copy is kept current, waiting on it costs the agent nothing more.
+    reached = follower.wait_for(version, timeout)
+    if reached is not None:
+        return reached
     try:
-        _read(name, version, timeout)
+        _read(name, version, max(0.0, deadline - time.monotonic()))
     except ConfigError as exc:
         if isinstance(exc.__cause__, AgentError) and exc.__cause__.kind == "timeout":
             return False
@@ -234,7 +240,8 @@ def watch(callback: Callable[[int, dict[str, object]], None], name: str = DEFAUL
 
 _clients: dict[str, AgentClient] = {}  # one per agent socket, reused by a worker's calls
 _followers: dict[str, Follower] = {}  # this process's copies, per agent and configuration
-_lock = threading.Lock()
+_lock = threading.Lock()  # guards _followers
+_clients_lock = threading.Lock()  # one call at a time on a shared client, maybe a long poll
 _executor_factories: dict[str, Callable[[], AgentClient]] = {}  # deployment JSON -> factory
 
 
@@ -270,7 +277,7 @@ def _current(name: str) -> ConfigView:
 def _read(name: str, min_version: int = 0, timeout: float = 0.0) -> ConfigView:
     """Ask the agent; the answer also refreshes this process's copy (and starts it)."""
     factory = _client_factory()
-    with _lock:
+    with _clients_lock:
         key = _agent_key(factory)
         client = _clients.get(key)
         for attempt in range(2):

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any
@@ -43,6 +44,7 @@ class Follower:
         self._view: ConfigView | None = None
         self._attached = False  # a poll is outstanding on a live connection to the agent
         self._lock = threading.Lock()
+        self._moved = threading.Condition(self._lock)  # the copy advanced or stepped aside
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -56,6 +58,7 @@ class Follower:
         with self._lock:
             if self._view is None or view.version > self._view.version:
                 self._view = view
+                self._moved.notify_all()
             if self._thread is None:
                 self._thread = threading.Thread(
                     target=self._run, name=f"episub-config-{self.name}", daemon=True
@@ -63,10 +66,30 @@ class Follower:
                 self._thread.start()
             return self._view
 
+    def wait_for(self, version: int, timeout: float) -> bool | None:
+        """Wait until the copy reaches `version`: True, or False after `timeout` s; None
+        at once, or as soon as, the copy is not being kept current (ask the agent)."""
+        deadline = time.monotonic() + timeout
+        with self._moved:
+            while True:
+                if not self._attached:
+                    return None
+                if self._view is not None and self._view.version >= version:
+                    return True
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self._moved.wait(remaining)
+
+    def _detach(self) -> None:
+        with self._moved:
+            self._attached = False
+            self._moved.notify_all()
+
     def stop(self) -> None:
         """Stop serving and end the thread after its current poll (tests; a daemon anyway)."""
         self._stopped.set()
-        self._attached = False
+        self._detach()
 
     def _run(self) -> None:
         while not self._stopped.is_set():
@@ -89,5 +112,5 @@ class Follower:
                          exc)  # fmt: skip
             except Exception:
                 log.exception("config %r: following the agent failed", self.name)
-            self._attached = False
+            self._detach()
             self._stopped.wait(REATTACH_WAIT)
