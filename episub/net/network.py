@@ -12,6 +12,9 @@ Rules:
   lost (connections closed, queue dropped, `on_lost`). Memory stays bounded.
 - A failed dial is a loss. So is a dialled address answering with another peer id (the
   node restarted): the old id is lost, the connection is kept under the new one.
+- An id at our own address but not ours is a former incarnation of this node (restarted
+  on its port): peers gossip it until it ages out. It is lost at once, never dialled: the
+  dial would reach our own listener and fail the handshake at both ends.
 - Two connections to one peer (both sides dialled at once) are resolved the same way at
   both ends: the one dialled by the lower id stays; the other is closed gracefully after
   what was already written on it has been read (connection.py).
@@ -151,6 +154,7 @@ class Network:
         self._max_connections = max_connections
         self._encrypt = encrypt
         self.me = me
+        self._address = _address_of(me)
         self.counters = counters
         self._on_frame = on_frame
         self._on_lost = on_lost
@@ -289,6 +293,10 @@ class Network:
 
     def _start_dial(self, peer: Peer) -> None:
         assert self._nursery is not None, "the network is not running"
+        if self._address is not None and _address_of(peer.id) == self._address:
+            log.info("%s is a former incarnation of this node; not dialled", show_peer(peer.id))
+            self._lose(peer, "a former incarnation of this node")
+            return
         peer.dial_scope = trio.CancelScope()
         self._nursery.start_soon(self._dial, peer, peer.dial_scope)
 
