@@ -82,6 +82,7 @@ REPAIR_COUNTERS = (
     "evictions",
     "peers_lost",
     "dial_failures",
+    "handshake_failures",
     "queue_overflows",
     "subscriber_dropped",
 )
@@ -683,6 +684,12 @@ def summary(result: dict[str, Any]) -> str:
         f"counters ({c['incarnations_final']} final, {c['incarnations_sampled_before_kill']} "
         f"sampled before kill): "
         + ", ".join(f"{name}={totals.get(name, 0)}" for name in REPAIR_COUNTERS)
+    )
+    prefix = "handshake_failed_"
+    reasons = {k[len(prefix) :]: n for k, n in totals.items() if k.startswith(prefix) and n}
+    out.append(
+        "handshake failures by reason: "
+        + (", ".join(f"{why}={n}" for why, n in reasons.items()) or "none")
     )
     out.append(f"load average: {result['loadavg'][0][1]} -> {result['loadavg'][-1][1]}")
     return "\n".join(out)

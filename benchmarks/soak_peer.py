@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import signal
 import struct
@@ -165,6 +166,13 @@ async def run(args: argparse.Namespace) -> None:
 
 
 def main() -> int:
+    # The node's own log (dial and handshake failures, lost peers: INFO) goes to stderr,
+    # which soak.py keeps as DIR/n<I>.<K>.stderr; `episub node` logs the same way.
+    logging.basicConfig(
+        level=logging.INFO,
+        stream=sys.stderr,
+        format="%(created).3f %(levelname)s %(name)s: %(message)s",
+    )
     trio.run(run, parse_args())
     return 0
 

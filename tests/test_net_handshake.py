@@ -61,12 +61,17 @@ def framed(message: pb.Handshake) -> bytes:
 
 
 def hello(
-    *, version: int = PROTOCOL_VERSION, peer_id: bytes = MALLORY, nonce: bytes = b"\x03" * 32
+    *,
+    version: int = PROTOCOL_VERSION,
+    peer_id: bytes = MALLORY,
+    nonce: bytes = b"\x03" * 32,
+    plaintext: bool = False,
 ) -> bytes:
     message = pb.Handshake()
     message.hello.version = version
     message.hello.peer_id = peer_id
     message.hello.nonce = nonce
+    message.hello.plaintext = plaintext
     return framed(message)
 
 
@@ -160,24 +165,37 @@ def test_another_protocol_version_is_refused_naming_both_versions() -> None:
 
 
 @pytest.mark.parametrize(
-    ("data", "reason"),
+    ("data", "message", "reason"),
     [
-        (hello(peer_id=b"no-address"), "malformed hello"),
-        (hello(nonce=b"short"), "nonce of 5 bytes"),
-        (hello(peer_id=BOB), "connected to ourselves"),
-        (hello(nonce=b"\x02" * 32), "echoed our nonce"),
-        (proof(b"\x00" * 32), "expected a hello, got proof"),
-        (struct.pack(">I", 2) + b"\x18\x01", "expected a hello, got an empty or unknown"),
-        (struct.pack(">I", 3) + b"\xff\xff\xff", "malformed handshake frame"),
-        (struct.pack(">I", MAX_HANDSHAKE_FRAME + 1), f"{MAX_HANDSHAKE_FRAME + 1} bytes announced"),
-        (b"GET / HTTP/1.1\r\n\r\n", "bytes announced"),
-        (struct.pack(">I", 0), "0 bytes announced"),
+        (hello(peer_id=b"no-address"), "malformed hello", "malformed"),
+        (hello(nonce=b"short"), "nonce of 5 bytes", "malformed"),
+        (hello(peer_id=BOB), "connected to ourselves", "self"),
+        (hello(nonce=b"\x02" * 32), "echoed our nonce", "malformed"),
+        (hello(version=2), "version 2", "version"),
+        (hello(plaintext=True), "peer has encryption off", "encryption"),
+        (proof(b"\x00" * 32), "expected a hello, got proof", "malformed"),
+        (
+            struct.pack(">I", 2) + b"\x18\x01",
+            "expected a hello, got an empty or unknown",
+            "malformed",
+        ),
+        (struct.pack(">I", 3) + b"\xff\xff\xff", "malformed handshake frame", "malformed"),
+        (
+            struct.pack(">I", MAX_HANDSHAKE_FRAME + 1),
+            f"{MAX_HANDSHAKE_FRAME + 1} bytes announced",
+            "malformed",
+        ),
+        (b"GET / HTTP/1.1\r\n\r\n", "bytes announced", "malformed"),
+        (struct.pack(">I", 0), "0 bytes announced", "malformed"),
     ],
 )
-def test_a_malformed_hello_fails_with_its_reason(data: bytes, reason: str) -> None:
+def test_a_bad_hello_fails_with_its_message_and_reason(
+    data: bytes, message: str, reason: str
+) -> None:
     b = machine(initiator=False)
-    with pytest.raises(HandshakeError, match=reason):
+    with pytest.raises(HandshakeError, match=message) as caught:
         b.receive_data(data)
+    assert caught.value.reason == reason
 
 
 def test_a_second_hello_instead_of_a_proof_fails() -> None:
@@ -236,15 +254,17 @@ def test_perform_handshake_with_a_wrong_key_fails_on_both_ends() -> None:
     a, b = trio.run(_both, KEY, OTHER_KEY)
     assert isinstance(a, HandshakeError) and isinstance(b, HandshakeError)
     assert "deployment key" in str(a)
+    assert a.reason == "wrong_key" == b.reason
 
 
 def test_a_silent_peer_times_out_after_handshake_timeout() -> None:
     async def main() -> None:
         left, _right = trio.testing.memory_stream_pair()
         start = trio.current_time()
-        with pytest.raises(HandshakeError, match=r"within 5\.0 s"):
+        with pytest.raises(HandshakeError, match=r"within 5\.0 s") as caught:
             await perform_handshake(left, key=KEY, my_id=ALICE, initiator=True, timeout=5.0)
         assert trio.current_time() - start == pytest.approx(5.0)
+        assert caught.value.reason == "timeout"
 
     trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
 
@@ -253,7 +273,10 @@ def test_a_peer_closing_mid_handshake_is_a_handshake_error() -> None:
     async def main() -> None:
         left, right = trio.testing.memory_stream_pair()
         await right.aclose()
-        with pytest.raises(HandshakeError, match=r"closed the connection|connection failed"):
+        with pytest.raises(
+            HandshakeError, match=r"closed the connection|connection failed"
+        ) as caught:
             await perform_handshake(left, key=KEY, my_id=ALICE, initiator=True)
+        assert caught.value.reason in ("closed", "broken")
 
     trio.run(main)

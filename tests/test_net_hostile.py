@@ -16,7 +16,7 @@ import pytest
 import trio
 
 from episub import BroadcastConfig, Message, Node, NodeConfig
-from episub.net.handshake import HandshakeError
+from episub.net.handshake import FAILURE_REASONS, HandshakeError
 from episub.proto.envelope import message_id
 from episub.proto.messages import Envelope, Gossip, Ping
 from tests.net_helpers import KEY, OTHER_KEY, TOPIC, WAIT, RawPeer, fast_config, run, wait_until
@@ -157,16 +157,25 @@ def test_a_bad_message_is_dropped_and_reported(
 
 
 @pytest.mark.parametrize(
-    ("key", "opening", "reason"),
+    ("key", "opening", "message", "reason"),
     [
-        (OTHER_KEY, b"", "failed to prove the deployment key"),
-        (None, b"GET / HTTP/1.1\r\n\r\n", "handshake frame of 1195725856 bytes announced"),
-        (None, b"", "no complete handshake within 0.5 s"),
+        (OTHER_KEY, b"", "failed to prove the deployment key", "wrong_key"),
+        (
+            None,
+            b"GET / HTTP/1.1\r\n\r\n",
+            "handshake frame of 1195725856 bytes announced",
+            "malformed",
+        ),
+        (None, b"", "no complete handshake within 0.5 s", "timeout"),
     ],
     ids=["wrong-key", "not-episub", "silent"],
 )
-def test_a_failed_handshake_is_logged_and_the_connection_closed(
-    key: bytes | None, opening: bytes, reason: str, caplog: pytest.LogCaptureFixture
+def test_a_failed_handshake_is_logged_counted_by_reason_and_the_connection_closed(
+    key: bytes | None,
+    opening: bytes,
+    message: str,
+    reason: str,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.INFO, logger="episub.net")
 
@@ -182,10 +191,14 @@ def test_a_failed_handshake_is_logged_and_the_connection_closed(
                     await raw.wait_closed()
                 await raw.aclose()
             assert a.stats()["handshake_failures"] == 1
+            stats = a.stats()
+            failed = {why: stats[f"handshake_failed_{why}"] for why in FAILURE_REASONS}
+            assert failed == {why: int(why == reason) for why in FAILURE_REASONS}
             await assert_still_serving(a, b)
 
     run(main)
-    assert reason in caplog.text
+    assert message in caplog.text
+    assert f"(it dialled) failed ({reason}): " in caplog.text
 
 
 def test_a_peer_too_slow_to_read_overflows_its_queue_and_only_it_is_cut_off(

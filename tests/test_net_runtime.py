@@ -16,7 +16,7 @@ import pytest
 import trio
 
 from episub import Node
-from episub.net.peer_id import make_peer_id
+from episub.net.peer_id import make_peer_id, parse_address
 from episub.net.runtime import Runtime
 from episub.proto.config import NodeConfig
 from episub.proto.events import ClosePeer, OutEvent, Send
@@ -109,6 +109,31 @@ def test_a_failed_dial_is_connection_lost_and_drops_what_was_queued(
     run(main)
     assert "dial to 127.0.0.1:" in caplog.text and "failed" in caplog.text
     assert "peer id must be 'host:port/tag'" in caplog.text
+
+
+def test_an_id_at_our_own_address_is_a_former_incarnation_lost_without_a_dial(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A node restarted on its port under a new id still hears its old id from peers
+    (passive views, shuffles) until it ages out; dialling it would reach our own
+    listener and fail the handshake at both ends ("connected to ourselves")."""
+    caplog.set_level(logging.INFO, logger="episub.net")
+
+    async def main() -> None:
+        async with Node(key=KEY) as a:
+            own = parse_address(a.address)
+            former = make_peer_id(own.host, own.port)  # same address, another tag
+            assert former != a.id
+            runtime_of(a)._carry_out([Send(former, "x", Prune())])
+            await wait_until(lambda: a.stats()["peers_lost"] == 1, what="the loss")
+            stats = a.stats()
+            assert stats["dials"] == 0
+            assert stats["connections_opened"] == 0
+            assert stats["handshake_failures"] == 0
+            assert stats["dropped_peer_lost"] == 1
+
+    run(main)
+    assert "a former incarnation of this node" in caplog.text
 
 
 def test_a_connection_nobody_uses_closes_after_idle_timeout_quietly() -> None:

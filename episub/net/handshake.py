@@ -42,6 +42,7 @@ from episub.proto import episub_pb2 as pb
 
 __all__ = [
     "DOMAIN",
+    "FAILURE_REASONS",
     "HANDSHAKE_TIMEOUT",
     "KEY_SIZE",
     "MAX_HANDSHAKE_FRAME",
@@ -66,8 +67,28 @@ _READ_CHUNK = 4096  # handshake reads are small; what follows the Proof is hande
 _LENGTH = struct.Struct(">I")
 
 
+# Why a handshake failed, one word each; NetCounters counts failures by these.
+FAILURE_REASONS = (
+    "timeout",  # no complete handshake within the timeout
+    "closed",  # the peer closed the connection before its proof
+    "broken",  # the connection failed (reset, refused write, ...)
+    "self",  # the peer's hello carried our own id: we dialled ourselves
+    "wrong_key",  # the peer's proof does not match: another deployment key
+    "version",  # another protocol version
+    "encryption",  # the two ends disagree on sealing frames
+    "malformed",  # anything else: not an episub peer, or a broken one
+)
+
+
 class HandshakeError(Exception):
-    """The handshake failed; the message says why (wrong key, version, malformed, ...)."""
+    """The handshake failed; the message says why (wrong key, version, malformed, ...)
+    and `reason` names the kind, one of FAILURE_REASONS."""
+
+    def __init__(self, message: str, *, reason: str) -> None:
+        if reason not in FAILURE_REASONS:
+            raise ValueError(f"reason must be one of {FAILURE_REASONS}, not {reason!r}")
+        super().__init__(message)
+        self.reason = reason
 
 
 class Role(enum.Enum):
@@ -159,7 +180,7 @@ class Handshake:
 
     def receive_data(self, data: bytes) -> None:
         if self._state is _State.FAILED:
-            raise HandshakeError("handshake already failed")
+            raise HandshakeError("handshake already failed", reason="malformed")
         if self._state is _State.DONE:
             raise RuntimeError("handshake is done: its trailing data goes to the frame decoder")
         self._buffer += data
@@ -181,7 +202,8 @@ class Handshake:
         if not 0 < length <= MAX_HANDSHAKE_FRAME:
             raise HandshakeError(
                 f"handshake frame of {length} bytes announced; they are 1..{MAX_HANDSHAKE_FRAME}"
-                " (not an episub peer?)"
+                " (not an episub peer?)",
+                reason="malformed",
             )
         end = _LENGTH.size + length
         if len(self._buffer) < end:
@@ -195,16 +217,22 @@ class Handshake:
         try:
             message.ParseFromString(body)
         except DecodeError as exc:
-            raise HandshakeError(f"malformed handshake frame of {len(body)} bytes: {exc}") from None
+            raise HandshakeError(
+                f"malformed handshake frame of {len(body)} bytes: {exc}", reason="malformed"
+            ) from None
         kind = message.WhichOneof("body")
         if self._state is _State.AWAIT_HELLO:
             if kind != "hello":
                 raise HandshakeError(
-                    f"expected a hello, got {kind or 'an empty or unknown message'}"
+                    f"expected a hello, got {kind or 'an empty or unknown message'}",
+                    reason="malformed",
                 )
             self._on_hello(message.hello, body)
         elif kind != "proof":
-            raise HandshakeError(f"expected a proof, got {kind or 'an empty or unknown message'}")
+            raise HandshakeError(
+                f"expected a proof, got {kind or 'an empty or unknown message'}",
+                reason="malformed",
+            )
         else:
             self._on_proof(message.proof.mac)
 
@@ -212,26 +240,29 @@ class Handshake:
         if hello.version != PROTOCOL_VERSION:
             raise HandshakeError(
                 f"peer speaks episub protocol version {hello.version}, "
-                f"this node speaks {PROTOCOL_VERSION}"
+                f"this node speaks {PROTOCOL_VERSION}",
+                reason="version",
             )
         try:
             parse_peer_id(hello.peer_id)
         except PeerIdError as exc:
-            raise HandshakeError(f"malformed hello: {exc}") from None
+            raise HandshakeError(f"malformed hello: {exc}", reason="malformed") from None
         if len(hello.nonce) != NONCE_SIZE:
             raise HandshakeError(
-                f"malformed hello: nonce of {len(hello.nonce)} bytes, not {NONCE_SIZE}"
+                f"malformed hello: nonce of {len(hello.nonce)} bytes, not {NONCE_SIZE}",
+                reason="malformed",
             )
         if hello.plaintext == self._encrypt:
             theirs, ours = ("off", "on") if hello.plaintext else ("on", "off")
             raise HandshakeError(
                 f"peer has encryption {theirs}, this node has it {ours}: every node of a "
-                "deployment must use the same setting"
+                "deployment must use the same setting",
+                reason="encryption",
             )
         if hello.peer_id == self._my_id:
-            raise HandshakeError(f"connected to ourselves ({self._my_id!r})")
+            raise HandshakeError(f"connected to ourselves ({self._my_id!r})", reason="self")
         if hello.nonce == self._nonce:
-            raise HandshakeError("peer echoed our nonce (a reflected hello)")
+            raise HandshakeError("peer echoed our nonce (a reflected hello)", reason="malformed")
         self._peer_hello, self._peer_nonce, self._peer_id = body, hello.nonce, hello.peer_id
         proof = pb.Handshake()
         proof.proof.mac = _mac(self._key, *self._transcript(), self._role)
@@ -244,7 +275,8 @@ class Handshake:
         if not hmac.compare_digest(mac, expected):
             raise HandshakeError(
                 f"peer {self._peer_id!r} failed to prove the deployment key "
-                "(a different key, or not an episub peer)"
+                "(a different key, or not an episub peer)",
+                reason="wrong_key",
             )
         initiator_nonce, responder_nonce = (
             (self._nonce, self._peer_nonce)
@@ -293,7 +325,9 @@ async def perform_handshake(
             while not machine.done:
                 data = await stream.receive_some(_READ_CHUNK)
                 if not data:
-                    raise HandshakeError("peer closed the connection during the handshake")
+                    raise HandshakeError(
+                        "peer closed the connection during the handshake", reason="closed"
+                    )
                 try:
                     machine.receive_data(data)
                 except HandshakeError:
@@ -306,7 +340,11 @@ async def perform_handshake(
                 if outgoing := machine.data_to_send():
                     await stream.send_all(outgoing)
     except trio.TooSlowError:
-        raise HandshakeError(f"no complete handshake within {timeout} s") from None
+        raise HandshakeError(
+            f"no complete handshake within {timeout} s", reason="timeout"
+        ) from None
     except (trio.BrokenResourceError, OSError) as exc:
-        raise HandshakeError(f"connection failed during the handshake: {exc!r}") from None
+        raise HandshakeError(
+            f"connection failed during the handshake: {exc!r}", reason="broken"
+        ) from None
     return machine.result

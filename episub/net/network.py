@@ -12,6 +12,9 @@ Rules:
   lost (connections closed, queue dropped, `on_lost`). Memory stays bounded.
 - A failed dial is a loss. So is a dialled address answering with another peer id (the
   node restarted): the old id is lost, the connection is kept under the new one.
+- An id at our own address but not ours is a former incarnation of this node (restarted
+  on its port): peers gossip it until it ages out. It is lost at once, never dialled: the
+  dial would reach our own listener and fail the handshake at both ends.
 - Two connections to one peer (both sides dialled at once) are resolved the same way at
   both ends: the one dialled by the lower id stays; the other is closed gracefully after
   what was already written on it has been read (connection.py).
@@ -38,7 +41,12 @@ from functools import partial
 import trio
 
 from episub.net.connection import Connection, FrameItems, Peer, show_peer
-from episub.net.handshake import HandshakeError, HandshakeResult, perform_handshake
+from episub.net.handshake import (
+    FAILURE_REASONS,
+    HandshakeError,
+    HandshakeResult,
+    perform_handshake,
+)
 from episub.net.link_delay import LinkDelay
 from episub.net.peer_id import Address, PeerIdError, parse_peer_id
 
@@ -80,7 +88,7 @@ class NetCounters:
     connections_closed: int = 0
     dials: int = 0
     dial_failures: int = 0
-    handshake_failures: int = 0
+    handshake_failures: int = 0  # dialled and accepted connections, each end counts its own
     connections_refused: int = 0  # authenticated, but past max_connections
     frames_in: int = 0
     frames_out: int = 0
@@ -101,10 +109,24 @@ class NetCounters:
         )
     )
 
+    # handshake_failures by why (handshake.FAILURE_REASONS); every reason always present.
+    handshake_failed: dict[str, int] = field(
+        default_factory=lambda: dict.fromkeys(FAILURE_REASONS, 0)
+    )
+
     def as_dict(self) -> dict[str, int]:
-        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "dropped"}
+        out = {
+            f.name: getattr(self, f.name)
+            for f in fields(self)
+            if f.name not in ("dropped", "handshake_failed")
+        }
         out.update({f"dropped_{reason}": n for reason, n in self.dropped.items()})
+        out.update({f"handshake_failed_{why}": n for why, n in self.handshake_failed.items()})
         return out
+
+    def count_handshake_failure(self, exc: HandshakeError) -> None:
+        self.handshake_failures += 1
+        self.handshake_failed[exc.reason] += 1
 
 
 class Network:
@@ -132,6 +154,7 @@ class Network:
         self._max_connections = max_connections
         self._encrypt = encrypt
         self.me = me
+        self._address = _address_of(me)
         self.counters = counters
         self._on_frame = on_frame
         self._on_lost = on_lost
@@ -270,6 +293,10 @@ class Network:
 
     def _start_dial(self, peer: Peer) -> None:
         assert self._nursery is not None, "the network is not running"
+        if self._address is not None and _address_of(peer.id) == self._address:
+            log.info("%s is a former incarnation of this node; not dialled", show_peer(peer.id))
+            self._lose(peer, "a former incarnation of this node")
+            return
         peer.dial_scope = trio.CancelScope()
         self._nursery.start_soon(self._dial, peer, peer.dial_scope)
 
@@ -296,7 +323,7 @@ class Network:
             )
         except BaseException as exc:
             if isinstance(exc, HandshakeError):
-                self.counters.handshake_failures += 1
+                self.counters.count_handshake_failure(exc)
             await trio.aclose_forcefully(stream)
             raise
         return stream, result
@@ -307,7 +334,9 @@ class Network:
         with scope:
             try:
                 opened = await self._open(parse_peer_id(peer.id))
-            except (OSError, HandshakeError, PeerIdError) as exc:
+            except HandshakeError as exc:
+                failure = f"handshake failed ({exc.reason}): {exc}"
+            except (OSError, PeerIdError) as exc:
                 failure = str(exc) or repr(exc)
         if peer.dial_scope is scope:
             peer.dial_scope = None
@@ -365,8 +394,8 @@ class Network:
                 encrypt=self._encrypt,
             )
         except HandshakeError as exc:
-            self.counters.handshake_failures += 1
-            log.warning("handshake with %s failed: %s", where, exc)
+            self.counters.count_handshake_failure(exc)
+            log.warning("handshake with %s (it dialled) failed (%s): %s", where, exc.reason, exc)
             return
         finally:
             self._handshakes -= 1
