@@ -1,18 +1,20 @@
-"""A process's copy of a configuration (spark_connector/config_follower.py) against a real
-agent process: it follows writes, never goes backwards, steps aside when the agent goes
-away, and follows the next agent at the same socket."""
+"""A process's copy of a configuration (spark_connector/config_follower.py) and a
+`config.watch` watcher, against real agent processes: they follow writes, never go
+backwards, and follow the next agent at the same socket when theirs is killed."""
 
 from __future__ import annotations
 
 import os
 import signal
+import threading
 
 import pytest
 
 from episub.agent import AgentClient, ensure_agent
-from tests.proc_helpers import KEY, Processes, wait_process_gone, wait_until
+from tests.proc_helpers import KEY, WAIT, Processes, wait_process_gone, wait_until
 
 pytest.importorskip("pyspark", reason="spark_connector needs the spark extra")
+from spark_connector.config import Watch
 from spark_connector.config_follower import Follower
 
 pytestmark = pytest.mark.timeout(120)
@@ -56,3 +58,37 @@ def test_the_copy_follows_writes_never_goes_back_and_steps_aside_without_its_age
         assert follower.current().values == {"n": 106}  # type: ignore[union-attr]
     finally:
         follower.stop()
+
+
+def test_a_watch_calls_back_on_every_new_version_and_survives_an_agent_restart(
+    processes: Processes,
+) -> None:
+    path = str(processes.dir / "agent.sock")
+    pid = start_agent(processes, path)
+    heard: list[tuple[int, dict]] = []
+    reached: dict[int, threading.Event] = {v: threading.Event() for v in (0, 3, 5)}
+
+    def callback(version: int, values: dict) -> None:
+        heard.append((version, values))
+        if version in reached:
+            reached[version].set()
+
+    watch = Watch(callback, "flags", lambda: AgentClient(path))
+    try:
+        assert reached[0].wait(WAIT), "no first call with the current (empty) configuration"
+        with AgentClient(path) as client:
+            for n in range(1, 4):
+                client.config_write("flags", {"n": n})
+            assert reached[3].wait(WAIT), heard
+            os.kill(pid, signal.SIGKILL)
+            wait_process_gone(pid)
+        start_agent(processes, path)  # a new, empty agent: versions 1..5 there
+        with AgentClient(path) as client:
+            for n in range(1, 6):
+                client.config_write("flags", {"n": 10 * n})
+        assert reached[5].wait(WAIT), heard
+    finally:
+        watch.stop()
+    versions = [v for v, _ in heard]
+    assert versions == sorted(set(versions)), f"a version came twice or went back: {heard}"
+    assert heard[0] == (0, {}) and (3, {"n": 3}) in heard and heard[-1] == (5, {"n": 50})
