@@ -238,10 +238,8 @@ def watch(callback: Callable[[int, dict[str, object]], None], name: str = DEFAUL
 
 # -- plumbing ---------------------------------------------------------------------------------
 
-_clients: dict[str, AgentClient] = {}  # one per agent socket, reused by a worker's calls
 _followers: dict[str, Follower] = {}  # this process's copies, per agent and configuration
 _lock = threading.Lock()  # guards _followers
-_clients_lock = threading.Lock()  # one call at a time on a shared client, maybe a long poll
 _executor_factories: dict[str, Callable[[], AgentClient]] = {}  # deployment JSON -> factory
 
 
@@ -275,22 +273,29 @@ def _current(name: str) -> ConfigView:
 
 
 def _read(name: str, min_version: int = 0, timeout: float = 0.0) -> ConfigView:
-    """Ask the agent; the answer also refreshes this process's copy (and starts it)."""
+    """Ask the agent; the answer also refreshes this process's copy (and starts it).
+
+    Over a connection of its own, closed after: the lasting connections of a process are
+    its copies' threads, one per configuration it reads, so a Python worker reading one
+    configuration takes one of its agent's client slots (AgentLimits.max_clients, 64).
+    Reads get here only when the copy is not kept current (first use, its agent gone), so
+    connecting is rare.
+    """
     factory = _client_factory()
-    with _clients_lock:
-        key = _agent_key(factory)
-        client = _clients.get(key)
-        for attempt in range(2):
-            if client is None:
-                client = _clients[key] = factory()
-            try:
-                view = _agent_call(lambda: client.config_read(name, min_version, timeout))  # noqa: B023
-                break
-            except ConfigError as exc:
-                if not isinstance(exc.__cause__, AgentUnavailable) or attempt == 1:
-                    raise
-                _clients.pop(key, None)  # the agent went away: a fresh client starts one
-                client = None
+    for attempt in range(2):
+        try:
+            with factory() as client:
+                view = _agent_call(lambda: client.config_read(name, min_version, timeout))
+            break
+        except (AgentUnavailable, ConfigError) as exc:
+            unavailable = isinstance(exc, AgentUnavailable) or isinstance(
+                exc.__cause__, AgentUnavailable
+            )
+            if not unavailable or attempt == 1:
+                if isinstance(exc, AgentUnavailable):
+                    raise ConfigError(f"the episub agent cannot be reached: {exc}") from exc
+                raise
+            # The agent went away as we asked: the next client reaches (or starts) another.
     # The newer of the agent's answer and our copy: an agent restarted a moment ago may
     # answer from behind what this process has already seen, and versions never go back.
     return _follower(name, factory).offer(view)
