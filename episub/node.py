@@ -571,6 +571,10 @@ class Node:
         out["listener_errors"] = self._listener_errors
         out["retained_messages"] = len(self._retention)
         out["retained_bytes"] = self._retention.bytes
+        bounds = self._retention.config  # what this node was started with, for operators
+        out["retention_max_messages"] = bounds.max_messages
+        out["retention_max_bytes"] = bounds.max_bytes
+        out["retention_max_age_s"] = round(bounds.max_age)
         return out
 
     async def fetch(

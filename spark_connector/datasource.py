@@ -9,12 +9,15 @@ address without either appearing in an option (options show in query plans and t
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import secrets
 from typing import Any, ClassVar
 
 from pyspark.sql.datasource import DataSource
 from pyspark.sql.types import StructType
 
+from episub.retention import RetentionConfig
 from spark_connector.config import DEFAULT_NAME, remember_driver_deployment
 from spark_connector.deployment import Deployment, driver_client, start_driver_agent
 from spark_connector.options import OptionError, parse_sink, parse_source
@@ -87,7 +90,13 @@ def _join_on_driver(deployment: Deployment, topics: tuple[str, ...]) -> None:
             client.join(topic)
 
 
-def register(spark: Any, *, key: bytes | None = None, host: str | None = None) -> Deployment:
+def register(
+    spark: Any,
+    *,
+    key: bytes | None = None,
+    host: str | None = None,
+    retention: RetentionConfig | None = None,
+) -> Deployment:
     """Start the driver's node and register the `episub` format with `spark`.
 
     key: the deployment's 32-byte key (default: a fresh random one, so only this
@@ -95,6 +104,9 @@ def register(spark: Any, *, key: bytes | None = None, host: str | None = None) -
         `episub publish` take part).
     host: the address nodes listen on and advertise (default: `spark.driver.host` for a
         local master, else this host's address).
+    retention: what every node of the application (the driver's, each executor's) keeps
+        for readers that come back to a range, e.g. a query restarted after a long stop
+        (default: RetentionConfig(), ten minutes). Applies to agents this call starts.
     Returns the Deployment: `.bootstrap` is the driver node's address, for outside nodes.
     """
     if key is None:
@@ -103,7 +115,12 @@ def register(spark: Any, *, key: bytes | None = None, host: str | None = None) -
         raise ValueError(f"key must be 32 bytes, not {key!r:.20}")
     if host is None:
         host = _default_host(spark)
-    deployment = start_driver_agent(key, host)
+    if retention is not None and not isinstance(retention, RetentionConfig):
+        raise TypeError(f"retention must be an episub RetentionConfig, not {retention!r:.60}")
+    agent_config = (
+        json.dumps({"retention": dataclasses.asdict(retention)}) if retention is not None else ""
+    )
+    deployment = start_driver_agent(key, host, agent_config)
     # The default live configuration's replica starts with the driver's node, so executors
     # reading it always find it (a topic is joined through a node already in it).
     remember_driver_deployment(deployment)

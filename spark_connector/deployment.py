@@ -20,6 +20,7 @@ One node runs beside the driver and one in each executor, each in an agent proce
 
 from __future__ import annotations
 
+import hashlib
 import os
 import socket
 import tempfile
@@ -62,6 +63,8 @@ class Deployment:
     driver_socket: str
     driver_pid: int  # the user's driver process: the driver agent's owner
     agent_dir: str  # where executor agents put their sockets and logs
+    # Every agent's --config file, as JSON text (episub.agent.options): "" for the defaults.
+    agent_config: str = ""
 
     @property
     def key(self) -> bytes:
@@ -75,13 +78,29 @@ def agent_dir() -> str:
     return path
 
 
-def start_driver_agent(key: bytes, host: str) -> Deployment:
+def agent_config_file(directory: str, config: str) -> str | None:
+    """The file holding agent config `config` on this host (written once, atomically, named
+    after its content), for ensure_agent's config_file; None for the defaults."""
+    if not config:
+        return None
+    digest = hashlib.blake2b(config.encode(), digest_size=12).hexdigest()
+    path = os.path.join(directory, f"config-{digest}.json")
+    if not os.path.exists(path):
+        fd, temporary = tempfile.mkstemp(dir=directory, suffix=".json.tmp")
+        with os.fdopen(fd, "w") as f:
+            f.write(config)
+        os.replace(temporary, path)  # agents never read a half-written file
+    return path
+
+
+def start_driver_agent(key: bytes, host: str, agent_config: str = "") -> Deployment:
     """The driver's agent (started if needed), owned by this process."""
     directory = agent_dir()
     socket_path = os.path.join(directory, f"driver-{os.getpid()}.sock")
     info = ensure_agent(
-        socket_path, key=key, listen=f"{host}:0", owner_pid=os.getpid(), idle_timeout=None
-    )
+        socket_path, key=key, listen=f"{host}:0", owner_pid=os.getpid(), idle_timeout=None,
+        config_file=agent_config_file(directory, agent_config),
+    )  # fmt: skip
     with AgentClient(socket_path, timeout=AGENT_TIMEOUT) as client:
         client.join(CLUSTER_TOPIC)
     return Deployment(
@@ -91,6 +110,7 @@ def start_driver_agent(key: bytes, host: str) -> Deployment:
         driver_socket=socket_path,
         driver_pid=os.getpid(),
         agent_dir=directory,
+        agent_config=agent_config,
     )
 
 
@@ -102,6 +122,7 @@ def driver_client(deployment: Deployment) -> AgentClient:
         listen=f"{deployment.host}:0",
         owner_pid=deployment.driver_pid,
         idle_timeout=None,
+        config_file=agent_config_file(deployment.agent_dir, deployment.agent_config),
     )
     return AgentClient(deployment.driver_socket, timeout=AGENT_TIMEOUT)
 
@@ -147,6 +168,7 @@ def executor_client(deployment: Deployment) -> AgentClient:
         bootstrap=deployment.bootstrap,
         owner_pid=owner,
         idle_timeout=EXECUTOR_IDLE_TIMEOUT,
+        config_file=agent_config_file(deployment.agent_dir, deployment.agent_config),
     )
     client = AgentClient(socket_path, timeout=AGENT_TIMEOUT)
     try:

@@ -88,3 +88,17 @@ def test_the_config_command_writes_through_a_temporary_node_and_reads_through_an
     assert bad.stderr_text().strip().splitlines() == [
         "episub config: error: give KEY=VALUE, not 'novalue'"
     ]
+
+
+def test_an_agent_keeps_what_its_config_file_retention_allows(processes: Processes) -> None:
+    config = processes.dir / "node.json"
+    config.write_text(json.dumps({"retention": {"max_messages": 3}}))
+    path = str(processes.dir / "small.sock")
+    info = ensure_agent(path, key=KEY, owner_pid=os.getpid(), config_file=str(config))
+    processes.pids.append(info.pid)
+    with AgentClient(path) as client:
+        client.join("events")
+        client.publish_batch("events", [b"%d" % i for i in range(5)])
+        stats = client.inspect().stats
+    # Its own publishes are retained (docs/spark.md): the oldest two made room.
+    assert (stats["published"], stats["retained_messages"]) == (5, 3)

@@ -98,6 +98,15 @@ def test_a_bad_config_file_gives_one_line(tmp_path: Path) -> None:
     config.write_text('{"broadcast": {"ihave_interval": 0}}')
     result = run_episub("node", "--config", str(config))
     assert_one_line_error(result, 2, "ihave_interval must be > 0, not 0")
+    config.write_text('{"retention": {"max_agee": 60}}')
+    result = run_episub("node", "--config", str(config))
+    assert_one_line_error(result, 2, "retention: unknown setting 'max_agee'")
+    config.write_text('{"retention": {"max_age": 0}}')
+    result = run_episub("node", "--config", str(config))
+    assert_one_line_error(result, 2, "max_age must be > 0 seconds, not 0")
+    config.write_text('{"retention": {"max_messages": "many"}}')
+    result = run_episub("node", "--config", str(config))
+    assert_one_line_error(result, 2, "max_messages must be a number")
 
 
 def test_an_unreachable_bootstrap_gives_one_line_and_status_1() -> None:

@@ -62,3 +62,10 @@ def test_config_get_per_row_is_served_by_the_workers_copy_not_the_agent(report: 
         # The second inspect call itself and a re-poll of the copy's thread, at most a few;
         # one request a call would be over 1,000.
         assert reads["requests"] <= 10, reads
+
+
+def test_register_gives_its_retention_to_the_driver_and_every_executor_agent(
+    report: dict,
+) -> None:
+    assert report["driver_retention"] == [1234, 4321]
+    assert [r["retention"] for r in report["reads"]] == [[1234, 4321]] * 2

@@ -36,6 +36,7 @@ from episub.agent.options import (
     load_config,
     load_key,
     load_link_delay,
+    load_retention,
     number_type,
 )
 from episub.agent.runner import NodeOptions, run_node
@@ -70,7 +71,11 @@ def add_node_arguments(parser: argparse.ArgumentParser) -> None:
         help="host:port of a node already in the overlay (repeatable)",
     )
     add("--key-file", metavar="PATH", help="the deployment key (default: $EPISUB_KEY, 64 hex)")
-    add("--config", metavar="FILE", help='JSON overrides: {"membership": {..}, "broadcast": {..}}')
+    add(
+        "--config",
+        metavar="FILE",
+        help='JSON overrides: {"membership": {..}, "broadcast": {..}, "retention": {..}}',
+    )
     add(
         "--no-encryption",
         dest="encrypt",
@@ -193,6 +198,7 @@ def _node_options(args: argparse.Namespace, **extra: Any) -> NodeOptions:
         bootstrap=args.bootstrap,
         topics=args.topic,
         config=load_config(args.config),
+        retention=load_retention(args.config),
         link_delay=load_link_delay(args.link_delay),
         socket_path=args.socket,
         encrypt=args.encrypt,

@@ -7,7 +7,9 @@ link-delay file. Each loader raises `UsageError` with one line naming the bad va
   local user could read it in the process list.
 - Config (`--config FILE`): JSON overrides of NodeConfig, e.g.
   {"membership": {"c_near": 2, "ping_interval": 0.5}, "broadcast": {"ihave_interval": 0.05},
-  "max_topics": 16}. Unknown names are refused, so a typo does not go unnoticed.
+  "max_topics": 16}, and of the node's RetentionConfig under "retention", e.g.
+  {"retention": {"max_age": 3600}}. Unknown names are refused, so a typo does not go
+  unnoticed.
 - Link delay (`--link-delay FILE`): {"zones": {"127.0.0.1:7001": "a", ...}, "intra_ms": 1,
   "inter_ms": 30}, for zones_link_delay (emulated latency on one machine).
 """
@@ -25,6 +27,7 @@ from typing import Any
 from episub.net.link_delay import LinkDelay, zones_link_delay
 from episub.net.peer_id import PeerIdError, parse_address
 from episub.proto.config import BroadcastConfig, MembershipConfig, NodeConfig
+from episub.retention import RetentionConfig
 
 __all__ = [
     "KEY_ENV",
@@ -33,6 +36,7 @@ __all__ = [
     "load_config",
     "load_key",
     "load_link_delay",
+    "load_retention",
     "number_type",
 ]
 
@@ -114,11 +118,17 @@ def _fields(cls: type, values: object, where: str) -> dict[str, Any]:
     return values
 
 
+RETENTION_SECTION = "retention"  # the config file's RetentionConfig overrides
+
+
 def load_config(path: str | None) -> NodeConfig:
     """NodeConfig() with the file's overrides; the defaults when `path` is None."""
     if path is None:
         return NodeConfig()
-    data = _fields(NodeConfig, _read_json(path, "config file"), f"config file {path!r}")
+    data = _read_json(path, "config file")
+    if isinstance(data, dict):
+        data = {k: v for k, v in data.items() if k != RETENTION_SECTION}  # load_retention's
+    data = _fields(NodeConfig, data, f"config file {path!r}")
     if "id_key" in data:
         raise UsageError(f"config file {path!r}: id_key is a secret; it is not read from a config")
     try:
@@ -131,6 +141,24 @@ def load_config(path: str | None) -> NodeConfig:
         return NodeConfig(membership=membership, broadcast=broadcast, **data)
     except (TypeError, ValueError) as exc:
         raise UsageError(f"config file {path!r}: {exc}") from None
+
+
+def load_retention(path: str | None) -> RetentionConfig:
+    """RetentionConfig() with the config file's "retention" overrides (defaults if none)."""
+    if path is None:
+        return RetentionConfig()
+    data = _read_json(path, "config file")
+    where = f"config file {path!r}: {RETENTION_SECTION}"
+    if not isinstance(data, dict):
+        raise UsageError(f"config file {path!r} must be a JSON object, not {data!r:.80}")
+    values = _fields(RetentionConfig, data.get(RETENTION_SECTION, {}), where)
+    for name, value in values.items():
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise UsageError(f"{where}: {name} must be a number, not {value!r:.40}")
+    try:
+        return RetentionConfig(**values)
+    except (TypeError, ValueError) as exc:
+        raise UsageError(f"{where}: {exc}") from None
 
 
 def load_link_delay(path: str | None) -> LinkDelay | None:

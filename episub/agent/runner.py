@@ -22,6 +22,7 @@ from episub.net.link_delay import LinkDelay
 from episub.net.peer_id import parse_address
 from episub.node import Node
 from episub.proto.config import NodeConfig
+from episub.retention import RetentionConfig
 
 __all__ = ["NodeOptions", "run_node"]
 
@@ -36,6 +37,7 @@ class NodeOptions:
     bootstrap: Sequence[str] = ()
     topics: Sequence[str] = ()
     config: NodeConfig = field(default_factory=NodeConfig)
+    retention: RetentionConfig = field(default_factory=RetentionConfig)
     link_delay: LinkDelay | None = None
     socket_path: str | None = None
     owner_pid: int | None = None
@@ -81,6 +83,7 @@ async def _serve(
         listen=options.listen,
         advertise=options.advertise,
         config=options.config,
+        retention=options.retention,
         link_delay=options.link_delay,
         encrypt=options.encrypt,
     )

@@ -5,7 +5,8 @@ own OS process; prints its findings as JSON on stdout's last line.
 2. One executor's agent is SIGKILLed; the next task there starts a new agent whose
    replica gets the current snapshot from a neighbour, the driver sending nothing.
 3. The driver and an external `episub config set` race on one key; every node converges.
-4. A task calls config.get 1,000 times; its executor's agent counts the requests it got.
+4. A task calls config.get 1,000 times; its executor's agent counts the requests it got,
+   and says the retention `register` gave it.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql.functions import col, udf
 
 import spark_connector
+from episub import RetentionConfig
 from spark_connector.config import cluster_config
 from spark_connector.deployment import driver_client, executor_client, executor_owner
 
@@ -32,6 +34,7 @@ FINAL = 100
 LIMIT = 180.0  # s: the longest any awaited condition may take on a loaded 2-core machine
 TOPIC = "_episub.config.default"
 READS = 1000  # config.get calls in one task (section 4)
+RETENTION = RetentionConfig(max_age=1234.0, max_messages=4321)
 
 
 def wait(condition, what: str) -> None:  # type: ignore[no-untyped-def]
@@ -62,7 +65,8 @@ def main() -> None:
 
 
 def run(spark: SparkSession) -> None:
-    deployment = spark_connector.register(spark, key=KEY)
+    # A retention of our own (section 4 checks every agent started with it).
+    deployment = spark_connector.register(spark, key=KEY, retention=RETENTION)
     cfg = cluster_config(spark)
     sc = spark.sparkContext
     wait(lambda: sc._jsc.sc().getExecutorMemoryStatus().size() == 3, "two executors")
@@ -179,12 +183,16 @@ def run(spark: SparkSession) -> None:
         with executor_client(deployment) as client:
             before = client.inspect().stats["agent_requests"]
             values = {config.get("race") for _ in range(READS)}
-            after = client.inspect().stats["agent_requests"]
-        return json.dumps({"owner": executor_owner(), "requests": after - before,
-                           "values": sorted(values)})  # fmt: skip
+            stats = client.inspect().stats
+        retention = [stats["retention_max_age_s"], stats["retention_max_messages"]]
+        return json.dumps({"owner": executor_owner(), "values": sorted(values),
+                           "requests": stats["agent_requests"] - before,
+                           "retention": retention})  # fmt: skip
 
     rows = spark.range(0, 2, 1, 2).select(read_per_row(col("id")).alias("r")).collect()
     out["reads"] = [json.loads(r.r) for r in rows]
+    driver = driver_stats(deployment)
+    out["driver_retention"] = [driver["retention_max_age_s"], driver["retention_max_messages"]]
     print(json.dumps(out))
 
 
