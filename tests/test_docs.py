@@ -46,12 +46,17 @@ def test_every_page_is_in_the_navigation():
     assert [p for p in pages if not re.search(rf":\s*{re.escape(p)}\s*$", nav, re.M)] == []
 
 
-def test_the_quickstart_python_example_runs() -> None:
-    """The quickstart's Python block, run as it stands: two nodes on loopback, one message."""
+def test_the_quickstart_python_examples_run() -> None:
+    """The quickstart's Python blocks, run as they stand: two nodes on loopback, one
+    message, read by a subscriber, then by a listener."""
     text = (DOCS / "quickstart.md").read_text()
-    (block,) = re.findall(r"```python\n(.*?)```", text, re.S)
-    done = subprocess.run(
-        [sys.executable, "-c", block], capture_output=True, text=True, timeout=120
-    )
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.strip().endswith(" 0 b'hello'"), done.stdout
+    subscribe, listen = re.findall(r"```python\n(.*?)```", text, re.S)
+    outputs = []
+    for block in (subscribe, listen):
+        done = subprocess.run(
+            [sys.executable, "-c", block], capture_output=True, text=True, timeout=120
+        )
+        assert done.returncode == 0, done.stderr
+        outputs.append(done.stdout.strip())
+    assert outputs[0].endswith(" 0 b'hello'"), outputs[0]
+    assert outputs[1] == "{b'eur': b'42'}", outputs[1]
