@@ -90,23 +90,20 @@ def test_a_missing_or_malformed_key_gives_one_line(tmp_path: Path) -> None:
     assert_one_line_error(result, 2, "cannot read key file", "absent")
 
 
-def test_a_bad_config_file_gives_one_line(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("content", "words"),
+    [
+        ('{"membership": {"c_randd": 1}}', ["unknown setting 'c_randd'"]),
+        ('{"broadcast": {"ihave_interval": 0}}', ["ihave_interval must be > 0, not 0"]),
+        ('{"retention": {"max_agee": 60}}', ["retention: unknown setting 'max_agee'"]),
+        ('{"retention": {"max_age": 0}}', ["max_age must be > 0 seconds, not 0"]),
+        ('{"retention": {"max_messages": "many"}}', ["max_messages must be a number"]),
+    ],
+)
+def test_a_bad_config_file_gives_one_line(tmp_path: Path, content: str, words: list[str]) -> None:
     config = tmp_path / "config.json"
-    config.write_text('{"membership": {"c_randd": 1}}')
-    result = run_episub("node", "--config", str(config))
-    assert_one_line_error(result, 2, "unknown setting 'c_randd'")
-    config.write_text('{"broadcast": {"ihave_interval": 0}}')
-    result = run_episub("node", "--config", str(config))
-    assert_one_line_error(result, 2, "ihave_interval must be > 0, not 0")
-    config.write_text('{"retention": {"max_agee": 60}}')
-    result = run_episub("node", "--config", str(config))
-    assert_one_line_error(result, 2, "retention: unknown setting 'max_agee'")
-    config.write_text('{"retention": {"max_age": 0}}')
-    result = run_episub("node", "--config", str(config))
-    assert_one_line_error(result, 2, "max_age must be > 0 seconds, not 0")
-    config.write_text('{"retention": {"max_messages": "many"}}')
-    result = run_episub("node", "--config", str(config))
-    assert_one_line_error(result, 2, "max_messages must be a number")
+    config.write_text(content)
+    assert_one_line_error(run_episub("node", "--config", str(config)), 2, *words)
 
 
 def test_an_unreachable_bootstrap_gives_one_line_and_status_1() -> None:
