@@ -721,7 +721,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     add("--ready-timeout", type=float, default=60.0, help="wait for one node's READY (60)")
     add("--stop-timeout", type=float, default=15.0, help="graceful stop, then SIGKILL (15)")
     add("--seed", type=int, default=1, help="shuffles the kill order (1)")
-    add("--config", help="NodeConfig overrides (JSON) for every node; default: defaults")
+    add("--config", help="node overrides (JSON, as `episub node --config`) for every node")
     add("--retention-age", type=float, help="seconds a node's replay store keeps a message")
     add("--out", default=str(HERE / "results" / "soak.json"), help="result JSON")
     add("--keep", action="store_true", help="keep the per-node logs (else deleted)")

@@ -33,6 +33,7 @@ layout), then filler up to --size bytes.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import os
@@ -45,9 +46,8 @@ from typing import Any
 import trio
 from peer_common import HEADER, HEADER_SIZE, LineReader, emit
 
-from episub.agent.options import load_config, load_key
+from episub.agent.options import load_config, load_key, load_retention
 from episub.node import Node
-from episub.retention import RetentionConfig
 from episub.subscription import Lagged, Lost, Message
 
 TOPIC = "soak"
@@ -66,9 +66,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--dir", required=True, help="where the .recv/.stats/.pub files go")
     p.add_argument("--size", type=int, default=256, help=f"payload bytes (>= {HEADER_SIZE})")
     p.add_argument("--stats-interval", type=float, default=5.0, help="seconds between samples")
-    p.add_argument("--config", help="NodeConfig overrides (JSON), as `episub node --config`")
+    p.add_argument("--config", help="node overrides (JSON), as `episub node --config`")
     p.add_argument(
-        "--retention-age", type=float, help="seconds the node's replay store keeps a message"
+        "--retention-age",
+        type=float,
+        help="seconds the node's replay store keeps a message (over --config's retention)",
     )
     p.add_argument("--deadline", type=float, required=True, help="hard lifetime cap, seconds")
     args = p.parse_args(argv)
@@ -144,9 +146,9 @@ async def run(args: argparse.Namespace) -> None:
         trio.move_on_after(args.deadline),
         trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals,
     ):
-        retention = None
+        retention = load_retention(args.config)  # the same file, as `episub node` reads it
         if args.retention_age is not None:
-            retention = RetentionConfig(max_age=args.retention_age)
+            retention = dataclasses.replace(retention, max_age=args.retention_age)
         node = Node(key=key, listen=args.listen, config=config, retention=retention)
         async with node, node.subscribe(args.topic, SUBSCRIPTION_BUFFER) as sub:
             try:

@@ -36,7 +36,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from episub.agent import AgentClient, AgentError, AgentUnavailable, ConfigView
-from spark_connector.config_follower import WATCH_POLL, Follower
+from spark_connector.config_follower import REATTACH_WAIT, WATCH_POLL, Follower
 from spark_connector.deployment import (
     AGENT_TIMEOUT,
     Deployment,
@@ -193,14 +193,19 @@ def wait_for(version: int, timeout: float, name: str = DEFAULT_NAME) -> bool:
 
 class Watch:
     """A watcher thread calling back on every new version; `stop()` ends it (it is a daemon,
-    so it never holds a worker process open)."""
+    so it never holds a worker process open). It follows this process's copy of the
+    configuration (config_follower.py), so it costs the agent no connection of its own."""
 
     def __init__(
-        self, callback: Callable[[int, dict[str, object]], None], name: str, client: Any
+        self,
+        callback: Callable[[int, dict[str, object]], None],
+        name: str,
+        client: Callable[[], AgentClient],
     ) -> None:
         self._callback = callback
         self._name = name
         self._client_factory = client
+        self._follower = _follower(name, client)
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"episub-watch-{name}", daemon=True)
         self._thread.start()
@@ -211,24 +216,23 @@ class Watch:
     def _run(self) -> None:
         seen = -1
         while not self._stopped.is_set():
-            try:
-                with self._client_factory() as client:
-                    while not self._stopped.is_set():
-                        try:
-                            view = client.config_read(self._name, seen + 1, WATCH_POLL)
-                        except AgentError as exc:
-                            if exc.kind == "timeout":
-                                continue
-                            raise
-                        if view.version > seen and not self._stopped.is_set():
-                            seen = view.version
-                            self._callback(view.version, view.values)
-            except AgentUnavailable as exc:  # the agent restarted: attach to the new one
-                log.warning("config watch of %r lost its agent (%s); reconnecting", self._name, exc)
-                self._stopped.wait(1.0)
-            except Exception:
-                log.exception("config watch of %r failed; it stops", self._name)
-                return
+            view = self._follower.current()
+            if view is None:  # the copy is not kept current (first use, agent gone)
+                try:
+                    view = _read(self._name, factory=self._client_factory)
+                except ConfigError as exc:
+                    log.warning("config watch of %r: %s; trying again", self._name, exc)
+                    self._stopped.wait(REATTACH_WAIT)
+                    continue
+            if view.version > seen:
+                seen = view.version
+                try:
+                    self._callback(view.version, view.values)
+                except Exception:
+                    log.exception("config watch of %r: its callback failed; it stops", self._name)
+                    return
+            # None: the copy is not kept current (its agent went away); read the agent.
+            self._follower.wait_for(seen + 1, WATCH_POLL, attach_grace=2 * REATTACH_WAIT)
 
 
 def watch(callback: Callable[[int, dict[str, object]], None], name: str = DEFAULT_NAME) -> Watch:
@@ -272,7 +276,12 @@ def _current(name: str) -> ConfigView:
     return view if view is not None else _read(name)
 
 
-def _read(name: str, min_version: int = 0, timeout: float = 0.0) -> ConfigView:
+def _read(
+    name: str,
+    min_version: int = 0,
+    timeout: float = 0.0,
+    factory: Callable[[], AgentClient] | None = None,
+) -> ConfigView:
     """Ask the agent; the answer also refreshes this process's copy (and starts it).
 
     Over a connection of its own, closed after: the lasting connections of a process are
@@ -281,7 +290,7 @@ def _read(name: str, min_version: int = 0, timeout: float = 0.0) -> ConfigView:
     Reads get here only when the copy is not kept current (first use, its agent gone), so
     connecting is rare.
     """
-    factory = _client_factory()
+    factory = factory or _client_factory()
     for attempt in range(2):
         try:
             with factory() as client:

@@ -66,14 +66,19 @@ class Follower:
                 self._thread.start()
             return self._view
 
-    def wait_for(self, version: int, timeout: float) -> bool | None:
+    def wait_for(self, version: int, timeout: float, attach_grace: float = 0.0) -> bool | None:
         """Wait until the copy reaches `version`: True, or False after `timeout` s; None
-        at once, or as soon as, the copy is not being kept current (ask the agent)."""
-        deadline = time.monotonic() + timeout
+        when the copy is not being kept current (ask the agent), at once or after waiting
+        up to `attach_grace` s for its thread to attach."""
+        now = time.monotonic()
+        deadline, attach_by = now + timeout, now + min(attach_grace, timeout)
         with self._moved:
             while True:
                 if not self._attached:
-                    return None
+                    if time.monotonic() >= attach_by:
+                        return None
+                    self._moved.wait(attach_by - time.monotonic())
+                    continue
                 if self._view is not None and self._view.version >= version:
                     return True
                 remaining = deadline - time.monotonic()
@@ -97,7 +102,9 @@ class Follower:
                 with self._client_factory() as client:
                     while not self._stopped.is_set():
                         view = self._view
-                        self._attached = True
+                        with self._moved:
+                            self._attached = True
+                            self._moved.notify_all()
                         try:
                             newer = client.config_read(
                                 self.name, (view.version if view else 0) + 1, WATCH_POLL
