@@ -17,29 +17,18 @@ import argparse
 import json
 import os
 import shlex
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
+# This directory is on sys.path when a script of it runs (as peer_common for the peers).
+from config_broadcast import free_port, process_cpu_s
+
 ROOT = Path(__file__).resolve().parent.parent
 TOPIC = "idle"
 FIRST_NODE_GRACE = 1.5  # s for the first node to listen before the others dial it; guess
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def process_cpu_s(pid: int) -> float:
-    """User + system CPU seconds of process `pid` so far (/proc/PID/stat)."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def measure(nodes: int, settle: float, window: float) -> dict[str, Any]:
