@@ -134,7 +134,7 @@ class ConfigReplica:
     # -- running ---------------------------------------------------------------------------
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Subscribe, join, then apply what arrives until cancelled; syncs in between."""
+        """Listen, join, then apply what arrives until cancelled; syncs in between."""
         # A listener, not a subscription: each message is applied as the node delivers
         # it, with no task switch and no buffer to lag (an update reaches wait_for sooner).
         with self.node.listen(self.topic, self._on_item):

@@ -45,7 +45,7 @@ class MembershipConfig:
     timer_jitter: float = 0.25  # guess: +-25% so periodic work does not synchronise
     alpha: float = 1.5  # tuned: 2.0 converged slower (docs/simulation.md, proximity runs)
     rtt_smoothing: float = 0.125  # RFC 6298's alpha for SRTT
-    rtt_variation_gain: float = 0.25  # RFC 6298's beta for RTTVAR (see Membership._nearer)
+    rtt_variation_gain: float = 0.25  # RFC 6298's beta for RTTVAR (see Proximity.nearer)
     left_memory: float = 60.0  # guess: how long a LEAVE keeps a peer out of our views
     max_left_memory: int = 4096  # bound on remembered departures
     recent_reject_memory: float = 10.0  # guess: don't re-ask a peer that just refused

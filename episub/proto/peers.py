@@ -59,7 +59,7 @@ class RttTable:
 
     Beside it, the variation (RFC 6298's RTTVAR: the smoothed mean deviation of samples
     from the SRTT, `variation_gain` its beta), 0 until a second sample: how far apart two
-    RTTs must be before they say anything about distance (`Membership._nearer`).
+    RTTs must be before they say anything about distance (`Proximity.nearer`, proximity.py).
 
     Bounded: the least recently updated entries go first past `max_entries`.
     """
