@@ -117,15 +117,13 @@ class ClusterConfig:
         return self._read().version
 
     def _read(self) -> ConfigView:
-        with driver_client(self.deployment) as client:
-            return _agent_call(lambda: client.config_read(self.name))
+        return _current(self.name, _driver_factory(self.deployment))
 
     def _write(self, values: Mapping[str, object], deleted: tuple[str, ...]) -> int:
         with driver_client(self.deployment) as client:
             view = _agent_call(lambda: client.config_write(self.name, values, deleted))
-        if self.deployment is _driver_deployment and self.name in _driver_copies():
-            # config.get on the driver must see the driver's own write once set() returned.
-            _follower(self.name).offer(view)
+        # Reads on the driver (here or config.get) see the write once set() has returned.
+        _follower(self.name, _driver_factory(self.deployment)).offer(view)
         return view.version
 
     def __repr__(self) -> str:
@@ -242,19 +240,15 @@ def watch(callback: Callable[[int, dict[str, object]], None], name: str = DEFAUL
 
 # -- plumbing ---------------------------------------------------------------------------------
 
-_followers: dict[str, Follower] = {}  # this process's copies, per agent and configuration
-_lock = threading.Lock()  # guards _followers
-_executor_factories: dict[str, Callable[[], AgentClient]] = {}  # deployment JSON -> factory
-
-
-def _agent_key(factory: Callable[[], AgentClient]) -> str:
-    # A forked process must not use its parent's connections or copies.
-    return f"{os.getpid()}:{factory.__name__}"
+_followers: dict[tuple[int, object, str], Follower] = {}  # (pid, agent factory, name) -> copy
+_factories: dict[tuple[str, str], Callable[[], AgentClient]] = {}  # one per agent, kept
+_lock = threading.Lock()  # guards _followers and _factories
 
 
 def _follower(name: str, factory: Callable[[], AgentClient] | None = None) -> Follower:
     factory = factory or _client_factory()
-    key = f"{_agent_key(factory)}:{name}"
+    # A forked process must not use its parent's copies (their threads stayed behind).
+    key = (os.getpid(), factory, name)
     with _lock:
         follower = _followers.get(key)
         if follower is None:
@@ -262,18 +256,34 @@ def _follower(name: str, factory: Callable[[], AgentClient] | None = None) -> Fo
         return follower
 
 
-def _driver_copies() -> set[str]:
-    """Configurations this (driver) process keeps a copy of, outside tasks."""
-    prefix = f"{os.getpid()}:driver:"
+def _factory(
+    kind: str, where: str, make: Callable[[], Callable[[], AgentClient]]
+) -> Callable[[], AgentClient]:
+    """The one client factory of an agent (so its copies are found again): made once per
+    process by `make`, then kept."""
     with _lock:
-        return {key[len(prefix) :] for key in _followers if key.startswith(prefix)}
+        factory = _factories.get((kind, where))
+        if factory is None:
+            factory = _factories[(kind, where)] = make()
+        return factory
 
 
-def _current(name: str) -> ConfigView:
+def _driver_factory(deployment: Deployment) -> Callable[[], AgentClient]:
+    def make() -> Callable[[], AgentClient]:
+        def driver() -> AgentClient:
+            return driver_client(deployment)
+
+        return driver
+
+    return _factory("driver", deployment.driver_socket, make)
+
+
+def _current(name: str, factory: Callable[[], AgentClient] | None = None) -> ConfigView:
     """The replica as this process's copy holds it, or as the agent says if the copy is not
     being kept current (first use, or its agent went away)."""
-    view = _follower(name).current()
-    return view if view is not None else _read(name)
+    factory = factory or _client_factory()
+    view = _follower(name, factory).current()
+    return view if view is not None else _read(name, factory=factory)
 
 
 def _read(
@@ -331,23 +341,19 @@ def _client_factory() -> Callable[[], AgentClient]:
                 "no episub deployment in this process: call spark_connector.register(spark) "
                 "on the driver (outside Spark tasks, config calls use the driver's node)"
             )
-
-        def driver() -> AgentClient:
-            return driver_client(deployment)
-
-        return driver
+        return _driver_factory(deployment)
     text = context.getLocalProperty(DEPLOYMENT_PROPERTY)
     if text is not None:
         # Once per deployment and process, not per call: config.get runs once a row.
-        factory = _executor_factories.get(text)
-        if factory is None:
+        def make_executor() -> Callable[[], AgentClient]:
             deployment = deployment_from_json(text)
 
             def executor() -> AgentClient:
                 return executor_client(deployment)
 
-            factory = _executor_factories[text] = executor
-        return factory
+            return executor
+
+        return _factory("executor", text, make_executor)
     socket_path = executor_socket_path(agent_dir(), executor_owner())
     if not os.path.exists(socket_path):
         raise ConfigError(
@@ -355,7 +361,10 @@ def _client_factory() -> Callable[[], AgentClient]:
             "spark_connector.cluster_config(spark) on the driver before starting the job"
         )
 
-    def running() -> AgentClient:
-        return AgentClient(socket_path, timeout=AGENT_TIMEOUT)
+    def make_running() -> Callable[[], AgentClient]:
+        def running() -> AgentClient:
+            return AgentClient(socket_path, timeout=AGENT_TIMEOUT)
 
-    return running
+        return running
+
+    return _factory("running", socket_path, make_running)
