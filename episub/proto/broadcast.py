@@ -99,6 +99,7 @@ class BroadcastCounters:
     streams_evicted: int = 0  # idle publisher streams forgotten to make room (max_publishers)
     crossed_prunes: int = 0  # PRUNEs that crossed our GRAFT, answered by GRAFT again
     regrafts: int = 0  # empty GRAFTs sent because a PRUNE took our last eager link
+    held_dropped: int = 0  # messages far beyond a gap dropped unheld (ordering.py)
 
 
 class Broadcast:

@@ -156,6 +156,12 @@ class BroadcastConfig:
             raise ValueError(f"max_graft_ids must be in 1..{m.MAX_IDS_PER_MESSAGE}")
         if not 1 <= self.max_gap <= m.MAX_PULL_SPAN:
             raise ValueError(f"max_gap must be in 1..{m.MAX_PULL_SPAN}")
+        if self.max_held_per_publisher < 2:
+            # A stream resynchronises beyond pulling reach only when two messages there
+            # show it goes on (ordering.py): one slot could never show that.
+            raise ValueError(
+                f"max_held_per_publisher must be >= 2, not {self.max_held_per_publisher}"
+            )
         if self.max_message_size < 1:
             raise ValueError(f"max_message_size must be >= 1, not {self.max_message_size}")
 
