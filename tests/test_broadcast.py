@@ -746,6 +746,25 @@ def test_a_full_held_table_gives_up_the_gap_only_up_to_the_nearest_message():
     assert fire(node, "gap", 3.0) == []
 
 
+def test_a_gossip_whose_hops_leave_no_room_to_forward_is_refused_before_it_is_kept():
+    """Issue 13, item 2: a GOSSIP with hops = 65,536 was stored in the seen set and the
+    cache before anything checked it; forwarding it raised (hops must be in 0..65536),
+    and so did every later GRAFT or PULL for that id, which aborted the honest peer that
+    asked (a subscriber lost seqs 83..90)."""
+    node = node_with(1, 2)
+    e = env(0)
+    out = node.handle(received(1, gossip(e, hops=m.MAX_HOPS)), 1.0)
+    assert out == [PeerMisbehaved(1, f"GOSSIP hops {m.MAX_HOPS} leaves no room to forward")]
+    assert node.handle(received(2, m.Graft(ids=(mid(e),))), 1.1) == []
+    assert node.handle(received(2, m.Pull(publisher=PUBLISHER, first_seq=0, last_seq=0)), 1.2) == []
+    # One hop of room: taken, and forwarded at the bound.
+    out = node.handle(received(1, gossip(e, hops=m.MAX_HOPS - 1)), 1.3)
+    assert send(2, gossip(e, hops=m.MAX_HOPS)) in out
+    assert node.handle(received(2, m.Graft(ids=(mid(e),))), 1.4) == [
+        send(2, gossip(e, hops=m.MAX_HOPS))
+    ]
+
+
 # -- bounds -------------------------------------------------------------------------------
 
 

@@ -3,7 +3,9 @@
 Rules this machine keeps:
 - `eager` and `lazy` are disjoint and their union is exactly the active view that
   membership reported through neighbor_up/neighbor_down.
-- A message id is accepted once (the `seen` cache); its id must be blake3 of its envelope.
+- A message id is accepted once (the `seen` cache); its id must be blake3 of its envelope,
+  and its hop count must leave room to forward it (below MAX_HOPS), checked before it is
+  seen or cached.
 - Each first copy of a message (and our own publish at a named stream's place) goes to
   `ordering` (ordering.py), which gives the application each publisher's messages in
   sequence order, each once, and repairs gaps; its rules are at the top of that module.
@@ -363,6 +365,11 @@ class Broadcast:
             out.append(
                 PeerMisbehaved(peer, f"GOSSIP of {envelope.size} bytes exceeds max_message_size")
             )
+            return
+        if msg.hops >= m.MAX_HOPS:
+            # No room to forward it (hops + 1 is past the wire's bound): checked here,
+            # before it is seen or cached, or every later GRAFT or PULL answer fails too.
+            out.append(PeerMisbehaved(peer, f"GOSSIP hops {msg.hops} leaves no room to forward"))
             return
         mid = msg.id
         if mid in self.seen:
