@@ -261,7 +261,34 @@ def test_neighbor_request_is_accepted_below_A():
     out = node.handle(received(5, request(NEAR, rtt=0.25, links=3)), 1.0)
     assert out == [NeighborUp(TOPIC, 5, NEAR), send(5, accept(NEAR, links=3, rand=2))]
     assert node.passive_view(TOPIC) == []
-    assert node.rtt(5) == 0.25  # the requester's RTT to us is a sample of ours
+    assert node.rtt(5) == 0.25  # the requester's RTT to us: its word until we measure it
+    assert node.rtts.measured(5) is None
+
+
+def test_a_claimed_rtt_is_the_peers_word_until_measured_and_never_sticks():
+    """Issue 13, item 5: a NEIGHBOR request's claimed RTT went into the node-wide RTT
+    table as a sample before the request was judged, refused or not. A claimed 0.0 stuck
+    (a lower sample is taken at once, a higher one moves the value by 1/8) and the liar
+    was later relabelled near. A claim now stands only until our first sample replaces
+    it, and never moves a measured RTT."""
+    node = make_node(active=[1, 2, 3], passive=[5])  # full: A = 3
+    out = node.handle(received(5, request(RAND, rtt=0.0, links=4, rand=2)), 1.0)
+    assert out == [send(5, m.Disconnect(alive=True))]
+    assert node.rtt(5) == 0.0 and node.rtts.measured(5) is None
+    nonce = ping_nonce(fire(node, "probe", 2.0), 5)
+    node.handle(received(5, m.Pong(nonce=nonce)), 2.25)
+    assert node.rtt(5) == 0.25 == node.rtts.measured(5)
+    node.handle(received(5, request(RAND, rtt=0.0, links=4, rand=2)), 3.0)
+    assert node.rtt(5) == 0.25  # a claim never moves a measurement
+
+
+def test_a_near_request_is_judged_by_our_measurement_over_its_claim():
+    # Farthest near neighbour 3 at 0.25 s: a claim of 0.0 would win 5 a NEAR link and
+    # evict 3; what we measured, 0.5 s, does not.
+    node = make_node(active={1: RAND, 2: RAND, 3: NEAR}, rtts={3: 0.25, 5: 0.5}, links={3: 4})
+    out = node.handle(received(5, request(NEAR, rtt=0.0, links=4, rand=2)), 1.0)
+    assert out == [send(5, m.Disconnect(alive=True))]
+    assert node.active_view(TOPIC) == {1: RAND, 2: RAND, 3: NEAR}
 
 
 def test_neighbor_request_is_accepted_as_rand_when_requester_has_fewer_than_c_rand_links():

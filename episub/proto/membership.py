@@ -410,7 +410,9 @@ class Membership:
             out.append(Send(peer, self.topic, self._accept_message(link.kind)))
             return
         if req.rtt is not None:
-            self.rtts.sample(peer, req.rtt)
+            # The peer's word, until we measure it ourselves (RttTable.claim): refused or
+            # not, it must not stick as a measurement (issue 13, item 5).
+            self.rtts.claim(peer, req.rtt)
         crossed = self.pending.pop(peer, None)  # we asked each other at once: one link
         kind = self._judge_request(peer, req, crossed is not None, now, out)
         if kind is not None and crossed is not None and not self._proposal_wins(peer):
@@ -437,8 +439,14 @@ class Membership:
             return req.kind
         if req.active_count < c.c_rand:
             return LinkKind.RAND
-        if c.proximity and req.kind is LinkKind.NEAR and req.rtt is not None:
-            admitted, evict = self.proximity.admit_near(peer, req.rtt)
+        # A request that claims no RTT is not judged as a near one (the requester has not
+        # measured us); one that does is judged by our own measurement, if we have one.
+        rtt = req.rtt
+        if rtt is not None:
+            measured = self.rtts.measured(peer)
+            rtt = rtt if measured is None else measured
+        if c.proximity and req.kind is LinkKind.NEAR and rtt is not None:
+            admitted, evict = self.proximity.admit_near(peer, rtt)
             if evict is not None:
                 self.counters.evictions += 1
                 self._drop_link(evict, out)
