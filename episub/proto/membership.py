@@ -13,7 +13,9 @@ Rules this machine keeps (checked by tests and by the simulator):
   acceptor decides it and the requester adopts it from the ACCEPT. That holds when a link
   changes kind too: a NEIGHBOR request over a standing link asks to relabel it, and the
   ACCEPT answering it carries the kind the peer settled on.
-- A departed peer (LEAVE) is kept out of both views for `left_memory` seconds.
+- A departed peer (LEAVE) is kept out of both views for `left_memory` seconds, unless it
+  shows it is back: its own NEIGHBOR request, or a JOIN for it. A LEAVE about an active
+  neighbour is taken from that neighbour only.
 
 Rules from the draft, in the order a node meets them:
 - join: GETNODES to the contacts, then JOIN(ttl) to C_rand of the peers learned; again
@@ -333,8 +335,10 @@ class Membership:
     ) -> None:
         if joiner == self.me or joiner in self.active or joiner in self.pending or not self.joined:
             return
-        if joiner in self.left:
-            return
+        # A JOIN is news that the peer is joining now, later than any LEAVE of its we heard:
+        # a node that left a topic and joined again 2 s later had its JOINs dropped for a
+        # minute (issue 13, item 6).
+        self.left.pop(joiner, None)
         others = [p for p in self.active if p != sender and p != joiner]
         if len(self.active) >= self.config.max_active:
             if ttl > 0 and others:
@@ -399,9 +403,10 @@ class Membership:
     def _on_neighbor_request(
         self, peer: PeerId, req: m.Neighbor, now: float, out: list[OutEvent]
     ) -> None:
-        if not self.joined or peer in self.left:
-            out.append(Send(peer, self.topic, m.Disconnect(alive=self.joined)))
+        if not self.joined:
+            out.append(Send(peer, self.topic, m.Disconnect(alive=False)))
             return
+        self.left.pop(peer, None)  # it asks for itself: it is back, whatever we heard
         if peer in self.active:  # the link stands: a request to relabel it, or a repeat
             link = self.active[peer]
             link.peer_active, link.peer_rand = req.active_count, req.rand_count
@@ -549,6 +554,11 @@ class Membership:
         self, sender: PeerId, departed: PeerId, ttl: int, now: float, out: list[OutEvent]
     ) -> None:
         if departed == self.me:
+            return
+        if departed in self.active and sender != departed:
+            # A neighbour that leaves tells us itself, before its other neighbours can pass
+            # it on: anyone else's word that it left is not taken (a key holder could cut
+            # a node off from all its neighbours with forged LEAVEs).
             return
         self._expire_left(now)
         removed = self._forget(departed, out)
