@@ -602,17 +602,43 @@ def test_shuffle_intake_is_bounded_by_max_shuffle_intake():
 def test_shuffle_reply_is_integrated_evicting_the_peers_we_sent_first():
     cfg = node_config(membership_config(passive_size=3))
     node = make_node(active=[1], passive=[10, 11, 12], config=cfg)
-    sent = only(fire(node, "shuffle", 1.0), m.Shuffle).message.peers[2:]
-    kept = ({10, 11, 12} - set(sent)).pop()
-    assert node.handle(received(7, m.ShuffleReply(peers=(20, 21))), 1.5) == []
+    shuffle = only(fire(node, "shuffle", 1.0), m.Shuffle).message
+    kept = ({10, 11, 12} - set(shuffle.peers[2:])).pop()
+    reply = m.ShuffleReply(peers=(20, 21), nonce=shuffle.nonce)
+    assert node.handle(received(7, reply), 1.5) == []
     assert node.passive_view(TOPIC) == [kept, 20, 21]
 
 
 def test_shuffle_reply_intake_is_bounded_by_max_shuffle_intake():
     cfg = node_config(membership_config(max_shuffle_intake=1))
     node = make_node(active=[1], config=cfg)
-    node.handle(received(7, m.ShuffleReply(peers=(20, 21, 22))), 1.5)
+    nonce = only(fire(node, "shuffle", 1.0), m.Shuffle).message.nonce
+    node.handle(received(7, m.ShuffleReply(peers=(20, 21, 22), nonce=nonce)), 1.5)
     assert node.passive_view(TOPIC) == [20]
+
+
+def test_a_shuffle_reply_is_taken_once_and_only_for_a_shuffle_of_ours():
+    """Issue 13, item 8: SHUFFLEREPLY was never matched to a SHUFFLE we sent, so any peer
+    could push 16 entries into our passive view with every reply it cared to send."""
+    node = make_node(active=[1])
+    unasked = m.ShuffleReply(peers=(20, 21))
+    misbehaved = PeerMisbehaved(7, "SHUFFLEREPLY answers no SHUFFLE of ours")
+    assert node.handle(received(7, unasked), 0.5) == [misbehaved]
+    nonce = only(fire(node, "shuffle", 1.0), m.Shuffle).message.nonce
+    wrong = m.ShuffleReply(peers=(20, 21), nonce=nonce ^ 1)
+    assert node.handle(received(7, wrong), 1.5) == [misbehaved]
+    assert node.handle(received(8, m.ShuffleReply(peers=(30,), nonce=nonce)), 1.6) == []
+    again = m.ShuffleReply(peers=(20, 21), nonce=nonce)
+    assert node.handle(received(7, again), 1.7) == [misbehaved]
+    assert node.passive_view(TOPIC) == [30]
+
+
+def test_the_shuffle_nonce_travels_with_the_walk_and_comes_back_in_the_reply():
+    node = make_node(active=[1, 2], passive=[10])
+    out = node.handle(received(1, m.Shuffle(origin=7, ttl=3, peers=(7, 8), nonce=42)), 1.0)
+    assert out == [send(2, m.Shuffle(origin=7, ttl=2, peers=(7, 8), nonce=42))]
+    out = node.handle(received(1, m.Shuffle(origin=7, ttl=0, peers=(7, 8), nonce=42)), 1.0)
+    assert out == [send(7, m.ShuffleReply(peers=(10,), nonce=42))]
 
 
 # -- ping, pong, probes -------------------------------------------------------------------

@@ -274,12 +274,12 @@ class Membership:
                 self._on_disconnect(peer, alive, now, out)
             case m.Leave(peer=departed, ttl=ttl):
                 self._on_leave(peer, departed, ttl, now, out)
-            case m.Shuffle(origin=origin, ttl=ttl, peers=peers):
+            case m.Shuffle():
                 if self.joined:
-                    self.passive_view.on_shuffle(peer, origin, ttl, peers, out)
-            case m.ShuffleReply(peers=peers):
+                    self.passive_view.on_shuffle(peer, msg, out)
+            case m.ShuffleReply():
                 self._expire_left(now)
-                self.passive_view.on_shuffle_reply(peers)
+                self.passive_view.on_shuffle_reply(peer, msg, out)
             case m.Ping(nonce=nonce, want_view=want_view):
                 view = tuple(self.active) if want_view else ()
                 pong = m.Pong(
