@@ -176,6 +176,45 @@ def test_join_retry_goes_on_while_no_join_of_ours_was_taken_in():
     ]
 
 
+def test_each_join_retry_walks_one_hop_shorter_down_to_the_contact_itself():
+    # The draft's NAT rule: "If P fails to join ... it decrements the TTL and tries another
+    # starting node. This is repeated until a TTL of zero reuses the connection".
+    node = NodeState(ME, node_config(membership_config(join_ttl=2)), random.Random(0))
+    node.handle(JoinTopic(TOPIC, (5,)), 0.0)
+    ttls = []
+    for round_ in range(4):
+        now = 3.0 * round_
+        out = node.handle(received(5, m.Nodes(peers=(6,))), now + 0.5)
+        ttls.append({s.message.ttl for s in sends(out, m.Join)})
+        assert sends(fire(node, "join_retry", now + 3.0)) == [send(5, m.GetNodes())]
+    assert ttls == [{2}, {1}, {0}, {0}]
+
+
+def test_a_joiner_we_cannot_reach_has_its_join_walk_on_one_hop_shorter():
+    # The draft's connection check: "Q tries to open a connection to P. If the connection
+    # cannot be opened (e.g. because of NAT) ... Q decrements the TTL and forwards".
+    node = make_node(active=[1, 2])
+    node.handle(received(1, m.Join(peer=9, ttl=3)), 1.0)
+    out = node.handle(ConnectionLost(9), 1.2)
+    assert sends(out, m.Join) in (
+        [send(1, m.Join(peer=9, ttl=2))],
+        [send(2, m.Join(peer=9, ttl=2))],
+    )
+    # A JOIN taken at the end of its walk (ttl 0) stops there.
+    node = make_node(active=[1, 2, 3])
+    node.handle(received(1, m.Join(peer=9, ttl=0)), 1.0)
+    assert sends(node.handle(ConnectionLost(9), 1.2), m.Join) == []
+
+
+def test_joins_for_made_up_peers_cannot_grow_pending_requests_past_max_active():
+    # A key holder sent JOINs naming peer after peer: each one accepted became a pending
+    # NEIGHBOR request (and, on the network, a dial to wherever the id pointed).
+    node = make_node(active=[1])
+    for joiner in range(100, 120):
+        node.handle(received(1, m.Join(peer=joiner, ttl=0)), 1.0)
+    assert len(membership(node).pending) + len(node.active_view(TOPIC)) == MAX_ACTIVE
+
+
 def test_join_through_a_contact_makes_a_symmetric_random_link():
     contact = make_node(1)
     joiner = NodeState(9, node_config(), random.Random(9))
@@ -969,6 +1008,19 @@ def test_optimisation_keeps_the_replaced_neighbour_when_it_has_c_rand_links_or_f
     node = near_view_for_optimisation(far_links=2)
     fire(node, "optimize", 1.0)
     assert node.handle(received(7, accept(NEAR, links=4)), 1.25) == [NeighborUp(TOPIC, 7, NEAR)]
+
+
+def test_optimisation_never_picks_a_peer_with_a_request_pending():
+    # 7, the nearest passive peer, has a RAND request of ours pending (we took its JOIN):
+    # optimisation chose it anyway and overwrote that request with a NEAR one.
+    node = near_view_for_optimisation(far_links=4)
+    node.handle(received(1, m.Join(peer=7, ttl=0)), 0.5)
+    assert membership(node).pending[7].kind is RAND
+    assert fire(node, "optimize", 1.0) == [
+        send(8, request(NEAR, rtt=0.1, links=3, rand=2)),
+        ScheduleTimer(5.0, token("optimize")),
+    ]
+    assert membership(node).pending[7].kind is RAND
 
 
 def test_optimisation_does_nothing_when_no_peer_is_closer_by_alpha():

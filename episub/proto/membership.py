@@ -20,19 +20,24 @@ Rules this machine keeps (checked by tests and by the simulator):
 Rules from the draft, in the order a node meets them:
 - join: GETNODES to the contacts, then JOIN(ttl) to C_rand of the peers learned; again
   every join_retry_interval until a JOIN of ours is taken in (a high-priority NEIGHBOR
-  request reaches us), even with links made by nodes that joined through us.
+  request reaches us), even with links made by nodes that joined through us. Each round's
+  TTL is one less than the last's, down to 0 (the draft's retries for NATed hosts).
 - JOIN: accept (NEIGHBOR request of high priority to the joiner, FORWARDJOIN to one random
   neighbour) when ttl is 0 or our view is below A; otherwise walk on to a random neighbour.
+  With no room left (links and requests at 2A) it walks on too. If the joiner cannot be
+  reached (the draft's connection check), the JOIN walks on, one hop shorter.
 - FORWARDJOIN: add the joiner to the passive view; walk on while ttl > 0.
 - NEIGHBOR request: accept while below A; accept a peer with fewer than C_rand links as
   RAND; accept a NEAR request closer than our farthest near neighbour by a factor alpha,
   evicting that neighbour if it has enough links (proximity.py judges NEAR requests);
   otherwise refuse with DISCONNECT.
 - stabilisation: above A, drop links whose other end is oversubscribed too, then links
-  closing a triangle; below A, request links from the passive view (random ones until
-  C_rand RAND links, then the nearest by RTT).
+  closing a triangle (the draft counts the other end's random links: docs/protocol.md
+  says why we count all of them); below A, request links from the passive view (random
+  ones until C_rand RAND links, then the nearest by RTT).
 - optimisation (GoCast), with a full view and no near request or relabel in flight: among
-  the peers we know (near candidates and the passive view), proximity.py picks a near
+  the peers we know (near candidates and the passive view) and have asked nothing yet,
+  proximity.py picks a near
   link to ask for and the one it displaces, or relabels a standing link instead; its
   rules are at the top of that module.
 - relabel request (NEIGHBOR over a standing link): proximity.py decides the kind; the
@@ -86,6 +91,7 @@ class PendingRequest:
     kind: LinkKind
     sent_at: float
     replaces: PeerId | None = None  # optimisation: the near neighbour this one displaces
+    join_ttl: int | None = None  # it answers a JOIN with this TTL: walked on if undeliverable
 
 
 @dataclass(slots=True)
@@ -133,6 +139,7 @@ class Membership:
         # Someone took us in: accepted our JOIN (or revived us), with a high-priority
         # NEIGHBOR request. Until then join_retry goes on, links or not (see on_timer).
         self.join_confirmed = False
+        self.join_attempts = 0  # rounds of JOINs sent: each retry walks one hop shorter
         self.counters = MembershipCounters()
         # The peers we know but are not linked to, and the PINGs in flight (passive.py).
         self.passive_view = PassiveView(
@@ -189,6 +196,7 @@ class Membership:
     def join(self, bootstrap: tuple[PeerId, ...], now: float, out: list[OutEvent]) -> None:
         self.joined = True
         self.join_sent = self.join_confirmed = False
+        self.join_attempts = 0
         self.bootstrap = tuple(p for p in bootstrap if p != self.me)
         for name in PERIODIC_TIMERS:
             self._schedule(name, self._period(name), out)
@@ -298,6 +306,14 @@ class Membership:
         """The peer is unreachable: it leaves every view and goes dormant."""
         if peer in self.active or peer in self.passive:
             self.passive_view.make_dormant(peer, now)
+        request = self.pending.get(peer)
+        if request is not None and request.join_ttl:
+            # The draft's connection check: we took its JOIN but cannot reach the joiner
+            # (behind NAT, say); the JOIN walks on one hop shorter, as if we had not.
+            others = [p for p in self.active if p != peer]
+            if others:
+                walk = m.Join(peer=peer, ttl=request.join_ttl - 1)
+                out.append(Send(choice(self.rng, others), self.topic, walk))
         # A dormant peer's backoff already grew when its probe was sent.
         self._forget(peer, out)
         self.passive_view.drop_pings(peer)
@@ -326,8 +342,13 @@ class Membership:
             [sender, *(p for p in peers if p != sender and p != self.me)],
             self.config.c_rand,
         )
+        # The draft's retries: each round one hop shorter, until a TTL of 0 has the
+        # contact itself take us in, over the connection we opened (a node that others
+        # cannot dial, behind NAT, still joins).
+        ttl = max(self.config.join_ttl - self.join_attempts, 0)
+        self.join_attempts += 1
         for target in targets:
-            out.append(Send(target, self.topic, m.Join(peer=self.me, ttl=self.config.join_ttl)))
+            out.append(Send(target, self.topic, m.Join(peer=self.me, ttl=ttl)))
         self.passive_view.probe_initial(now, out)
 
     def _on_join(
@@ -340,7 +361,9 @@ class Membership:
         # minute (issue 13, item 6).
         self.left.pop(joiner, None)
         others = [p for p in self.active if p != sender and p != joiner]
-        if len(self.active) >= self.config.max_active:
+        if len(self.active) + len(self.pending) >= self.config.max_active:
+            # No room, counting the links we have asked for: requests a JOIN makes count,
+            # or a burst of JOINs for made-up peers would grow `pending` without bound.
             if ttl > 0 and others:
                 out.append(
                     Send(choice(self.rng, others), self.topic, m.Join(peer=joiner, ttl=ttl - 1))
@@ -348,7 +371,7 @@ class Membership:
             return
         if ttl == 0 or len(self.active) < self.active_size or not others:
             self.counters.joins_accepted += 1
-            self._request_link(joiner, LinkKind.RAND, now, out, high_priority=True)
+            self._request_link(joiner, LinkKind.RAND, now, out, high_priority=True, join_ttl=ttl)
             if others:
                 fwd = m.ForwardJoin(peer=joiner, ttl=self.config.forward_join_ttl)
                 out.append(Send(choice(self.rng, others), self.topic, fwd))
@@ -380,8 +403,13 @@ class Membership:
         *,
         high_priority: bool = False,
         replaces: PeerId | None = None,
+        join_ttl: int | None = None,
     ) -> None:
-        self.pending[peer] = PendingRequest(kind=kind, sent_at=now, replaces=replaces)
+        if peer in self.pending:
+            return  # one request per peer at a time: a second one would overwrite the first
+        self.pending[peer] = PendingRequest(
+            kind=kind, sent_at=now, replaces=replaces, join_ttl=join_ttl
+        )
         request = m.Neighbor(
             op=NeighborOp.REQUEST,
             kind=kind,
@@ -708,7 +736,7 @@ class Membership:
         known = [
             (get_rtt(p), p)
             for p in dict.fromkeys((*self.near_candidates, *self.passive))
-            if p not in self.refused_by and p not in self.active
+            if p not in self.refused_by and p not in self.active and p not in self.pending
         ]
         wanted = self.proximity.optimize(known, now, out)
         if wanted is not None:
