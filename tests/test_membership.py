@@ -17,11 +17,13 @@ from episub.proto import messages as m
 from episub.proto.events import (
     ClosePeer,
     ConnectionLost,
+    Isolated,
     JoinTopic,
     LeaveTopic,
     NeighborDown,
     NeighborUp,
     PeerMisbehaved,
+    RefreshContacts,
     ScheduleTimer,
     TimerFired,
 )
@@ -564,11 +566,59 @@ def test_connection_lost_drops_a_pending_request():
     assert node.passive_view(TOPIC) == []
 
 
-def test_connection_lost_of_the_last_known_peer_asks_the_contacts_again():
+def recover_timer(delay: float) -> ScheduleTimer:
+    return ScheduleTimer(delay, token("recover"))
+
+
+def test_a_node_left_without_any_peer_goes_back_to_its_contacts_with_backoff():
     node = NodeState(ME, node_config(), random.Random(0))
     node.handle(JoinTopic(TOPIC, (5,)), 0.0)
-    node.handle(received(5, m.Nodes(peers=())), 0.5)
-    assert node.handle(ConnectionLost(5), 1.0) == [send(5, m.GetNodes())]
+    node.handle(received(5, request(RAND, high_priority=True)), 0.5)  # 5 took our JOIN in
+    assert node.handle(ConnectionLost(5), 1.0) == [
+        NeighborDown(TOPIC, 5),
+        send(5, m.GetNodes()),
+        Isolated(TOPIC, 1),
+        recover_timer(1.0),
+        ClosePeer(5),
+    ]
+    # That GETNODES fails too: no new attempt before the backoff (it used to be asked
+    # again at once, a dial loop at the speed of refused connections).
+    assert node.handle(ConnectionLost(5), 1.1) == []
+    assert fire(node, "recover", 2.0) == [
+        send(5, m.GetNodes()),
+        Isolated(TOPIC, 2),
+        recover_timer(2.0),
+    ]
+    assert sends(fire(node, "recover", 4.0)) == [send(5, m.GetNodes())]
+    node.handle(received(7, request(RAND, high_priority=True)), 5.0)
+    assert fire(node, "recover", 8.0) == []
+    assert node.stats()["recoveries"] == 3
+
+
+def test_a_node_left_without_any_peer_asks_every_peer_it_remembers():
+    """Issue 13, item 7: `episub sim crash --nodes 1000 --fraction 0.95 --seed 3` left two
+    survivors with an empty active view for good; one of them still had a live survivor
+    in its RTT table, the other was probed by survivors that held it as a passive peer."""
+    node = make_node(active=[1], rtts={8: 0.1, 9: 0.2})
+    out = node.handle(ConnectionLost(1), 1.0)
+    assert {s.peer for s in sends(out, m.GetNodes)} == {1, 8, 9}
+    out = node.handle(received(9, m.Nodes(peers=(4,))), 1.2)
+    assert {s.peer for s in sends(out, m.Join)} == {9, 4}  # as at a fresh join
+    # A peer that probes a node with no neighbour becomes its passive peer.
+    node = make_node(active=[1])
+    node.handle(ConnectionLost(1), 1.0)
+    node.handle(received(6, m.Ping(nonce=1)), 1.5)
+    assert node.passive_view(TOPIC) == [6]
+    assert sends(fire(node, "stabilize", 2.0), m.Neighbor) == [send(6, request(RAND, links=0))]
+
+
+def test_contacts_refreshed_by_the_runtime_replace_the_old_ones_and_are_asked_at_once():
+    # A bootstrap node that restarted answers its address with a new id.
+    node = NodeState(ME, node_config(), random.Random(0))
+    node.handle(JoinTopic(TOPIC, (5,)), 0.0)
+    assert node.handle(RefreshContacts(TOPIC, (15, ME)), 1.0) == [send(15, m.GetNodes())]
+    assert sends(fire(node, "join_retry", 3.0)) == [send(15, m.GetNodes())]
+    assert node.handle(RefreshContacts("other", (15,)), 1.0) == []  # left meanwhile
 
 
 def test_leave_topic_sends_leave_to_neighbours_and_disconnect_to_pending_peers():

@@ -46,6 +46,12 @@ Rules from the draft, in the order a node meets them:
   subscribed and neither linked nor asked gets a high-priority NEIGHBOR request at once;
   a PONG saying the peer is no longer subscribed takes it out of every view.
 - LEAVE: eager diffusion, forwarded when it removed the peer or its ttl is not spent.
+- recovery (ours): a node left with no neighbour, no request in flight and no passive
+  peer asks its contacts and every peer it remembers for peers (GETNODES, then JOINs as
+  at a fresh join), and says so (`Isolated`) for the runtime to dial its bootstrap
+  addresses again; again with backoff (recovery_retry doubling to recovery_max_retry)
+  until a neighbour comes. With no neighbour, a failed request is followed by the next
+  at once, and a peer that probes us becomes a passive peer.
 """
 
 from __future__ import annotations
@@ -56,6 +62,7 @@ from dataclasses import dataclass, field
 from episub.proto import messages as m
 from episub.proto.config import MembershipConfig
 from episub.proto.events import (
+    Isolated,
     NeighborDown,
     NeighborUp,
     OutEvent,
@@ -108,6 +115,7 @@ class MembershipCounters:
     revived: int = 0
     relabels: int = 0
     one_sided_dropped: int = 0
+    recoveries: int = 0  # attempts to get back in with no neighbour and no passive peer
     extra: dict[str, int] = field(default_factory=dict)
 
 
@@ -140,6 +148,10 @@ class Membership:
         # NEIGHBOR request. Until then join_retry goes on, links or not (see on_timer).
         self.join_confirmed = False
         self.join_attempts = 0  # rounds of JOINs sent: each retry walks one hop shorter
+        # With no neighbour and no passive peer left: the wait before the next attempt to
+        # get back in (None: not recovering), and how many attempts so far.
+        self.recovery_wait: float | None = None
+        self.recovery_attempts = 0
         self.counters = MembershipCounters()
         # The peers we know but are not linked to, and the PINGs in flight (passive.py).
         self.passive_view = PassiveView(
@@ -219,6 +231,9 @@ class Membership:
     def on_timer(self, name: str, now: float, out: list[OutEvent]) -> None:
         if not self.joined:
             return
+        if name == "recover":
+            self._on_recover_timer(now, out)
+            return
         if name == "join_retry":
             # Also with links: if our GETNODES, its answer or our JOINs were lost, the
             # links we hold are to nodes that joined through us since, and without our
@@ -289,6 +304,11 @@ class Membership:
                 self._expire_left(now)
                 self.passive_view.on_shuffle_reply(peer, msg, out)
             case m.Ping(nonce=nonce, want_view=want_view):
+                if self.joined and not self.active and peer not in self.left:
+                    # A peer that probes us holds us in its passive view: a node with no
+                    # neighbour left takes it as a way back in (after a crash of most of
+                    # the overlay, the survivors that remember us may be all we have).
+                    self.passive_view.add(peer)
                 view = tuple(self.active) if want_view else ()
                 pong = m.Pong(
                     nonce=nonce,
@@ -317,8 +337,67 @@ class Membership:
         # A dormant peer's backoff already grew when its probe was sent.
         self._forget(peer, out)
         self.passive_view.drop_pings(peer)
-        if self.joined and not self.active and not self.passive:
-            self._ask_contacts(out)
+        if self.joined and not self.active:
+            # With no neighbour, the next passive peer is asked at once, not at the next
+            # stabilisation: after a crash of most nodes a passive view of the dead drains
+            # in round trips, not in minutes.
+            self._grow(now, out)
+            self._check_isolated(now, out)
+
+    # -- recovery -----------------------------------------------------------------------
+
+    def _check_isolated(self, now: float, out: list[OutEvent]) -> None:
+        """No neighbour, no request in flight, no passive peer left: start recovering.
+        Only a node that had links: a joiner's contacts are join_retry's business."""
+        if (
+            self.joined
+            and self.recovery_wait is None
+            and self.links_made > 0
+            and not self.active
+            and not self.pending
+            and not self.passive
+        ):
+            self.recovery_wait = self.config.recovery_retry
+            self.recovery_attempts = 0
+            self._recover(out)
+
+    def _recover(self, out: list[OutEvent]) -> None:
+        """One attempt to get back in: GETNODES to every contact and every peer we still
+        remember (dormant peers, near candidates, a sample of the RTT table); the first
+        answer leads to JOINs, as at a fresh join. Without this, two survivors of a 95%
+        crash kept an empty active view for good (issue 13, item 7)."""
+        c = self.config
+        self.recovery_attempts += 1
+        self.counters.recoveries += 1
+        asked = dict.fromkeys((*self.bootstrap, *self.dormant, *self.near_candidates))
+        remembered = [p for p in self.rtts.peers() if p not in asked]
+        asked.update(dict.fromkeys(sample(self.rng, remembered, c.recovery_fanout)))
+        for peer in asked:
+            if peer != self.me and peer not in self.left:
+                out.append(Send(peer, self.topic, m.GetNodes()))
+        self.join_sent = False
+        out.append(Isolated(self.topic, self.recovery_attempts))
+        assert self.recovery_wait is not None
+        self._schedule("recover", self.recovery_wait, out)
+
+    def _on_recover_timer(self, now: float, out: list[OutEvent]) -> None:
+        """Again, with the wait doubled, until a neighbour comes."""
+        if self.recovery_wait is None:
+            return
+        if self.active:
+            self.recovery_wait = None
+            return
+        self.recovery_wait = min(self.recovery_wait * 2, self.config.recovery_max_retry)
+        self._recover(out)
+
+    def refresh_contacts(self, bootstrap: tuple[PeerId, ...], out: list[OutEvent]) -> None:
+        """The ids our bootstrap addresses answer with now (RefreshContacts): they replace
+        the contacts, and are asked for peers at once."""
+        if not self.joined:
+            return
+        self.bootstrap = tuple(p for p in dict.fromkeys(bootstrap) if p != self.me)
+        self.join_sent = False
+        self._ask_contacts(out)
 
     # -- joining ------------------------------------------------------------------------
 
@@ -671,6 +750,7 @@ class Membership:
             # whose first GETNODES (or its answer) was lost and that now sits in a small
             # island with the few nodes that joined through it.
             self._ask_contacts(out)
+        self._check_isolated(now, out)
 
     def _shrink(self, out: list[OutEvent]) -> None:
         """Drop links only where it is safe (draft): first to neighbours that stay at A or

@@ -29,6 +29,7 @@ from episub.proto.events import (
     PeerMisbehaved,
     Publish,
     Received,
+    RefreshContacts,
     Send,
     TimerFired,
     ViewReport,
@@ -80,6 +81,11 @@ class NodeState:
                 self._topic_or_raise(topic).broadcast.fetch(peer, publisher, first, last, out)
             case Publish(topic=topic, payload=payload, key=key, headers=headers, stream=stream):
                 self._topic_or_raise(topic).publish(payload, key, headers, now, out, stream)
+            case RefreshContacts(topic=topic, bootstrap=bootstrap):
+                # The topic may have been left while the runtime dialled: nothing to do.
+                t = self._topics.get(topic)
+                if t is not None:
+                    t.membership.refresh_contacts(tuple(bootstrap), out)
             case AskView(topic=topic, peer=peer):
                 try:
                     m.check_topic_name(topic)

@@ -125,6 +125,10 @@ class RttTable:
         """RTTVAR of `peer` (0 with fewer than two samples or none)."""
         return self._rttvar.get(peer, 0.0)
 
+    def peers(self) -> list[PeerId]:
+        """Every peer with an entry, least recently updated first."""
+        return list(self._srtt)
+
     def measured(self, peer: PeerId) -> float | None:
         """Our own smoothed RTT to `peer`: None while we only have its word."""
         return None if peer in self._claimed else self._srtt.get(peer)
