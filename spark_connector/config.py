@@ -20,14 +20,18 @@ Reads come from this process's copy of its node's replica, kept current by a thr
 (config_follower.py), so `config.get` costs microseconds and can run once a row.
 
 Which agent a call uses: inside a Spark task, its executor's (found through the deployment
-`cluster_config` put in the job's local properties, or through the executor's running
-agent); outside a task, the driver's (the deployment `register` returned).
+`cluster_config` put in the job's local properties, or, under Spark Connect, the public
+deployment `register` put in the session's configuration, or through the executor's
+running agent); outside a task, the driver's (the deployment `register` returned).
+
+Under Spark Connect the client process has no node and cannot reach one: outside tasks,
+reads and writes run as small Spark jobs beside the driver's node (connect.py), so a
+write takes a job's time (tens of milliseconds to a second) and `watch` is not offered
+there; tasks read as in classic Spark.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import logging
 import os
 import threading
@@ -37,6 +41,14 @@ from typing import Any
 
 from episub.agent import AgentClient, AgentError, AgentUnavailable, ConfigView
 from spark_connector.config_follower import REATTACH_WAIT, WATCH_POLL, Follower
+from spark_connector.connect import (
+    SESSION_CONF,
+    is_connect,
+    reach_nodes,
+    read_config,
+    spark_error_line,
+    write_config,
+)
 from spark_connector.deployment import (
     AGENT_TIMEOUT,
     Deployment,
@@ -55,6 +67,7 @@ __all__ = [
     "Watch",
     "cluster_config",
     "get",
+    "registered_deployment",
     "snapshot",
     "version",
     "wait_for",
@@ -67,36 +80,37 @@ DEFAULT_NAME = "default"
 # Spark job local property carrying the deployment to tasks (as the pickled reader does).
 DEPLOYMENT_PROPERTY = "episub.deployment"
 _driver_deployment: Deployment | None = None  # set by register(), for code outside tasks
+_connect_session: Any = None  # the Spark Connect session register() was given, if any
 
 
 class ConfigError(RuntimeError):
     """The configuration cannot be reached or refused a write; the message says why."""
 
 
-def remember_driver_deployment(deployment: Deployment) -> None:
-    global _driver_deployment
+def registered_deployment() -> Deployment | None:
+    """The deployment `register()` returned last in this process."""
+    return _driver_deployment
+
+
+def remember_driver_deployment(deployment: Deployment, spark: Any = None) -> None:
+    global _driver_deployment, _connect_session
     _driver_deployment = deployment
-
-
-def deployment_to_json(deployment: Deployment) -> str:
-    return json.dumps(dataclasses.asdict(deployment))
-
-
-def deployment_from_json(text: str) -> Deployment:
-    fields = json.loads(text)
-    fields["bootstrap"] = tuple(fields["bootstrap"])
-    return Deployment(**fields)
+    _connect_session = spark if spark is not None and is_connect(spark) else None
 
 
 # -- driver -----------------------------------------------------------------------------------
 
 
 class ClusterConfig:
-    """The driver's handle on configuration `name`; writes return the new version."""
+    """The driver's handle on configuration `name`; writes return the new version.
 
-    def __init__(self, deployment: Deployment, name: str = DEFAULT_NAME) -> None:
+    spark: a Spark Connect session, through which reads and writes go (connect.py); for a
+    classic one (or None) they go to the driver's agent directly."""
+
+    def __init__(self, deployment: Deployment, name: str = DEFAULT_NAME, spark: Any = None):
         self.deployment = deployment
         self.name = name
+        self._connect = spark if spark is not None and is_connect(spark) else None
 
     def set(self, key: str, value: object) -> int:
         return self._write({key: value}, ())
@@ -117,9 +131,24 @@ class ClusterConfig:
         return self._read().version
 
     def _read(self) -> ConfigView:
+        if self._connect is not None:
+            return _connect_read(self._connect, self.name)  # type: ignore[return-value]
         return _current(self.name, _driver_factory(self.deployment))
 
     def _write(self, values: Mapping[str, object], deleted: tuple[str, ...]) -> int:
+        if self._connect is not None:
+            try:
+                write_config(self._connect, self.name, values, deleted)
+            except TypeError:
+                raise  # a value that is neither bytes nor JSON, refused before any job
+            except Exception as exc:
+                raise ConfigError(
+                    f"the configuration write failed on the Spark Connect server: "
+                    f"{spark_error_line(exc)}"
+                ) from exc
+            # The driver's replica after the write: this write's version, or a later one
+            # if another writer came in between (either way, one that includes this write).
+            return self.version()
         with driver_client(self.deployment) as client:
             view = _agent_call(lambda: client.config_write(self.name, values, deleted))
         # Reads on the driver (here or config.get) see the write once set() has returned.
@@ -133,19 +162,37 @@ class ClusterConfig:
 def cluster_config(
     spark: Any, name: str = DEFAULT_NAME, deployment: Deployment | None = None
 ) -> ClusterConfig:
-    """The configuration `name` of this application, for the driver to write.
+    """The configuration `name` of this application, for the driver (or a Spark Connect
+    client) to write.
 
     Call it before starting the jobs or queries whose tasks read it: it starts the driver's
-    replica (executors join the configuration through it) and puts the deployment in this
-    thread's job properties, so tasks find their executor's agent even when no episub query
-    started it."""
+    replica (executors join the configuration through it), and makes sure tasks find their
+    executor's agent even when no episub query started it: classic Spark, by putting the
+    deployment in this thread's job properties; Spark Connect, by a job that starts an
+    agent on every executor (the session's configuration, which reaches every task, may
+    not carry the key: connect.py)."""
     deployment = deployment or _driver_deployment
     if deployment is None:
         raise ConfigError("no episub deployment: call spark_connector.register(spark) first")
-    spark.sparkContext.setLocalProperty(DEPLOYMENT_PROPERTY, deployment_to_json(deployment))
-    config = ClusterConfig(deployment, name)
+    if is_connect(spark):
+        reach_nodes(spark, driver=False)
+    else:
+        spark.sparkContext.setLocalProperty(DEPLOYMENT_PROPERTY, deployment.to_json())
+    config = ClusterConfig(deployment, name, spark)
     config.version()  # starts the driver's replica
     return config
+
+
+def _connect_read(
+    spark: Any, name: str, min_version: int = 0, timeout: float = 0.0
+) -> ConfigView | None:
+    try:
+        return read_config(spark, name, min_version, timeout)
+    except Exception as exc:
+        raise ConfigError(
+            f"the configuration cannot be read through the Spark Connect server: "
+            f"{spark_error_line(exc)}"
+        ) from exc
 
 
 # -- anywhere ---------------------------------------------------------------------------------
@@ -172,6 +219,8 @@ def version(name: str = DEFAULT_NAME) -> int:
 def wait_for(version: int, timeout: float, name: str = DEFAULT_NAME) -> bool:
     """Wait until this node's replica reaches `version` (at most `timeout` s); False if not.
     True means `get`, `snapshot` and `version` in this process see that version or later."""
+    if _on_connect_client():
+        return _connect_read(_connect_session, name, version, timeout) is not None
     follower = _follower(name)
     if follower.current() is None:
         _read(name)  # the first read of this process starts its copy
@@ -235,6 +284,11 @@ class Watch:
 
 def watch(callback: Callable[[int, dict[str, object]], None], name: str = DEFAULT_NAME) -> Watch:
     """Call `callback(version, snapshot)` now and on every new version, from a thread."""
+    if _on_connect_client():
+        raise ConfigError(
+            "config.watch follows a node, and a Spark Connect client has none: watch in "
+            "tasks (foreachBatch, mapInPandas...), or poll cluster_config(spark).version()"
+        )
     return Watch(callback, name, _client_factory())
 
 
@@ -278,9 +332,21 @@ def _driver_factory(deployment: Deployment) -> Callable[[], AgentClient]:
     return _factory("driver", deployment.driver_socket, make)
 
 
+def _on_connect_client() -> bool:
+    """Outside any task, in a Spark Connect client's process (it has no node)."""
+    if _connect_session is None:
+        return False
+    from pyspark import TaskContext
+
+    return TaskContext.get() is None
+
+
 def _current(name: str, factory: Callable[[], AgentClient] | None = None) -> ConfigView:
     """The replica as this process's copy holds it, or as the agent says if the copy is not
-    being kept current (first use, or its agent went away)."""
+    being kept current (first use, or its agent went away); on a Connect client, as the
+    driver's replica says."""
+    if factory is None and _on_connect_client():
+        return _connect_read(_connect_session, name)  # type: ignore[return-value]
     factory = factory or _client_factory()
     view = _follower(name, factory).current()
     return view if view is not None else _read(name, factory=factory)
@@ -342,11 +408,13 @@ def _client_factory() -> Callable[[], AgentClient]:
                 "on the driver (outside Spark tasks, config calls use the driver's node)"
             )
         return _driver_factory(deployment)
-    text = context.getLocalProperty(DEPLOYMENT_PROPERTY)
+    # Classic: the whole deployment; Connect: its public form (connect.py), which reaches an
+    # agent a keyed task started on this executor.
+    text = context.getLocalProperty(DEPLOYMENT_PROPERTY) or context.getLocalProperty(SESSION_CONF)
     if text is not None:
         # Once per deployment and process, not per call: config.get runs once a row.
         def make_executor() -> Callable[[], AgentClient]:
-            deployment = deployment_from_json(text)
+            deployment = Deployment.from_json(text)
 
             def executor() -> AgentClient:
                 return executor_client(deployment)
