@@ -262,6 +262,7 @@ def executor_client(deployment: Deployment) -> AgentClient:
         listen=f"{_bracketed(local_address_toward(deployment.host))}:0",
         bootstrap=deployment.bootstrap,
         owner_pid=owner,
+        owner_files=(_kept_path(socket_path),) if deployment.id else (),
         idle_timeout=EXECUTOR_IDLE_TIMEOUT,
         config_file=agent_config_file(deployment.agent_dir, deployment.agent_config),
     )
@@ -279,7 +280,9 @@ def executor_client(deployment: Deployment) -> AgentClient:
 # carries the public form. A task that has the key (a reader, a writer, a control job)
 # leaves the deployment beside the agent it starts, in a file only this user can read, as
 # safe as the agent's socket next to it (which gives the node's powers to whoever opens
-# it): a UDF's `config.get` can then start the agent again after it retired or died.
+# it): a UDF's `config.get` can then start the agent again after it retired or died. The
+# agent removes it when its executor is gone; a copy left by a killed agent goes the next
+# time a copy is kept in that directory.
 _KEPT_SUFFIX = ".deployment"
 _KEPT_NAME = re.compile(r"exec-(\d+)-(\d+)-[0-9a-f]+\.deployment")
 

@@ -48,8 +48,11 @@ def server() -> Iterator[ConnectServer]:
         yield server
     finally:
         left = server.stop()
+        # Executors' agents remove their deployment's kept copy (the key) with the server.
+        kept = [p.name for p in server.agent_dir.glob("*.deployment")]
         shutil.rmtree(directory, ignore_errors=True)
         assert not left, f"episub agents outlived the Connect server: {left}"
+        assert not kept, f"copies of the deployment outlived the Connect server: {kept}"
 
 
 @pytest.fixture(scope="module")

@@ -140,6 +140,13 @@ def add_parsers(subparsers: Any) -> None:
     agent.add_argument("--link-delay", metavar="FILE", help="emulated zone latencies (JSON)")
     agent.add_argument("--owner-pid", type=PID, help="exit once this process is gone")
     agent.add_argument(
+        "--owner-file",
+        metavar="PATH",
+        action="append",
+        default=[],
+        help="remove this file when exiting because the owner is gone (repeatable)",
+    )
+    agent.add_argument(
         "--idle-timeout",
         type=POSITIVE,
         default=DEFAULT_IDLE_TIMEOUT,
@@ -220,7 +227,14 @@ def run_node_command(args: argparse.Namespace) -> int:
 
 
 def run_agent_command(args: argparse.Namespace) -> int:
-    options = _node_options(args, owner_pid=args.owner_pid, idle_timeout=args.idle_timeout)
+    if args.owner_file and args.owner_pid is None:
+        raise UsageError("--owner-file needs --owner-pid")
+    options = _node_options(
+        args,
+        owner_pid=args.owner_pid,
+        owner_files=args.owner_file,
+        idle_timeout=args.idle_timeout,
+    )
     if args.detach:
         sys.stdout.flush()
         sys.stderr.flush()

@@ -70,6 +70,7 @@ def ensure_agent(
     advertise: str | None = None,
     bootstrap: Sequence[str] = (),
     owner_pid: int | None = None,
+    owner_files: Sequence[str] = (),
     idle_timeout: float | None = DEFAULT_IDLE_TIMEOUT,
     config_file: str | None = None,
     python: str = sys.executable,
@@ -79,7 +80,8 @@ def ensure_agent(
     """The agent serving `socket_path`, started if none is there; see the module doc.
 
     key: the deployment's 32-byte key. listen/advertise/bootstrap/config_file: the agent's
-    node, as for `episub agent`. owner_pid: the agent exits when that process is gone.
+    node, as for `episub agent`. owner_pid: the agent exits when that process is gone, and
+    removes `owner_files` then.
     idle_timeout: seconds without client or request before it exits (None: never).
     """
     if not isinstance(key, bytes) or len(key) != KEY_SIZE:
@@ -104,6 +106,8 @@ def ensure_agent(
             command += ["--bootstrap", address]
         if owner_pid is not None:
             command += ["--owner-pid", str(owner_pid)]
+        for path in owner_files:
+            command += ["--owner-file", path]
         if idle_timeout is not None:
             command += ["--idle-timeout", repr(float(idle_timeout))]
         if config_file is not None:
