@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -77,8 +78,13 @@ __all__ = [
 log = logging.getLogger("spark_connector.config")
 
 DEFAULT_NAME = "default"
-# Spark job local property carrying the deployment to tasks (as the pickled reader does).
-DEPLOYMENT_PROPERTY = "episub.deployment"
+# Spark job local property carrying the deployment to tasks (as the pickled reader does),
+# classic Spark. Spark writes job properties to its event log (what the UI and the history
+# server show), redacting those whose name matches spark.redaction.regex ("secret" does by
+# default) and is a key of the SparkConf: `_redact_in_event_log` puts it there.
+DEPLOYMENT_PROPERTY = "episub.deployment.secret"
+# Spark's default spark.redaction.regex, for when the application has not set its own.
+_SPARK_REDACTION_REGEX = "(?i)secret|password|token|access[.]?key"
 _driver_deployment: Deployment | None = None  # set by register(), for code outside tasks
 _connect_session: Any = None  # the Spark Connect session register() was given, if any
 
@@ -177,10 +183,31 @@ def cluster_config(
     if is_connect(spark):
         reach_nodes(spark, driver=False)
     else:
+        _redact_in_event_log(spark.sparkContext)
         spark.sparkContext.setLocalProperty(DEPLOYMENT_PROPERTY, deployment.to_json())
     config = ClusterConfig(deployment, name, spark)
     config.version()  # starts the driver's replica
     return config
+
+
+def _redact_in_event_log(sc: Any) -> None:
+    """Make Spark redact DEPLOYMENT_PROPERTY in the event log: it redacts a job property
+    only if the SparkConf has its key (EventLoggingListener.redactProperties), so the key
+    goes into the running context's own SparkConf (`sc._conf` wraps it, not a copy), empty."""
+    conf = sc._conf
+    if not conf.contains(DEPLOYMENT_PROPERTY):
+        conf.set(DEPLOYMENT_PROPERTY, "")
+    pattern = conf.get("spark.redaction.regex", _SPARK_REDACTION_REGEX)
+    try:
+        redacted = re.search(pattern, DEPLOYMENT_PROPERTY) is not None
+    except re.error:
+        redacted = True  # Java regex syntax Python cannot read: trust it
+    if not redacted:
+        log.warning(
+            "spark.redaction.regex (%s) does not match %r: Spark's event log will show the "
+            "episub deployment key in the properties of jobs that read live configuration",
+            pattern, DEPLOYMENT_PROPERTY,
+        )  # fmt: skip
 
 
 def _connect_read(
