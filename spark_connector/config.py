@@ -175,18 +175,19 @@ def cluster_config(
     replica (executors join the configuration through it), and makes sure tasks find their
     executor's agent even when no episub query started it: classic Spark, by putting the
     deployment in this thread's job properties; Spark Connect, by a job that starts an
-    agent on every executor (the session's configuration, which reaches every task, may
-    not carry the key: connect.py)."""
+    agent and its replica on every executor (the session's configuration, which reaches
+    every task, may not carry the key: connect.py)."""
     deployment = deployment or _driver_deployment
     if deployment is None:
         raise ConfigError("no episub deployment: call spark_connector.register(spark) first")
+    config = ClusterConfig(deployment, name, spark)
     if is_connect(spark):
-        reach_nodes(spark, driver=False)
+        config.version()  # the driver's replica first: executors' replicas sync from it
+        reach_nodes(spark, driver=False, config=name)
     else:
         _redact_in_event_log(spark.sparkContext)
         spark.sparkContext.setLocalProperty(DEPLOYMENT_PROPERTY, deployment.to_json())
-    config = ClusterConfig(deployment, name, spark)
-    config.version()  # starts the driver's replica
+        config.version()  # starts the driver's replica
     return config
 
 

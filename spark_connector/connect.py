@@ -97,9 +97,11 @@ class Answer(InputPartition):
 
 @dataclass(frozen=True)
 class Probe(InputPartition):
-    """A task that starts (or finds) its executor's node and reports it."""
+    """A task that starts (or finds) its executor's node and reports it; with `config`,
+    starts that configuration's replica there too (caught up before any task reads it)."""
 
     deployment: Deployment
+    config: str = ""
 
 
 @dataclass
@@ -157,7 +159,7 @@ class ControlReader(DataSourceReader):
             with driver_client(self.deployment) as client:
                 out.append(Answer("driver", json.dumps(node_view("driver", client))))
         slices = int(self.options.get("slices", "0"))
-        out += [Probe(self.deployment) for _ in range(slices)]
+        out += [Probe(self.deployment, self.options.get("config", "")) for _ in range(slices)]
         return out
 
     def _config(self) -> str:
@@ -179,6 +181,8 @@ class ControlReader(DataSourceReader):
         else:
             assert isinstance(partition, Probe)
             with executor_client(partition.deployment) as client:
+                if partition.config:
+                    client.config_read(partition.config)
                 yield ("executor", json.dumps(node_view("executor", client)))
 
 
@@ -301,11 +305,12 @@ def executor_count(spark: Any) -> int | None:
     return int(instances) if instances else None
 
 
-def reach_nodes(spark: Any, *, driver: bool) -> list[dict[str, Any]]:
-    """Every executor's node (started where missing), by probe jobs repeated until each
-    executor Spark reports has answered, or, when Spark does not say how many there are,
-    until a job finds no new one; the driver's first when asked. Spark places tasks where it
-    likes, so an executor busy with other work may be missed."""
+def reach_nodes(spark: Any, *, driver: bool, config: str = "") -> list[dict[str, Any]]:
+    """Every executor's node (started where missing, with configuration `config`'s replica
+    if given), by probe jobs repeated until each executor Spark reports has answered, or,
+    when Spark does not say how many there are, until a job finds no new one; the driver's
+    first when asked. Spark places tasks where it likes, so an executor busy with other
+    work may be missed."""
     expected = executor_count(spark)
     slices = 4 * (expected or 2)
     found: dict[int, dict[str, Any]] = {}
@@ -313,7 +318,7 @@ def reach_nodes(spark: Any, *, driver: bool) -> list[dict[str, Any]]:
     for attempt in range(ATTEMPTS):
         before = len(found)
         for role, body in control_rows(
-            spark, "nodes", driver=driver and attempt == 0, slices=slices
+            spark, "nodes", driver=driver and attempt == 0, slices=slices, config=config
         ):
             view = json.loads(body)
             if role == "driver":
