@@ -69,7 +69,8 @@ _LENGTH = struct.Struct(">I")
 
 # Why a handshake failed, one word each; NetCounters counts failures by these.
 FAILURE_REASONS = (
-    "timeout",  # no complete handshake within the timeout
+    "timeout",  # no complete handshake within the timeout (shorter under pressure)
+    "evicted",  # cut to give its slot to a newer connection (admission.py)
     "closed",  # the peer closed the connection before its proof
     "broken",  # the connection failed (reset, refused write, ...)
     "self",  # the peer's hello carried our own id: we dialled ourselves
