@@ -55,6 +55,7 @@ from episub.net.handshake import (
 from episub.net.link_delay import LinkDelay
 from episub.net.log_limit import LogLimiter
 from episub.net.peer_id import Address, PeerIdError, parse_peer_id
+from episub.proto.signing import Signer
 
 __all__ = [
     "DIAL_TIMEOUT",
@@ -154,8 +155,10 @@ class Network:
         idle_timeout: float,
         encrypt: bool = True,
         max_connections: int = MAX_CONNECTIONS,
+        signer: Signer | None = None,
     ) -> None:
         self._key = key
+        self._signer = signer
         self._max_connections = max_connections
         self._encrypt = encrypt
         self.me = me
@@ -326,6 +329,7 @@ class Network:
                 initiator=True,
                 timeout=self._handshake_timeout,
                 encrypt=self._encrypt,
+                signer=self._signer,
             )
         except BaseException as exc:
             if isinstance(exc, HandshakeError):
@@ -401,6 +405,7 @@ class Network:
                     initiator=False,
                     timeout=math.inf,
                     encrypt=self._encrypt,
+                    signer=self._signer,
                 )
         except HandshakeError as exc:
             self._inbound_failed(where, exc)
