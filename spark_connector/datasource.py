@@ -96,6 +96,7 @@ def register(
     key: bytes | None = None,
     host: str | None = None,
     retention: RetentionConfig | None = None,
+    signed: bool = False,
 ) -> Deployment:
     """Start the driver's node and register the `episub` format with `spark`.
 
@@ -107,6 +108,9 @@ def register(
     retention: what every node of the application (the driver's, each executor's) keeps
         for readers that come back to a range, e.g. a query restarted after a long stop
         (default: RetentionConfig(), ten minutes). Applies to agents this call starts.
+    signed: signed publishing on every node of the application (docs/threat-model.md):
+        each node signs what it publishes and drops what its publisher did not sign, so
+        no executor can publish as another. Outside nodes must use `--signed` too.
     Returns the Deployment: `.bootstrap` is the driver node's address, for outside nodes.
     """
     if key is None:
@@ -120,7 +124,9 @@ def register(
     agent_config = (
         json.dumps({"retention": dataclasses.asdict(retention)}) if retention is not None else ""
     )
-    deployment = start_driver_agent(key, host, agent_config)
+    if not isinstance(signed, bool):
+        raise TypeError(f"signed must be True or False, not {signed!r:.60}")
+    deployment = start_driver_agent(key, host, agent_config, signed)
     # The default live configuration's replica starts with the driver's node, so executors
     # reading it always find it (a topic is joined through a node already in it).
     remember_driver_deployment(deployment)

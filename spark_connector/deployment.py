@@ -65,6 +65,7 @@ class Deployment:
     agent_dir: str  # where executor agents put their sockets and logs
     # Every agent's --config file, as JSON text (episub.agent.options): "" for the defaults.
     agent_config: str = ""
+    signed: bool = False  # every agent runs with --signed (signed publishing)
 
     @property
     def key(self) -> bytes:
@@ -93,13 +94,15 @@ def agent_config_file(directory: str, config: str) -> str | None:
     return path
 
 
-def start_driver_agent(key: bytes, host: str, agent_config: str = "") -> Deployment:
+def start_driver_agent(
+    key: bytes, host: str, agent_config: str = "", signed: bool = False
+) -> Deployment:
     """The driver's agent (started if needed), owned by this process."""
     directory = agent_dir()
     socket_path = os.path.join(directory, f"driver-{os.getpid()}.sock")
     info = ensure_agent(
         socket_path, key=key, listen=f"{host}:0", owner_pid=os.getpid(), idle_timeout=None,
-        config_file=agent_config_file(directory, agent_config),
+        config_file=agent_config_file(directory, agent_config), sign=signed,
     )  # fmt: skip
     with AgentClient(socket_path, timeout=AGENT_TIMEOUT) as client:
         client.join(CLUSTER_TOPIC)
@@ -111,6 +114,7 @@ def start_driver_agent(key: bytes, host: str, agent_config: str = "") -> Deploym
         driver_pid=os.getpid(),
         agent_dir=directory,
         agent_config=agent_config,
+        signed=signed,
     )
 
 
@@ -123,6 +127,7 @@ def driver_client(deployment: Deployment) -> AgentClient:
         owner_pid=deployment.driver_pid,
         idle_timeout=None,
         config_file=agent_config_file(deployment.agent_dir, deployment.agent_config),
+        sign=deployment.signed,
     )
     return AgentClient(deployment.driver_socket, timeout=AGENT_TIMEOUT)
 
@@ -169,6 +174,7 @@ def executor_client(deployment: Deployment) -> AgentClient:
         owner_pid=owner,
         idle_timeout=EXECUTOR_IDLE_TIMEOUT,
         config_file=agent_config_file(deployment.agent_dir, deployment.agent_config),
+        sign=deployment.signed,
     )
     client = AgentClient(socket_path, timeout=AGENT_TIMEOUT)
     try:
