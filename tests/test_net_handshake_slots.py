@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -19,6 +20,7 @@ from tests.proc_helpers import TOPIC, Processes, node_ready, start_node, wait_fo
 
 pytestmark = pytest.mark.timeout(180)
 
+OUTSIDER = Path(__file__).resolve().parent.parent / "benchmarks" / "outsider_client.py"
 ATTACK_SECONDS = 90  # the attacker's own bound; the test ends it sooner (stdin closed)
 MESSAGES = 30
 
@@ -29,7 +31,7 @@ def test_an_honest_node_joins_and_receives_while_an_outsider_floods_slow_handsha
     target = start_node(processes, "target")
     _, target_address = node_ready(target)
     attacker = processes.start(
-        [sys.executable, "-m", "tests.slow_client", "--target", target_address,
+        [sys.executable, str(OUTSIDER), "--mode", "slow", "--target", target_address,
          "--source", "127.0.0.2", "--seconds", str(ATTACK_SECONDS)],
         name="attacker",
         stdin=True,

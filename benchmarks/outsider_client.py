@@ -1,16 +1,21 @@
-"""An outsider without the key: it opens slow connections to a node as fast as it can.
+"""An outsider without the key, connecting to a node as fast as it can, one way per --mode.
 
-    .venv/bin/python -m tests.slow_client --target 127.0.0.1:7000 --source 127.0.0.2 \\
-        --connections 20000 --seconds 60
+    .venv/bin/python benchmarks/outsider_client.py --target 127.0.0.1:7000 --mode slow \\
+        --source 127.0.0.2 --connections 20000 --seconds 60
 
-Each connection comes from `--source` (any 127.0.0.0/8 address works on Linux), sends the
-first two bytes of a handshake frame's length and then nothing: a handshake that never
-finishes. The newest `--hold` connections are kept open; an older one is closed to make
-room. The loop stops after `--connections` connections, `--seconds` seconds, or when its
-stdin closes, whichever comes first: bounded in count and time.
+Modes (each connection comes from --source; any 127.0.0.0/8 address works on Linux):
+  slow       the first 2 bytes of a handshake frame's length, then nothing: a handshake
+             that never finishes. The newest --hold connections stay open; older ones are
+             closed to make room.
+  idle       connects and sends nothing; held like `slow`.
+  garbage    4 KiB of random bytes, then close.
+  huge       a length prefix of 4 GiB - 1, 60 more bytes, then close.
+  truncated  a real-looking Hello's length prefix and half of it, then close.
 
-stdout: "OPENED <n>" after the 1st connection and every `--report` more, then
-"DONE <opened> <failed>" at the end. Used by tests/test_net_handshake_slots.py.
+The loop stops after --connections connections, --seconds seconds, or when stdin closes,
+whichever comes first: bounded in count and time. stdout: "OPENED <n>" after the first
+connection and every --report more, then "DONE <opened> <failed>". Used by
+benchmarks/outsider.py and tests/test_net_handshake_slots.py.
 """
 
 from __future__ import annotations
@@ -18,12 +23,23 @@ from __future__ import annotations
 import argparse
 import collections
 import contextlib
+import os
 import select
 import socket
+import struct
 import sys
 import time
 
 CONNECT_TIMEOUT = 2.0  # s; a full accept queue drops SYNs, and connect waits for the retry
+_HELLO_LENGTH = struct.pack(">I", 120)  # about a Hello's size (episub/net/handshake.py)
+OPENINGS = {
+    "slow": b"\x00\x00",
+    "idle": b"",
+    "garbage": None,  # fresh random bytes per connection
+    "huge": b"\xff\xff\xff\xff" + b"\x00" * 60,
+    "truncated": _HELLO_LENGTH + b"\x08\x01\x12\x20" + b"\x00" * 56,
+}
+HELD = ("slow", "idle")  # modes that keep their connections open
 
 
 def stdin_closed() -> bool:
@@ -34,6 +50,7 @@ def stdin_closed() -> bool:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--target", required=True, help="host:port of the node")
+    parser.add_argument("--mode", choices=sorted(OPENINGS), default="slow")
     parser.add_argument("--source", default="127.0.0.2", help="local address to connect from")
     parser.add_argument("--connections", type=int, default=20_000, help="at most this many")
     parser.add_argument("--seconds", type=float, default=60.0, help="for at most this long")
@@ -50,17 +67,21 @@ def main() -> int:
                 break
             sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             sock.settimeout(CONNECT_TIMEOUT)
+            opening = OPENINGS[args.mode]
             try:
                 sock.bind((args.source, 0))
                 sock.connect((host, int(port)))
-                sock.send(b"\x00\x00")  # half of a length prefix: the handshake never ends
+                sock.sendall(os.urandom(4096) if opening is None else opening)
             except OSError:
                 failed += 1
                 sock.close()
                 continue
-            held.append(sock)
-            while len(held) > args.hold:
-                held.popleft().close()
+            if args.mode in HELD:
+                held.append(sock)
+                while len(held) > args.hold:
+                    held.popleft().close()
+            else:
+                sock.close()
             opened += 1
             if opened == 1 or opened % args.report == 0:
                 print(f"OPENED {opened}", flush=True)
