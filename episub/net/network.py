@@ -322,21 +322,26 @@ class Network:
             self.counters.dial_failures += 1
             raise
         try:
-            result = await perform_handshake(
-                stream,
-                key=self._key,
-                my_id=self.me,
-                initiator=True,
-                timeout=self._handshake_timeout,
-                encrypt=self._encrypt,
-                signer=self._signer,
-            )
+            result = await self._handshake(stream, initiator=True, timeout=self._handshake_timeout)
         except BaseException as exc:
             if isinstance(exc, HandshakeError):
                 self.counters.count_handshake_failure(exc)
             await trio.aclose_forcefully(stream)
             raise
         return stream, result
+
+    async def _handshake(
+        self, stream: trio.SocketStream, *, initiator: bool, timeout: float
+    ) -> HandshakeResult:
+        return await perform_handshake(
+            stream,
+            key=self._key,
+            my_id=self.me,
+            initiator=initiator,
+            timeout=timeout,
+            encrypt=self._encrypt,
+            signer=self._signer,
+        )
 
     async def _dial(self, peer: Peer, scope: trio.CancelScope) -> None:
         opened: tuple[trio.SocketStream, HandshakeResult] | None = None
@@ -398,15 +403,7 @@ class Network:
             with pending.scope:
                 # The slot's scope holds the deadline (shorter under pressure), so the
                 # handshake's own timeout never fires first.
-                result = await perform_handshake(
-                    stream,
-                    key=self._key,
-                    my_id=self.me,
-                    initiator=False,
-                    timeout=math.inf,
-                    encrypt=self._encrypt,
-                    signer=self._signer,
-                )
+                result = await self._handshake(stream, initiator=False, timeout=math.inf)
         except HandshakeError as exc:
             self._inbound_failed(where, exc)
             return
