@@ -109,8 +109,10 @@ def register(
         for readers that come back to a range, e.g. a query restarted after a long stop
         (default: RetentionConfig(), ten minutes). Applies to agents this call starts.
     signed: signed publishing on every node of the application (docs/threat-model.md):
-        each node signs what it publishes and drops what its publisher did not sign, so
-        no executor can publish as another. Outside nodes must use `--signed` too.
+        each node signs what it publishes on its own stream and drops what its publisher
+        did not sign, so no executor can publish as another. The sink's rows and live
+        configuration writes travel on named streams, which signing does not cover.
+        Outside nodes must use `--signed` too.
     Returns the Deployment: `.bootstrap` is the driver node's address, for outside nodes.
     """
     if key is None:

@@ -11,6 +11,8 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from episub.net.handshake import Handshake, HandshakeError
 from episub.proto import episub_pb2 as pb
@@ -203,19 +205,22 @@ def test_a_forgery_far_ahead_of_a_publisher_leaves_its_stream_alone() -> None:
     assert broadcast(node).counters.bad_signatures == 1
 
 
-def test_a_named_stream_is_signed_by_whichever_node_writes_it() -> None:
+def test_named_streams_are_neither_signed_nor_checked() -> None:
     """Named streams are bound to no key: any member may write them (a Spark task retried
-    on another executor). The signature says who wrote, and that nothing was altered."""
+    on another executor), so a signature by whatever key the writer chose would prove
+    nothing. They are as without signing."""
     node = signed_node()
-    for writer, seq in ((SIGNER_A, 0), (SIGNER_FORGER, 1)):
-        out = node.handle(received(N, signed(writer, envelope(b"sink/q/7/0", seq))), 1.0 + seq)
-        assert delivered(out) == [seq]
-    altered = signed(SIGNER_A, envelope(b"sink/q/7/0", 2))
-    altered = dataclasses.replace(
-        altered, envelope=dataclasses.replace(altered.envelope, payload=b"other")
+    unsigned = m.Gossip(
+        id=message_id(TOPIC, envelope(b"sink/q/7/0", 0)),
+        envelope=envelope(b"sink/q/7/0", 0),
+        hops=1,
     )
-    altered = dataclasses.replace(altered, id=message_id(TOPIC, altered.envelope))
-    assert [type(e) for e in node.handle(received(N, altered), 5.0)] == [PeerMisbehaved]
+    assert delivered(node.handle(received(N, unsigned), 1.0)) == [0]
+    by_anyone = signed(SIGNER_FORGER, envelope(b"sink/q/7/0", 1))
+    assert delivered(node.handle(received(N, by_anyone), 2.0)) == [1]
+    out = node.handle(Publish(TOPIC, b"v", None, (), (b"sink/q/7/0", 2)), 3.0)
+    assert [e.envelope.signature for e in out if isinstance(e, Deliver)] == [None]
+    assert broadcast(node).counters.bad_signatures == 0
 
 
 def test_a_node_cannot_publish_at_a_named_stream_that_looks_like_another_nodes_id() -> None:
@@ -223,8 +228,7 @@ def test_a_node_cannot_publish_at_a_named_stream_that_looks_like_another_nodes_i
     with pytest.raises(LocalProtocolError, match="another signing node's id"):
         node.handle(Publish(TOPIC, b"v", None, (), (A, 0)), 1.0)
     assert broadcast(node).counters.published == 0
-    out = node.handle(Publish(TOPIC, b"v", None, (), (b"sink/q/1/0", 0)), 1.0)
-    assert delivered(out) == [0]
+    assert delivered(node.handle(Publish(TOPIC, b"v", None, (), (b"sink/q/1/0", 0)), 1.0)) == [0]
 
 
 def test_a_node_that_does_not_sign_neither_signs_nor_checks() -> None:
@@ -342,3 +346,59 @@ def test_an_id_not_bound_to_the_presented_key_fails_the_handshake() -> None:
     with pytest.raises(HandshakeError, match="is not bound to the signing key") as e:
         b.receive_data(bytes(hello))
     assert e.value.reason == "signing"
+
+
+# -- arbitrary input, signing on -----------------------------------------------------------
+
+FUZZ = settings(max_examples=200, derandomize=True, deadline=None)
+keys_and_signatures = st.one_of(
+    st.binary(max_size=80), st.binary(min_size=32, max_size=32), st.binary(min_size=64, max_size=64)
+)
+
+
+@FUZZ
+@given(
+    signing_key=keys_and_signatures,
+    signature=keys_and_signatures,
+    mac=st.binary(max_size=40),
+    tag=st.sampled_from([b"", SIGNER_A.tag, SIGNER_FORGER.tag, b"0123456789abcdef"]),
+)
+def test_a_signing_responder_fails_any_hello_and_proof_with_a_handshake_error(
+    signing_key: bytes, signature: bytes, mac: bytes, tag: bytes
+) -> None:
+    responder = handshake(ME, SIGNER_ME, initiator=False)
+    message = pb.Handshake()
+    message.hello.version = 1
+    message.hello.peer_id = b"127.0.0.1:7001/" + (tag or b"0" * 32)
+    message.hello.nonce = b"\x05" * 32
+    message.hello.signing_key = signing_key
+    proof = pb.Handshake()
+    proof.proof.mac = mac
+    proof.proof.signature = signature
+    data = b"".join(
+        len(body).to_bytes(4, "big") + body
+        for body in (message.SerializeToString(), proof.SerializeToString())
+    )
+    with pytest.raises(HandshakeError):
+        responder.receive_data(data)
+    assert not responder.done
+
+
+@FUZZ
+@given(
+    publisher=st.sampled_from([A, FORGER, ME, b"h:1/" + b"0" * 32]),
+    seq=st.integers(0, 1 << 62),
+    signer=st.binary(min_size=32, max_size=32),
+    value=st.binary(min_size=64, max_size=64),
+    use_a_key=st.booleans(),
+)
+def test_a_signing_node_drops_any_node_message_not_signed_by_its_publisher_never_raising(
+    publisher: bytes, seq: int, signer: bytes, value: bytes, use_a_key: bool
+) -> None:
+    node = signed_node()
+    e = envelope(publisher, seq)
+    key = SIGNER_A.public_key if use_a_key else signer
+    forged = dataclasses.replace(e, signature=m.Signature(signer=key, value=value))
+    out = node.handle(received(N, m.Gossip(id=message_id(TOPIC, e), envelope=forged, hops=1)), 1.0)
+    assert [type(x) for x in out] == [PeerMisbehaved]
+    assert broadcast(node).counters.bad_signatures == 1 and not broadcast(node).seen

@@ -4,9 +4,10 @@ Rules this machine keeps:
 - `eager` and `lazy` are disjoint and their union is exactly the active view that
   membership reported through neighbor_up/neighbor_down.
 - A message id is accepted once (the `seen` cache); its id must be blake3 of its envelope.
-- With signing on (a `signer`), we sign what we publish, and a first copy must carry a
-  valid signature bound to its publisher (signing.py) before it enters seen, cache or
-  ordering; else it is dropped and counted (`bad_signatures`).
+- With signing on (a `signer`), we sign what we publish on our own stream, and a first
+  copy of a node's stream must carry a valid signature bound to its publisher
+  (signing.py) before it enters seen, cache or ordering; else it is dropped and counted
+  (`bad_signatures`). Named streams are bound to no key: neither signed nor checked.
 - Each first copy of a message (and our own publish at a named stream's place) goes to
   `ordering` (ordering.py), which gives the application each publisher's messages in
   sequence order, each once, and repairs gaps; its rules are at the top of that module.

@@ -21,17 +21,20 @@ publisher at every subscriber). With signing on:
   payload's size. The envelope carries the signer's public key (32 bytes) and the
   signature (64 bytes); neither is part of the id.
 - **Verified once, on first receipt**, after the cheap checks (size, duplicate, id) and
-  before the message enters the seen set, the cache or ordering. A message that is
+  before the message enters the seen set, the cache or ordering. A node's message that is
   unsigned, signed by a key its publisher id is not bound to, or whose signature does not
   verify is dropped and counted (`bad_signatures`); its sender misbehaved, since every
   signing node verifies before it forwards.
-- **Named streams** (a publisher id that is a name, like the Spark sink's
-  `sink/<query>/<batch>/<partition>`, written by whichever executor runs the task) are
-  bound to no key: any member may write at any place of one, on a retry as by design. A
-  signature there says which node wrote the message and that nobody altered it since; it
-  cannot say the writer was entitled to the place. A publisher id ending in `/` and 32
-  lowercase hex characters claims to be a node's own stream and must be bound; a node
-  cannot publish at a named stream that looks like another node's id.
+- **Named streams are not signed.** A publisher id ending in `/` and 32 lowercase hex
+  characters is a signing node's own stream, and the rules above hold for it. Any other
+  publisher id is a named stream (the Spark sink's `sink/<query>/<batch>/<partition>`,
+  written by whichever executor runs the task, and again by another on a retry): it is
+  bound to no key, any member may write any place of it, and a signature by whatever key
+  the writer chose would prove nothing (any member, or anyone able to inject into an
+  unsealed connection, can make a fresh key and sign with it). So named-stream messages
+  are neither signed nor checked, and cost nothing; they are as safe as without signing:
+  only members can write them, and the first message at a place wins. A node refuses to
+  publish at a stream named like another node's id.
 
 No I/O, no clock; `Signer.generate` draws from the OS (`Ed25519PrivateKey.generate`) and is
 called by the runtime's owner (episub.node), never by the core.
@@ -102,13 +105,15 @@ def verify(public_key: bytes, signature: bytes, data: bytes) -> bool:
 
 
 def check_message(mid: MessageId, envelope: Envelope) -> str | None:
-    """Why a received message must be dropped with signing on, or None if it may enter.
-    `mid` has been checked against the envelope already."""
+    """Why a received message must be dropped with signing on, or None if it may enter
+    (a named stream's always may). `mid` has been checked against the envelope already."""
+    tag = claimed_tag(envelope.publisher)
+    if tag is None:
+        return None  # a named stream: bound to no key (see the module's docstring)
     signature = envelope.signature
     if signature is None:
         return "is not signed"
-    tag = claimed_tag(envelope.publisher)
-    if tag is not None and tag != bound_tag(signature.signer):
+    if tag != bound_tag(signature.signer):
         return "is signed by a key its publisher id is not bound to"
     if not verify(signature.signer, signature.value, MESSAGE_DOMAIN + mid):
         return "has a signature that does not verify"
@@ -141,10 +146,13 @@ class Signer:
         return claimed_tag(peer_id) == self.tag
 
     def sign_message(self, mid: MessageId, envelope: Envelope) -> Envelope:
-        """`envelope` with our signature of `mid` (its id). LocalProtocolError if its
-        publisher claims a node's id that is not ours: nobody would accept it."""
+        """`envelope` with our signature of `mid` (its id) if it is of our own stream; a
+        named stream's as it is. LocalProtocolError if its publisher claims another
+        node's id: nobody would accept it."""
         tag = claimed_tag(envelope.publisher)
-        if tag is not None and tag != self.tag:
+        if tag is None:
+            return envelope  # a named stream: not signed (see the module's docstring)
+        if tag != self.tag:
             raise LocalProtocolError(
                 f"publisher {envelope.publisher!r} looks like another signing node's id "
                 "(it ends in '/' and 32 hex characters): name the stream otherwise"
