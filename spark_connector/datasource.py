@@ -111,6 +111,7 @@ def register(
     key: bytes | None = None,
     host: str | None = None,
     retention: RetentionConfig | None = None,
+    signed: bool = False,
 ) -> Deployment:
     """Start the driver's node and register the `episub` format with `spark`.
 
@@ -124,6 +125,11 @@ def register(
     retention: what every node of the application (the driver's, each executor's) keeps
         for readers that come back to a range, e.g. a query restarted after a long stop
         (default: RetentionConfig(), ten minutes). Applies to agents this call starts.
+    signed: signed publishing on every node of the application (docs/threat-model.md):
+        each node signs what it publishes on its own stream and drops what its publisher
+        did not sign, so no executor can publish as another. The sink's rows and live
+        configuration writes travel on named streams, which signing does not cover.
+        Outside nodes must use `--signed` too.
     Returns the Deployment: `.bootstrap` is the driver node's address, for outside nodes.
     """
     if key is None:
@@ -137,10 +143,12 @@ def register(
     agent_config = (
         json.dumps({"retention": dataclasses.asdict(retention)}) if retention is not None else ""
     )
+    if not isinstance(signed, bool):
+        raise TypeError(f"signed must be True or False, not {signed!r:.60}")
     if is_connect(spark):
-        deployment = _register_connect(spark, key, host, agent_config)
+        deployment = _register_connect(spark, key, host, agent_config, signed)
     else:
-        deployment = start_driver_agent(key, host, agent_config)
+        deployment = start_driver_agent(key, host, agent_config, signed)
         # The default live configuration's replica starts with the driver's node, so
         # executors reading it always find it (a topic is joined through a node in it).
         with driver_client(deployment) as client:
@@ -150,7 +158,9 @@ def register(
     return deployment
 
 
-def _register_connect(spark: Any, key: bytes, host: str, agent_config: str) -> Deployment:
+def _register_connect(
+    spark: Any, key: bytes, host: str, agent_config: str, signed: bool
+) -> Deployment:
     """The classes go first with the deployment as this client knows it; a control job then
     places the driver's node beside the server (its replica of the default configuration
     too), and the classes are registered again with the placed deployment, so every later
@@ -163,6 +173,7 @@ def _register_connect(spark: Any, key: bytes, host: str, agent_config: str) -> D
         driver_pid=0,
         agent_dir="",
         agent_config=agent_config,
+        signed=signed,
         id=deployment_id(),
         driver_idle_timeout=EXECUTOR_IDLE_TIMEOUT,
     )

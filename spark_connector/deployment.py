@@ -86,6 +86,7 @@ class Deployment:
     agent_dir: str  # where executor agents put their sockets and logs
     # Every agent's --config file, as JSON text (episub.agent.options): "" for the defaults.
     agent_config: str = ""
+    signed: bool = False  # every agent runs with --signed (signed publishing)
     # Names this deployment's executor agents where one JVM serves many deployments (a Spark
     # Connect server's sessions): "" for classic Spark, whose executors serve one.
     id: str = ""
@@ -131,7 +132,9 @@ def agent_config_file(directory: str, config: str) -> str | None:
     return path
 
 
-def start_driver_agent(key: bytes, host: str, agent_config: str = "") -> Deployment:
+def start_driver_agent(
+    key: bytes, host: str, agent_config: str = "", signed: bool = False
+) -> Deployment:
     """The driver's agent (started if needed), owned by this process (classic Spark)."""
     directory = agent_dir()
     draft = Deployment(
@@ -142,6 +145,7 @@ def start_driver_agent(key: bytes, host: str, agent_config: str = "") -> Deploym
         driver_pid=os.getpid(),
         agent_dir=directory,
         agent_config=agent_config,
+        signed=signed,
     )
     return _joined_driver(draft)
 
@@ -191,7 +195,7 @@ def _ensure_driver(deployment: Deployment) -> AgentInfo:
         return ensure_agent(
             deployment.driver_socket, key=deployment.key, listen=listen,
             owner_pid=deployment.driver_pid, idle_timeout=deployment.driver_idle_timeout,
-            config_file=config_file,
+            config_file=config_file, sign=deployment.signed,
         )  # fmt: skip
 
     if deployment.driver_address:
@@ -265,6 +269,7 @@ def executor_client(deployment: Deployment) -> AgentClient:
         owner_files=(_kept_path(socket_path),) if deployment.id else (),
         idle_timeout=EXECUTOR_IDLE_TIMEOUT,
         config_file=agent_config_file(deployment.agent_dir, deployment.agent_config),
+        sign=deployment.signed,
     )
     client = AgentClient(socket_path, timeout=AGENT_TIMEOUT)
     try:

@@ -15,7 +15,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -31,6 +30,7 @@ import spark_connector
 from spark_connector.connect import SESSION_CONF
 from spark_connector.deployment import agent_dir
 from tests.connect_server import ConnectServer, agent_processes, argument
+from tests.proc_helpers import wait_until
 
 pytestmark = [pytest.mark.timeout(600), pytest.mark.spark]
 
@@ -70,14 +70,6 @@ def spark(server: ConnectServer) -> Iterator[SparkSession]:
 @pytest.fixture(scope="module")
 def deployment(spark: SparkSession) -> spark_connector.Deployment:
     return spark_connector.register(spark, key=KEY)
-
-
-def wait_for(condition, what: str) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + LIMIT
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.2)  # each look runs a Spark job or a query step: no event to await
 
 
 def test_the_driver_node_runs_beside_the_server_owned_by_it_and_none_in_the_client(
@@ -138,7 +130,7 @@ def test_a_connect_client_runs_the_quickstart_pipeline_and_reads_each_message_on
             reading.processAllAvailable()
             return spark.sql("select count(*) n from connect_events").first().n >= 2 * count
 
-        wait_for(all_read, f"{2 * count} rows")
+        wait_until(all_read, LIMIT, f"{2 * count} rows")  # each look runs a query step
     finally:
         reading.stop()
     rows = spark.sql("select publisher, seq, cast(value as string) v from connect_events")
@@ -181,9 +173,9 @@ def test_a_config_value_set_while_a_query_runs_reaches_its_udf_in_a_later_batch(
         return [set(r.s) for r in sorted(rows.collect(), key=lambda r: r.batch)]
 
     try:
-        wait_for(lambda: {10} in batches(), "a batch under threshold 10")
+        wait_until(lambda: {10} in batches(), LIMIT, "a batch under threshold 10")
         second = cfg.set("threshold", 42)
-        wait_for(lambda: batches()[-1] == {42}, "a batch under threshold 42")
+        wait_until(lambda: batches()[-1] == {42}, LIMIT, "a batch under threshold 42")
     finally:
         query.stop()
     history = batches()
@@ -275,3 +267,14 @@ def test_the_quickstart_takes_remote_and_reads_all_ten_messages(server: ConnectS
     )  # fmt: skip
     assert run.returncode == 0, run.stderr[-3000:]
     assert "read 10 messages from topic 'events'" in run.stdout
+
+
+def test_signing_rides_with_the_deployment_to_the_nodes_beside_the_server(
+    spark: SparkSession,
+) -> None:
+    """A field of the deployment reaches the server's side with no code of its own: a
+    second register (last in the module: it replaces the session's data sources)."""
+    signed = spark_connector.register(spark, signed=True)
+    views = spark_connector.overlay(spark, signed)
+    assert [v.role for v in views] == ["driver", "executor"]
+    assert [v.stats["signed"] for v in views] == [1, 1]

@@ -83,6 +83,13 @@ def add_node_arguments(parser: argparse.ArgumentParser) -> None:
         help="send frames in the clear after the handshake (trusted networks only; every "
         "node of the deployment must agree)",
     )
+    add(
+        "--signed",
+        dest="sign",
+        action="store_true",
+        help="signed publishing: sign what this node publishes and drop messages not signed "
+        "by their publisher (every node of the deployment must agree; docs/threat-model.md)",
+    )
 
 
 def add_metrics_argument(parser: argparse.ArgumentParser) -> None:
@@ -209,6 +216,7 @@ def _node_options(args: argparse.Namespace, **extra: Any) -> NodeOptions:
         link_delay=load_link_delay(args.link_delay),
         socket_path=args.socket,
         encrypt=args.encrypt,
+        sign=args.sign,
         metrics_port=args.metrics_port,
         **extra,
     )

@@ -50,6 +50,7 @@ class NodeOptions:
     idle_timeout: float | None = None  # seconds; needs socket_path (idle = no client)
     limits: AgentLimits = field(default_factory=AgentLimits)
     encrypt: bool = True  # seal frames after the handshake (episub.net.sealing)
+    sign: bool = False  # signed publishing (episub.proto.signing)
     metrics_port: int | None = None  # serve Prometheus metrics here (episub.metrics)
 
 
@@ -92,6 +93,7 @@ async def _serve(
         retention=options.retention,
         link_delay=options.link_delay,
         encrypt=options.encrypt,
+        sign=options.sign,
     )
     async with node, trio.open_nursery() as nursery:
         service = AgentService(

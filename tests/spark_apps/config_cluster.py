@@ -6,9 +6,11 @@ own OS process; prints its findings as JSON on stdout's last line.
    replica gets the current snapshot from a neighbour, the driver sending nothing.
 3. The driver and an external `episub config set` race on one key; every node converges.
 4. A task calls config.get 1,000 times; its executor's agent counts the requests it got,
-   and says the retention `register` gave it.
+   and says the retention and the signing `register` gave it.
 5. After the application: whether the key shows in Spark's event log (what the UI and the
    history server show), where job properties, cluster_config's among them, are written.
+
+Every node signs what it publishes (register(signed=True)), the external process too.
 """
 
 from __future__ import annotations
@@ -77,8 +79,8 @@ def main() -> None:
 
 
 def run(spark: SparkSession) -> dict[str, object]:
-    # A retention of our own (section 4 checks every agent started with it).
-    deployment = spark_connector.register(spark, key=KEY, retention=RETENTION)
+    # A retention of our own, and signed publishing (section 4 checks every agent has both).
+    deployment = spark_connector.register(spark, key=KEY, retention=RETENTION, signed=True)
     cfg = cluster_config(spark)
     sc = spark.sparkContext
     wait(lambda: sc._jsc.sc().getExecutorMemoryStatus().size() == 3, "two executors")
@@ -161,7 +163,7 @@ def run(spark: SparkSession) -> dict[str, object]:
     # 3. The driver and an external process race on one key.
     external = subprocess.Popen(
         [sys.executable, "-m", "episub.cli", "config", "set", "--bootstrap",
-         deployment.bootstrap[0], "race=external", "--repeat", "30"],
+         deployment.bootstrap[0], "race=external", "--repeat", "30", "--signed"],
         env={**os.environ, "EPISUB_KEY": KEY.hex()}, stdout=subprocess.PIPE,
         stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
@@ -199,12 +201,14 @@ def run(spark: SparkSession) -> dict[str, object]:
         retention = [stats["retention_max_age_s"], stats["retention_max_messages"]]
         return json.dumps({"owner": executor_owner(), "values": sorted(values),
                            "requests": stats["agent_requests"] - before,
-                           "retention": retention})  # fmt: skip
+                           "retention": retention, "signed": stats["signed"]})  # fmt: skip
 
     rows = spark.range(0, 2, 1, 2).select(read_per_row(col("id")).alias("r")).collect()
     out["reads"] = [json.loads(r.r) for r in rows]
     driver = driver_stats(deployment)
     out["driver_retention"] = [driver["retention_max_age_s"], driver["retention_max_messages"]]
+    out["driver_signed"] = driver["signed"]
+    out["driver_bad_signatures"] = driver["bad_signatures"]
     return out
 
 
