@@ -315,7 +315,7 @@ def watch(callback: Callable[[int, dict[str, object]], None], name: str = DEFAUL
     if _on_connect_client():
         raise ConfigError(
             "config.watch follows a node, and a Spark Connect client has none: watch in "
-            "tasks (foreachBatch, mapInPandas...), or poll cluster_config(spark).version()"
+            "tasks (UDFs, mapInPandas...), or poll cluster_config(spark).version()"
         )
     return Watch(callback, name, _client_factory())
 
@@ -423,13 +423,27 @@ def _agent_call(call: Callable[[], ConfigView]) -> ConfigView:
         raise ConfigError(f"the episub agent cannot be reached: {exc}") from exc
 
 
+def _session_deployment() -> Deployment | None:
+    """Outside tasks in a process `register` never ran in: under Spark Connect, a server's
+    foreachBatch process, beside the driver's agent, whose session configuration has the
+    deployment's public form (connect.py). Looked up once per process."""
+    global _driver_deployment
+    from pyspark.sql import SparkSession
+
+    session = SparkSession.getActiveSession()
+    text = session.conf.get(SESSION_CONF, None) if session is not None else None
+    if text:
+        _driver_deployment = Deployment.from_json(text)
+    return _driver_deployment
+
+
 def _client_factory() -> Callable[[], AgentClient]:
     """Makes clients of the agent this code should use (see the module doc)."""
     from pyspark import TaskContext
 
     context = TaskContext.get()
     if context is None:
-        deployment = _driver_deployment
+        deployment = _driver_deployment or _session_deployment()
         if deployment is None:
             raise ConfigError(
                 "no episub deployment in this process: call spark_connector.register(spark) "

@@ -181,7 +181,12 @@ def _joined_driver(draft: Deployment) -> Deployment:
 
 
 def driver_client(deployment: Deployment) -> AgentClient:
-    """A client of the driver's agent, for Spark's driver-side planners."""
+    """A client of the driver's agent, for Spark's driver-side planners. A public deployment
+    (no key: a Connect server's foreachBatch process, see config.py) only attaches to it."""
+    if not deployment.key_hex:
+        return _running_agent(
+            deployment.driver_socket, "the driver's", "the planners of this session's queries"
+        )
     _ensure_driver(deployment)
     return AgentClient(deployment.driver_socket, timeout=AGENT_TIMEOUT)
 
@@ -256,7 +261,9 @@ def executor_client(deployment: Deployment) -> AgentClient:
     if not deployment.key_hex:
         kept = _kept_deployment(socket_path)
         if kept is None:
-            return _running_agent(socket_path)
+            return _running_agent(
+                socket_path, "this executor's", "tasks of an episub query or of cluster_config"
+            )
         deployment = kept
     elif deployment.id:
         _keep_deployment(socket_path, deployment)
@@ -328,13 +335,13 @@ def _forget_dead_owners(directory: str) -> None:
                 os.unlink(os.path.join(directory, name))
 
 
-def _running_agent(socket_path: str) -> AgentClient:
+def _running_agent(socket_path: str, whose: str, keyed: str) -> AgentClient:
+    """The agent at `socket_path`, for code that has no key to start one."""
     if not os.path.exists(socket_path):
         raise AgentUnavailable(
-            f"no episub agent of this deployment runs on this executor ({socket_path} is "
-            "missing), and this task cannot start one: only tasks of an episub query or "
-            "of cluster_config(spark) carry the key. Call spark_connector.cluster_config(spark) "
-            "before starting the job"
+            f"{whose} episub agent is not running ({socket_path} is missing), and this "
+            f"process cannot start one: only {keyed} carry the key. Call "
+            "spark_connector.cluster_config(spark) before starting the job"
         )
     return AgentClient(socket_path, timeout=AGENT_TIMEOUT)
 

@@ -144,7 +144,8 @@ def test_a_connect_client_runs_the_quickstart_pipeline_and_reads_each_message_on
     assert sorted(r.seq for r in published) == list(range(count))
 
 
-def threshold_seen(_: int) -> int:
+# No type hints: with them PySpark tries to infer a pandas UDF, and warns.
+def threshold_seen(_):  # type: ignore[no-untyped-def]
     from spark_connector import config
 
     return config.get("threshold", -1)
@@ -189,6 +190,43 @@ def test_a_config_value_set_while_a_query_runs_reaches_its_udf_in_a_later_batch(
     assert spark_connector.config.wait_for(second, timeout=1.0)
     with pytest.raises(spark_connector.ConfigError, match="Spark Connect client has none"):
         spark_connector.config.watch(print)
+
+
+def read_threshold_in_foreach_batch(frame, batch_id):  # type: ignore[no-untyped-def]
+    """Runs in a Python process of the server (Connect runs foreachBatch there), where
+    `register` never ran: it finds the driver's node through the session."""
+    from spark_connector import config
+
+    seen = frame.sparkSession.createDataFrame(
+        [(batch_id, config.get("threshold"))], "b long, t long"
+    )
+    seen.write.mode("append").saveAsTable("connect_foreach_batch")
+
+
+def test_foreach_batch_code_reads_the_configuration_from_the_driver_node(
+    spark: SparkSession, deployment: spark_connector.Deployment
+) -> None:
+    spark_connector.cluster_config(spark).set("threshold", 42)
+    query = (
+        spark.readStream.format("rate")
+        .option("rowsPerSecond", 5)
+        .load()
+        .writeStream.foreachBatch(read_threshold_in_foreach_batch)
+        .trigger(processingTime="500 milliseconds")
+        .start()
+    )
+    try:
+
+        def reported() -> bool:
+            if (error := query.exception()) is not None:
+                raise AssertionError(f"the foreachBatch query failed: {error}")
+            return spark.catalog.tableExists("connect_foreach_batch")
+
+        wait_until(reported, LIMIT, "a batch's report")
+    finally:
+        query.stop()
+    assert query.exception() is None
+    assert {r.t for r in spark.table("connect_foreach_batch").collect()} == {42}
 
 
 def test_overlay_from_the_client_shows_the_driver_node_and_the_executor_node(
