@@ -38,7 +38,6 @@ import heapq
 import itertools
 import logging
 import math
-import re
 import time
 from collections import deque
 from collections.abc import Callable, Hashable
@@ -50,6 +49,7 @@ from episub.net.connection import Connection, FrameItems, show_peer
 from episub.net.framing import max_frame_size
 from episub.net.handshake import HANDSHAKE_TIMEOUT, check_key
 from episub.net.link_delay import LinkDelay
+from episub.net.log_limit import LOG_INTERVAL, LogLimiter
 from episub.net.network import (
     DIAL_TIMEOUT,
     IDLE_TIMEOUT,
@@ -60,7 +60,6 @@ from episub.net.network import (
     Network,
 )
 from episub.net.peer_id import Address
-from episub.net.ratelog import RateLimitedLog
 from episub.proto.config import NodeConfig
 from episub.proto.errors import LocalProtocolError
 from episub.proto.events import (
@@ -76,6 +75,7 @@ from episub.proto.events import (
     TimerFired,
 )
 from episub.proto.node import NodeState
+from episub.proto.signing import Signer
 from episub.proto.wire import encode_item
 
 __all__ = ["DIAL_TIMEOUT", "LIVENESS_PINGS", "CoreError", "Runtime"]
@@ -83,9 +83,6 @@ __all__ = ["DIAL_TIMEOUT", "LIVENESS_PINGS", "CoreError", "Runtime"]
 log = logging.getLogger("episub.net")
 
 LIVENESS_PINGS = 3  # missed pings before a silent neighbour is declared lost (guess)
-# One log line per kind of core error, or per misbehaviour reason, per this many seconds.
-LOG_INTERVAL = 60.0  # issue 13: "logged at most once a minute per kind"
-_DIGITS = re.compile(r"\d+")
 TIMER_RETRY = 1.0  # seconds before a timer the core failed on fires again (guess)
 
 
@@ -111,6 +108,7 @@ class Runtime:
         idle_timeout: float = IDLE_TIMEOUT,
         encrypt: bool = True,
         max_connections: int = MAX_CONNECTIONS,
+        signer: Signer | None = None,
     ) -> None:
         for name, value in (
             ("handshake_timeout", handshake_timeout),
@@ -122,7 +120,7 @@ class Runtime:
         if send_queue_cap < 1:
             raise ValueError(f"send_queue_cap must be >= 1, not {send_queue_cap!r}")
         self.me = my_id
-        self.state = NodeState(my_id, config, rng)
+        self.state = NodeState(my_id, config, rng, signer=signer)
         self._on_event = on_event
         self.max_frame_size = max_frame_size(config.broadcast.max_message_size)
         ping = config.membership
@@ -149,6 +147,7 @@ class Runtime:
             idle_timeout=idle_timeout,
             encrypt=encrypt,
             max_connections=max_connections,
+            signer=signer,
         )
         self._timers: list[tuple[float, int, Hashable]] = []
         self._timer_seq = itertools.count()
@@ -157,7 +156,8 @@ class Runtime:
         self._pumping = False
         self._run_scope = trio.CancelScope(shield=True)
         self._epoch = time.time() - trio.current_time()
-        self._rate_log = RateLimitedLog(log, LOG_INTERVAL, trio.current_time)
+        # Core errors and misbehaving peers: one line per kind a minute (LOG_INTERVAL).
+        self._peer_log = LogLimiter(log, LOG_INTERVAL)
 
     # -- running --------------------------------------------------------------------------
 
@@ -265,8 +265,9 @@ class Runtime:
         if type(event) is Received:
             what += f" {type(event.message).__name__}"
         kind = (what, type(exc).__name__)
-        self._rate_log.log(
+        self._peer_log.log(
             kind,
+            trio.current_time(),
             logging.ERROR,
             "episub core error handling %s: %r; counted as core_errors, the node carries on",
             what,
@@ -286,10 +287,16 @@ class Runtime:
                 self.network.close_peer(out.peer)
             elif kind is PeerMisbehaved:
                 self.counters.peer_misbehaved += 1
-                # One line a minute per reason, numbers aside (sizes, hop counts).
-                kind = _DIGITS.sub("N", out.reason)
-                self._rate_log.log(
-                    kind, logging.WARNING, "peer %s misbehaved: %s", _show(out.peer), out.reason
+                # One line a minute per kind of reason: its first two words, since the
+                # rest may quote what the peer sent (sizes, hop counts, a topic).
+                kind = tuple(out.reason.split(maxsplit=2)[:2])
+                self._peer_log.log(
+                    kind,
+                    trio.current_time(),
+                    logging.WARNING,
+                    "peer %s misbehaved: %s",
+                    _show(out.peer),
+                    out.reason,
                 )
             else:
                 self._on_event(out)

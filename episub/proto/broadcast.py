@@ -6,6 +6,10 @@ Rules this machine keeps:
 - A message id is accepted once (the `seen` cache); its id must be blake3 of its envelope,
   and its hop count must leave room to forward it (below MAX_HOPS), checked before it is
   seen or cached.
+- With signing on (a `signer`), we sign what we publish on our own stream, and a first
+  copy of a node's stream must carry a valid signature bound to its publisher
+  (signing.py) before it enters seen, cache or ordering; else it is dropped and counted
+  (`bad_signatures`). Named streams are bound to no key: neither signed nor checked.
 - Each first copy of a message (and our own publish at a named stream's place) goes to
   `ordering` (ordering.py), which gives the application each publisher's messages in
   sequence order, each once, and repairs gaps; its rules are at the top of that module.
@@ -62,6 +66,7 @@ from episub.proto.events import (
 )
 from episub.proto.messages import Envelope, MessageId, PeerId
 from episub.proto.ordering import OrderedDelivery, PublisherStream
+from episub.proto.signing import Signer, check_message
 
 
 @dataclass(slots=True)
@@ -94,6 +99,7 @@ class BroadcastCounters:
     ihave_ids_sent: int = 0
     pulls_sent: int = 0
     bad_ids: int = 0
+    bad_signatures: int = 0  # signing on: unsigned, unbound or forged first copies dropped
     data_lost: int = 0
     optimizations: int = 0
     recovered: int = 0  # messages pulled from behind a stream's position (history)
@@ -113,11 +119,13 @@ class Broadcast:
         config: BroadcastConfig,
         timer_prefix: tuple[Hashable, ...],
         id_key: bytes | None = None,
+        signer: Signer | None = None,
     ) -> None:
         self.me = me
         self.topic = topic
         self.config = config
         self.id_key = id_key
+        self.signer = signer
         self._timer_prefix = timer_prefix
         self.eager: dict[PeerId, None] = {}
         self.lazy: dict[PeerId, None] = {}
@@ -327,6 +335,8 @@ class Broadcast:
             out.append(AlreadyPublished(self.topic, publisher, seq, self.by_seq.get(stream)))
             return None
         mid = message_id(self.topic, envelope, self.id_key)
+        if self.signer is not None:
+            envelope = self.signer.sign_message(mid, envelope)
         self.counters.published += 1
         self._remember(mid, envelope, hops=0, sender=None, now=now)
         if stream is None:
@@ -416,6 +426,10 @@ class Broadcast:
         if message_id(self.topic, envelope, self.id_key) != mid:
             self.counters.bad_ids += 1
             out.append(PeerMisbehaved(peer, "GOSSIP id does not match its envelope"))
+            return
+        if self.signer is not None and (problem := check_message(mid, envelope)) is not None:
+            self.counters.bad_signatures += 1
+            out.append(PeerMisbehaved(peer, f"GOSSIP of {envelope.publisher!r} {problem}"))
             return
         self.counters.gossip_received += 1
         self._remember(mid, envelope, hops=msg.hops, sender=peer, now=now)

@@ -6,7 +6,8 @@ decoded, so the id checks the fields, not the bytes they arrived in.
 
 Layout: a version byte, then each field length-prefixed (u32 big-endian) in a fixed order:
 topic, publisher, seq (u64), timestamp_ms (u64), key-present flag + key, headers count +
-(name, value) pairs, payload.
+(name, value) pairs, payload. The signature (signed publishing) is left out: it signs
+the id (signing.py).
 """
 
 from __future__ import annotations

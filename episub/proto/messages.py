@@ -23,6 +23,8 @@ PeerId: TypeAlias = Hashable
 MessageId: TypeAlias = bytes
 
 MESSAGE_ID_SIZE = 32  # blake3's default digest size.
+PUBLIC_KEY_SIZE = 32  # Ed25519's (signing.py)
+SIGNATURE_SIZE = 64  # Ed25519's
 
 # Hard ceilings on what one message may carry, whatever a node is configured to send.
 # They exist so a hostile peer cannot make us allocate without bound; the configured
@@ -282,8 +284,25 @@ class Pong:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Signature:
+    """A message's signature (signing.py): the signer's Ed25519 public key, and its
+    signature of the message id."""
+
+    signer: bytes
+    value: bytes
+
+    def __post_init__(self) -> None:
+        if len(self.signer) != PUBLIC_KEY_SIZE:
+            raise ValueError(f"signer key must be {PUBLIC_KEY_SIZE} bytes, not {len(self.signer)}")
+        if len(self.value) != SIGNATURE_SIZE:
+            raise ValueError(f"signature must be {SIGNATURE_SIZE} bytes, not {len(self.value)}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Envelope:
-    """What a publisher stamps: the id is blake3 of `envelope.encode_envelope(topic, self)`."""
+    """What a publisher stamps: the id is blake3 of `envelope.encode_envelope(topic, self)`.
+
+    `signature` (signed publishing only) signs that id, so it is not part of it."""
 
     publisher: PeerId
     seq: int
@@ -291,6 +310,7 @@ class Envelope:
     payload: bytes
     key: bytes | None = None
     headers: tuple[tuple[str, bytes], ...] = ()
+    signature: Signature | None = None
 
     def __post_init__(self) -> None:
         if not 0 <= self.seq < 1 << 63:

@@ -51,6 +51,7 @@ from episub.proto.messages import (
     Pull,
     Shuffle,
     ShuffleReply,
+    Signature,
     Topics,
     View,
     ViewEntry,
@@ -233,9 +234,13 @@ def _envelope_to_pb(m: Envelope, out: pb.Envelope) -> None:
         out.key = m.key
     for name, value in m.headers:
         out.headers.add(name=name, value=value)
+    if m.signature is not None:
+        out.signer = m.signature.signer
+        out.signature = m.signature.value
 
 
 def _envelope_from_pb(p: pb.Envelope) -> Envelope:
+    signer, value = p.signer, p.signature
     return Envelope(
         publisher=_peer_from_pb(p.publisher),
         seq=p.seq,
@@ -243,6 +248,7 @@ def _envelope_from_pb(p: pb.Envelope) -> Envelope:
         payload=p.payload,
         key=p.key if p.HasField("key") else None,
         headers=tuple((header.name, header.value) for header in p.headers),
+        signature=Signature(signer=signer, value=value) if signer or value else None,
     )
 
 
