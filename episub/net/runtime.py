@@ -38,6 +38,7 @@ import heapq
 import itertools
 import logging
 import math
+import re
 import time
 from collections import deque
 from collections.abc import Callable, Hashable
@@ -81,6 +82,9 @@ from episub.proto.wire import encode_item
 __all__ = ["DIAL_TIMEOUT", "LIVENESS_PINGS", "CoreError", "Runtime"]
 
 log = logging.getLogger("episub.net")
+
+# What a misbehaviour reason quotes of a peer's message: a repr (b'...', '...') or a number.
+_QUOTED = re.compile(r"""b?'(?:[^'\\]|\\.)*'|b?"(?:[^"\\]|\\.)*"|\d+""")
 
 LIVENESS_PINGS = 3  # missed pings before a silent neighbour is declared lost (guess)
 TIMER_RETRY = 1.0  # seconds before a timer the core failed on fires again (guess)
@@ -287,9 +291,10 @@ class Runtime:
                 self.network.close_peer(out.peer)
             elif kind is PeerMisbehaved:
                 self.counters.peer_misbehaved += 1
-                # One line a minute per kind of reason: its first two words, since the
-                # rest may quote what the peer sent (sizes, hop counts, a topic).
-                kind = tuple(out.reason.split(maxsplit=2)[:2])
+                # One line a minute per kind of reason: the reason without what it quotes
+                # of the peer's message (sizes, hop counts, ids, topics), which the peer
+                # could vary at will.
+                kind = _QUOTED.sub("_", out.reason)
                 self._peer_log.log(
                     kind,
                     trio.current_time(),
