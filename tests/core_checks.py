@@ -19,11 +19,24 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from episub.proto.config import NodeConfig
+from episub.proto.config import MembershipConfig, NodeConfig
 from episub.proto.events import DataLost, Deliver, Published
 from episub.proto.node import NodeState
 
 TOPIC = "t"
+
+# Views small enough that their bounds bind with a handful of nodes (A = 3, passive 5).
+SMALL_MEMBERSHIP = MembershipConfig(
+    c_rand=2,
+    c_near=1,
+    passive_size=5,
+    shuffle_active=2,
+    shuffle_passive=2,
+    max_left_memory=3,
+    dormant_size=3,
+    near_candidates=3,
+    initial_probes=2,
+)
 
 
 class InvariantBroken(AssertionError):

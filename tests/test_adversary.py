@@ -36,13 +36,13 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, rule
 
 from episub.proto import messages as m
-from episub.proto.config import BroadcastConfig, MembershipConfig, NodeConfig
+from episub.proto.config import BroadcastConfig, NodeConfig
 from episub.proto.envelope import message_id
 from episub.proto.events import InEvent, JoinTopic, Publish, Received
 from episub.sim.engine import Simulator
 from episub.sim.latency import make_latency
 from episub.sim.metrics import WARMUP, payload_for
-from tests.core_checks import TOPIC, CheckedNode, Checks
+from tests.core_checks import SMALL_MEMBERSHIP, TOPIC, CheckedNode, Checks
 
 SEARCH = os.environ.get("EPISUB_ADVERSARY_EXAMPLES")
 EXAMPLES = int(SEARCH or "400")
@@ -61,17 +61,7 @@ QUIESCENCE = 10.0  # seconds after its last message: gaps pulled or given up
 # Small bounds, so that the hostile node reaches them in a few dozen messages (as in
 # tests/test_properties.py).
 CONFIG = NodeConfig(
-    membership=MembershipConfig(
-        c_rand=2,
-        c_near=1,
-        passive_size=5,
-        shuffle_active=2,
-        shuffle_passive=2,
-        max_left_memory=3,
-        dormant_size=3,
-        near_candidates=3,
-        initial_probes=2,
-    ),
+    membership=SMALL_MEMBERSHIP,
     broadcast=BroadcastConfig(
         cache_max_messages=64,
         seen_max=128,

@@ -21,12 +21,12 @@ import os
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from episub.proto.config import BroadcastConfig, MembershipConfig, NodeConfig
+from episub.proto.config import BroadcastConfig, NodeConfig
 from episub.proto.events import JoinTopic, LeaveTopic, Publish
 from episub.sim.engine import Simulator
 from episub.sim.latency import make_latency
 from episub.sim.metrics import WARMUP, payload_for
-from tests.core_checks import TOPIC, CheckedNode, Checks
+from tests.core_checks import SMALL_MEMBERSHIP, TOPIC, CheckedNode, Checks
 
 SEARCH = os.environ.get("EPISUB_PROPERTY_EXAMPLES")
 EXAMPLES = int(SEARCH or "200")
@@ -34,17 +34,7 @@ QUIESCENCE = 60.0  # seconds: several stabilisation, ping and neighbour-request 
 DELIVERY_WAIT = 15.0  # seconds: a gap is pulled or given up within ~5 s, twice over
 
 CONFIG = NodeConfig(
-    membership=MembershipConfig(
-        c_rand=2,
-        c_near=1,
-        passive_size=5,
-        shuffle_active=2,
-        shuffle_passive=2,
-        max_left_memory=3,
-        dormant_size=3,
-        near_candidates=3,
-        initial_probes=2,
-    ),
+    membership=SMALL_MEMBERSHIP,
     broadcast=BroadcastConfig(
         cache_max_messages=6,
         cache_max_bytes=5 * 60,  # binds before the count: an envelope here is ~50 bytes
