@@ -35,6 +35,12 @@ def test_a_node_whose_only_contact_restarted_dials_its_address_again_and_gets_ba
                     lambda: [n.peer_id for n in c.neighbors(TOPIC)] == [b2.id],
                     what="c linked to the restarted b",
                 )
+                # A link is up at one end before the other: b2 pushes only to its own
+                # neighbours, so wait for its end too before publishing.
+                await wait_until(
+                    lambda: [n.peer_id for n in b2.neighbors(TOPIC)] == [c.id],
+                    what="the restarted b linked to c",
+                )
                 async with c.subscribe(TOPIC) as sub:
                     await b2.publish(TOPIC, b"welcome back")
                     with trio.fail_after(WAIT):
