@@ -92,6 +92,16 @@ class Deployment:
     id: str = ""
     driver_address: str = ""  # where the driver's node listens; a restarted one listens there
     driver_idle_timeout: float | None = None  # None: the driver's agent lives as its owner
+    # Nodes outside Spark ("host:port": register(bootstrap=...), and a query's `bootstrap`
+    # option): every node of the application joins data topics through them too, and the
+    # planners ask them what they hold.
+    contacts: tuple[str, ...] = ()
+    metrics: bool = False  # every agent serves Prometheus metrics on a free port
+
+    def joins(self) -> tuple[str, ...]:
+        """The addresses a node of the application joins a data topic through: the driver's
+        node (executors) and the outside contacts (the driver's node skips itself)."""
+        return tuple(dict.fromkeys([*self.bootstrap, *self.contacts]))
 
     @property
     def key(self) -> bytes:
@@ -133,7 +143,12 @@ def agent_config_file(directory: str, config: str) -> str | None:
 
 
 def start_driver_agent(
-    key: bytes, host: str, agent_config: str = "", signed: bool = False
+    key: bytes,
+    host: str,
+    agent_config: str = "",
+    signed: bool = False,
+    contacts: tuple[str, ...] = (),
+    metrics: bool = False,
 ) -> Deployment:
     """The driver's agent (started if needed), owned by this process (classic Spark)."""
     directory = agent_dir()
@@ -146,6 +161,8 @@ def start_driver_agent(
         agent_dir=directory,
         agent_config=agent_config,
         signed=signed,
+        contacts=contacts,
+        metrics=metrics,
     )
     return _joined_driver(draft)
 
@@ -201,6 +218,7 @@ def _ensure_driver(deployment: Deployment) -> AgentInfo:
             deployment.driver_socket, key=deployment.key, listen=listen,
             owner_pid=deployment.driver_pid, idle_timeout=deployment.driver_idle_timeout,
             config_file=config_file, sign=deployment.signed,
+            metrics_port=0 if deployment.metrics else None,
         )  # fmt: skip
 
     if deployment.driver_address:
@@ -277,6 +295,7 @@ def executor_client(deployment: Deployment) -> AgentClient:
         idle_timeout=EXECUTOR_IDLE_TIMEOUT,
         config_file=agent_config_file(deployment.agent_dir, deployment.agent_config),
         sign=deployment.signed,
+        metrics_port=0 if deployment.metrics else None,
     )
     client = AgentClient(socket_path, timeout=AGENT_TIMEOUT)
     try:

@@ -396,10 +396,12 @@ class AgentService:
                     log.info("cannot reach %s to ask it: %s", address, exc)
             unreachable.append(address)
 
+        own = parse_address(node.address)
         async with trio.open_nursery() as nursery:
             for address in addresses:
                 try:
-                    parse_address(address)
+                    if parse_address(address) == own:
+                        continue  # this node, asked first already
                 except PeerIdError as exc:
                     raise AgentRequestError("bad_request", str(exc)) from None
                 nursery.start_soon(reach, address)
