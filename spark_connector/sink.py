@@ -62,6 +62,7 @@ __all__ = [
     "Columns",
     "EpisubBatchWriter",
     "EpisubStreamWriter",
+    "IndexFound",
     "SinkCommit",
     "SinkIndex",
     "check_sink_schema",
@@ -93,6 +94,8 @@ class SinkCommit(WriterCommitMessage):
     batch: int = -1
     generation: int = 0
     written: dict[str, tuple[int, int]] = field(default_factory=dict)  # topic: (base, rows)
+    index: IndexFound | None = None  # the sink index the bases came from
+    node: str = ""  # the address of the node that wrote (the commit joins through it)
 
 
 @dataclass(frozen=True)
@@ -411,12 +414,20 @@ def _short(query_id: str) -> str:
 # -- the sink index: where a batch's rows start -----------------------------------------------
 
 
-def index_before(
+@dataclass(frozen=True)
+class IndexFound:
+    """Where the last sink index before a batch is: its batch, and nodes that hold it."""
+
+    batch: int
+    holders: tuple[bytes, ...]
+
+
+def find_index(
     client: Any, deployment: Deployment, topic: str, query: str, batch: int
-) -> SinkIndex | None:
-    """The sink index of the last batch before `batch` that wrote anything (None: there is
-    none held, so `batch` starts a generation). The driver's node is asked by address: it
-    published every index of this run, and fetched the last one of an earlier run."""
+) -> IndexFound | None:
+    """The last sink index before `batch` that is held (None: none is, so `batch` starts
+    a generation). The driver's node is asked by address as well as the neighbours: it
+    published every index of this run."""
     if batch <= 0:
         return None
     control = CONTROL_STREAM + query.encode()
@@ -435,14 +446,19 @@ def index_before(
     if not found:
         return None
     last = max(seq for seq, _ in found)
-    holders = [node for seq, node in found if seq == last and node]
+    return IndexFound(last, tuple(node for seq, node in found if seq == last and node))
+
+
+def read_index(client: Any, topic: str, query: str, found: IndexFound) -> SinkIndex:
+    control = CONTROL_STREAM + query.encode()
     held = client.read_range(
-        topic, control, last, last, fetch_timeout=ASK_TIMEOUT * 2, holders=holders
-    )
+        topic, control, found.batch, found.batch, fetch_timeout=ASK_TIMEOUT * 2,
+        holders=found.holders,
+    )  # fmt: skip
     if not held:
         raise RuntimeError(
-            f"the sink index of batch {last} is held by {len(holders)} node(s) but could not "
-            "be read; the task fails so that Spark tries it again"
+            f"the sink index of batch {found.batch} is held by {len(found.holders)} node(s) but "
+            "could not be read; this fails so that Spark tries again"
         )
     return SinkIndex.from_json(held[0].value)
 
@@ -468,7 +484,8 @@ class EpisubStreamWriter(DataSourceStreamWriter):
         with executor_client(self.deployment) as client:
             first = self.options.topics[0]
             client.join(first, self.deployment.joins())
-            index = index_before(client, self.deployment, first, short, batch_id)
+            found = find_index(client, self.deployment, first, short, batch_id)
+            index = read_index(client, first, short, found) if found is not None else None
             generation = index.generation if index is not None else batch_id
             bases = {t: per.get(partition, 0) for t, per in (index.ends if index else {}).items()}
             writer, written = write_rows(
@@ -480,6 +497,7 @@ class EpisubStreamWriter(DataSourceStreamWriter):
                 stream=f"sink/{short}/{generation}/{partition}".encode(),
                 bases=bases,
             )
+            address = client.inspect().address
         return SinkCommit(
             partition=partition,
             published=writer.published,
@@ -488,6 +506,8 @@ class EpisubStreamWriter(DataSourceStreamWriter):
             batch=batch_id,
             generation=generation,
             written=written,
+            index=found,
+            node=address,
         )
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
@@ -502,20 +522,23 @@ class EpisubStreamWriter(DataSourceStreamWriter):
         )
         if not done:
             return  # no task ran: nothing moved, the last index stands
-        generations = {m.generation for m in done}
-        if len(generations) != 1:
+        starts = {(m.generation, m.index.batch if m.index else -1) for m in done}
+        if len(starts) != 1:
             raise RuntimeError(
-                f"batch {batchId}'s tasks wrote to different generations {sorted(generations)} "
-                "(some could not find the sink index); the batch fails so that Spark runs it again"
+                f"batch {batchId}'s tasks did not all find the same sink index "
+                f"(generation, index batch: {sorted(starts)}); the batch fails so that Spark "
+                "runs it again"
             )
-        query, generation = done[0].query, done[0].generation
-        joins = self.deployment.joins()
+        query, generation, found = done[0].query, done[0].generation, done[0].index
+        # Through the tasks' nodes too: a driver's node that restarted is in no overlay yet.
+        joins = tuple(dict.fromkeys([*self.deployment.contacts, *(m.node for m in done if m.node)]))
         with driver_client(self.deployment) as client:
             first = self.options.topics[0]
             client.join(first, joins)
-            previous = index_before(client, self.deployment, first, query, batchId)
             ends: dict[str, dict[int, int]] = {}
-            if previous is not None and previous.generation == generation:
+            if found is not None:
+                holders = tuple(dict.fromkeys(h for m in done if m.index for h in m.index.holders))
+                previous = read_index(client, first, query, IndexFound(found.batch, holders))
                 ends = {t: dict(per) for t, per in previous.ends.items()}
             for m in done:
                 for topic, (base, rows) in m.written.items():

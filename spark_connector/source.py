@@ -25,7 +25,7 @@ import datetime
 import logging
 import re
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -67,6 +67,8 @@ log = logging.getLogger("spark_connector.source")
 REACH_TIMEOUT = 2.0
 # Publishers' own nodes asked at most per planning, when the others' holdings start late.
 MAX_ON_DEMAND = 32
+# Nodes that answered a planning, asked again at the next one whether neighbours or not.
+MAX_KNOWN = 16
 # Topics whose names start so are the deployment's own (the cluster topic, configuration).
 INTERNAL_TOPIC_PREFIX = "_episub."
 _MAX_SEQ = (1 << 63) - 1
@@ -83,27 +85,39 @@ class RangePartition(InputPartition):
     include_headers: bool = True
 
 
-def lag(progress: Mapping[str, Any] | None) -> int | None:
-    """Rows an episub source of a query's progress (`query.lastProgress`) was behind after
-    its last batch: what was held (latestOffset) past what it had read (endOffset)."""
-    import json
-
+def lag(progress: Any) -> int | None:
+    """Rows the episub sources of a query's progress (`query.lastProgress`) were behind
+    after its last batch: what was held (latestOffset) past what they had read
+    (endOffset); None when no source of the progress has episub's offsets."""
     if not progress:
         return None
-    for source in progress.get("sources", ()):
-        if "episub" not in str(source.get("description", "")).lower():
-            continue
-        latest, end = source.get("latestOffset"), source.get("endOffset")
+    behind = None
+    for source in progress["sources"]:
+        latest, end = _offsets_of(source["latestOffset"]), _offsets_of(source["endOffset"])
         if latest is None or end is None:
-            return None
-        latest = json.loads(latest) if isinstance(latest, str) else latest
-        end = json.loads(end) if isinstance(end, str) else end
-        return sum(
+            continue
+        behind = (behind or 0) + sum(
             max(0, seq - end.get(topic, {}).get(publisher, seq))
             for topic, publishers in latest.items()
             for publisher, seq in publishers.items()
         )
-    return None
+    return behind
+
+
+def _offsets_of(text: Any) -> Offsets | None:
+    """Offsets in episub's shape ({topic: {publisher: seq}}), or None for any other."""
+    import json
+
+    try:
+        found = json.loads(text) if isinstance(text, str) else text
+    except (TypeError, ValueError):
+        return None
+    if not isinstance(found, dict) or not all(
+        isinstance(per, dict) and all(isinstance(s, int) for s in per.values())
+        for per in found.values()
+    ):
+        return None
+    return found
 
 
 class _Planning:
@@ -133,18 +147,26 @@ class _Planning:
         query stands; a publisher the others hold only from later on is asked of its own
         node too (with `earliest`: every publisher they do not hold from seq 0)."""
         contacts = self.deployment.contacts
+        # Nodes that answered before are asked (and joined through) again: a driver's node
+        # that restarted has no neighbour yet, and they hold what it lost.
+        known: dict[bytes, str] = getattr(self, "_known", {})
         with driver_client(self.deployment) as client:
             topics = self._topics(client)
             for topic in topics:
-                client.join(topic, contacts)
+                client.join(topic, [*contacts, *known.values()])
             out = {}
+            answered: dict[bytes, str] = {}
             for topic in topics:
                 nodes = client.holdings(
                     topic,
                     neighbors=True,
+                    peers=list(known)[:MAX_KNOWN],
                     addresses=contacts,
                     since_ms=since_ms,
                     timeout=REACH_TIMEOUT,
+                )
+                answered.update(
+                    (n.node_id, n.address) for n in nodes[1:] if n.answered and n.node_id
                 )
                 answers = [(n.node_id, n.spans) for n in nodes if n.answered]
                 held = union(answers)
@@ -164,6 +186,7 @@ class _Planning:
                     answers += [(n.node_id, n.spans) for n in more[1:] if n.answered]
                     held = union(answers)
                 out[topic] = held
+            self._known = dict(list(answered.items())[:MAX_KNOWN])
         return topics, out
 
     def _start(self, planner: OffsetPlanner) -> Offsets:
