@@ -579,9 +579,11 @@ class EpisubBatchWriter(DataSourceWriter):
                 stream=f"sink/{self.write_id}/0/{partition}".encode(),
                 bases={},
             )
+            address = client.inspect().address
         return SinkCommit(
             partition=partition,
             published=writer.published,
             duplicates=writer.duplicates,
             written=written,
+            node=address,
         )
