@@ -35,6 +35,7 @@ from spark_connector.deployment import (
     EXECUTOR_IDLE_TIMEOUT,
     Deployment,
     driver_client,
+    join_through,
     place_driver,
     start_driver_agent,
 )
@@ -120,7 +121,7 @@ def _join_on_driver(deployment: Deployment, topics: tuple[str, ...]) -> None:
     the outside contacts, if any, so that it is in their overlay)."""
     with driver_client(deployment) as client:
         for topic in topics:
-            client.join(topic, deployment.contacts)
+            join_through(client, topic, deployment.contacts)
 
 
 def register(

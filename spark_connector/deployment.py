@@ -41,7 +41,7 @@ import tempfile
 from dataclasses import dataclass
 from typing import Any
 
-from episub.agent import AgentClient, AgentInfo, AgentUnavailable, ensure_agent
+from episub.agent import AgentClient, AgentError, AgentInfo, AgentUnavailable, ensure_agent
 
 __all__ = [
     "AGENT_TIMEOUT",
@@ -53,11 +53,18 @@ __all__ = [
     "executor_jvm_pid",
     "executor_owner",
     "executor_socket_path",
+    "join_through",
     "local_address_toward",
     "place_driver",
 ]
 
 log = logging.getLogger("spark_connector.deployment")
+
+# How long the driver's node waits for a first neighbour when it joins a data topic through
+# outside nodes: one that is not in the topic never sends one, and the driver's node is then
+# the topic's first node here (executors join through it), which needs no neighbour. Guess:
+# a few handshakes on a loaded LAN; a join that takes longer goes on in the background.
+CONTACT_JOIN_TIMEOUT = 2.0
 
 # Every node of the application joins this topic as soon as it starts, so the overlay (and
 # its RTT measurements) exists before any query runs; introspection and live configuration
@@ -396,3 +403,16 @@ def _proc_stat(pid: int) -> tuple[str, int, int] | None:
 
 def _bracketed(host: str) -> str:
     return f"[{host}]" if ":" in host else host
+
+
+def join_through(client: AgentClient, topic: str, addresses: Any) -> None:
+    """The driver's node joins `topic` through `addresses` (outside contacts, nodes that
+    answered a planning before) if it is not in it yet. None of them bringing a neighbour
+    in time is no error: the node is joined all the same, keeps trying them, and is where
+    executors join (a sink writing a topic the outside nodes do not follow, for one)."""
+    try:
+        client.join(topic, list(addresses), timeout=CONTACT_JOIN_TIMEOUT)
+    except AgentError as exc:
+        if exc.kind != "timeout":
+            raise
+        log.info("topic %r: %s", topic, exc)

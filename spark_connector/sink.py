@@ -54,7 +54,7 @@ from pyspark.sql.types import (
 )
 
 from episub.proto.messages import MAX_SEQ, HeldSpan
-from spark_connector.deployment import Deployment, driver_client, executor_client
+from spark_connector.deployment import Deployment, driver_client, executor_client, join_through
 from spark_connector.options import OptionError, SinkOptions
 
 __all__ = [
@@ -534,7 +534,7 @@ class EpisubStreamWriter(DataSourceStreamWriter):
         joins = tuple(dict.fromkeys([*self.deployment.contacts, *(m.node for m in done if m.node)]))
         with driver_client(self.deployment) as client:
             first = self.options.topics[0]
-            client.join(first, joins)
+            join_through(client, first, joins)
             ends: dict[str, dict[int, int]] = {}
             if found is not None:
                 holders = tuple(dict.fromkeys(h for m in done if m.index for h in m.index.holders))
@@ -546,7 +546,7 @@ class EpisubStreamWriter(DataSourceStreamWriter):
             index = SinkIndex(batchId, generation, ends)
             control = CONTROL_STREAM + query.encode()
             for topic in self.options.topics:
-                client.join(topic, joins)
+                join_through(client, topic, joins)
                 # Stamp 0: a commit run again after a restart writes the very same message.
                 client.publish(topic, index.to_json(), stream=(control, batchId), timestamp_ms=0)
                 span = HeldSpan(publisher=control, first_seq=batchId, last_seq=batchId)

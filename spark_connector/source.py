@@ -37,7 +37,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from spark_connector.deployment import Deployment, driver_client, executor_client
+from spark_connector.deployment import Deployment, driver_client, executor_client, join_through
 from spark_connector.options import SourceOptions
 from spark_connector.planner import (
     DataLossError,
@@ -153,7 +153,7 @@ class _Planning:
         with driver_client(self.deployment) as client:
             topics = self._topics(client)
             for topic in topics:
-                client.join(topic, [*contacts, *known.values()])
+                join_through(client, topic, [*contacts, *known.values()])
             out = {}
             answered: dict[bytes, str] = {}
             for topic in topics:

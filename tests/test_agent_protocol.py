@@ -136,6 +136,24 @@ def test_join_is_idempotent_and_leave_forgets_the_topic_but_not_what_retention_h
         assert list(client.inspect().topics) == [TOPIC]
 
 
+def test_a_join_through_a_node_outside_the_topic_times_out_when_asked_and_stays_joined() -> None:
+    """The driver's node joins a sink's topic through outside nodes that may not follow it:
+    it asks for a short wait, and goes on as the topic's first node (issue 15)."""
+    with agent() as outside_path, agent() as path, AgentClient(path) as client:
+        with AgentClient(outside_path) as outside:
+            address = outside.inspect().address
+        with pytest.raises(AgentError, match=r"no neighbour came within 0\.3 s") as raised:
+            client.join("theirs-not", [address], timeout=0.3)
+        assert raised.value.kind == "timeout"
+        assert "theirs-not" in client.inspect().topics
+        client.publish("theirs-not", b"x")  # joined: publishing works
+        for bad in (-1.0, 1e6, float("nan")):
+            with pytest.raises(AgentError, match="join timeout must be in") as refused:
+                client.join("another", [address], timeout=bad)
+            assert refused.value.kind == "bad_request"
+        assert "another" not in client.inspect().topics
+
+
 def test_a_read_range_bigger_than_a_page_comes_in_several_replies() -> None:
     with agent(read_page_messages=3) as path, AgentClient(path) as client:
         published = client.publish_batch(TOPIC, [b"%d" % i for i in range(10)])

@@ -195,11 +195,13 @@ class AgentClient:
 
     # -- requests ---------------------------------------------------------------------------
 
-    def join(self, topic: str, bootstrap: Iterable[str] = ()) -> None:
-        """Join `topic` (a no-op when joined); no bootstrap: the agent's own list."""
+    def join(self, topic: str, bootstrap: Iterable[str] = (), timeout: float = 0.0) -> None:
+        """Join `topic` (a no-op when joined); no bootstrap: the agent's own list. AgentError
+        "timeout" when no neighbour came within `timeout` seconds (0: the node's default, 10
+        s); the node stays joined and keeps trying."""
         if isinstance(bootstrap, str):
             raise TypeError(f"bootstrap must be a list of 'host:port' strings, not {bootstrap!r}")
-        self._call(join=pb.Join(topic=topic, bootstrap=list(bootstrap)))
+        self._call(join=pb.Join(topic=topic, bootstrap=list(bootstrap), timeout=timeout))
 
     def leave(self, topic: str) -> None:
         self._call(leave=pb.Leave(topic=topic))

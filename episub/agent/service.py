@@ -57,6 +57,8 @@ log = logging.getLogger("episub.agent")
 # A first read of a configuration waits this long at most for the replica to catch up
 # from its neighbours (each asked for SYNC_TIMEOUT); past it, it answers what it has.
 CONFIG_SYNC_WAIT = 10.0  # guess: a few neighbours' worth
+# The longest a client may ask a join to wait for its first neighbour (Join.timeout).
+MAX_JOIN_TIMEOUT = 120.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -128,10 +130,13 @@ class AgentService:
 
     # -- topics -----------------------------------------------------------------------------
 
-    async def join(self, topic: str, bootstrap: Sequence[str] | None = None) -> bool:
+    async def join(
+        self, topic: str, bootstrap: Sequence[str] | None = None, timeout: float = 0.0
+    ) -> bool:
         """Join `topic` (through the agent's bootstrap list when `bootstrap` is empty);
         False when it was joined already. Concurrent joins of one topic wait for the first.
-        AgentRequestError("timeout") when no neighbour came in time (joined all the same)."""
+        AgentRequestError("timeout") when no neighbour came within `timeout` seconds (0: the
+        node's default), joined all the same."""
         check_topic_name(topic)
         contacts = list(bootstrap) if bootstrap else self.bootstrap
         while topic not in self._joined:
@@ -144,7 +149,10 @@ class AgentService:
         done = self._joining[topic] = trio.Event()
         try:
             try:
-                await self.node.join(topic, contacts)
+                if timeout > 0:
+                    await self.node.join(topic, contacts, timeout=timeout)
+                else:
+                    await self.node.join(topic, contacts)
             except TimeoutError as exc:
                 # Joined, but no neighbour yet: the node stays joined and keeps trying, so
                 # the topic counts as joined here too; the caller still hears of it.
@@ -179,7 +187,12 @@ class AgentService:
                 f"at most {self.limits.max_bootstrap} bootstrap addresses, "
                 f"not {len(body.bootstrap)}",
             )
-        await self.join(body.topic, list(body.bootstrap))
+        if not 0 <= body.timeout <= MAX_JOIN_TIMEOUT:  # NaN fails too
+            raise AgentRequestError(
+                "bad_request",
+                f"join timeout must be in 0..{MAX_JOIN_TIMEOUT:g} s, not {body.timeout}",
+            )
+        await self.join(body.topic, list(body.bootstrap), body.timeout)
 
     async def publish(self, topic: str, records: Sequence[pb.Record]) -> pb.PublishedList:
         if topic not in self._joined:
