@@ -1,8 +1,10 @@
 """Kafka's vocabulary on real Spark (local[2,4]): subscribe, subscribePattern,
 maxOffsetsPerTrigger, minOffsetsPerTrigger with maxTriggerDelay, startingTimestamp,
--2/-1 in JSON offsets, includeHeaders, batch reads between offsets, lag in the query's
-progress; the sink's column and mode rules and its acknowledgements; a driver's node that
-restarts mid-query. One SparkSession for the module; agents stopped by pid."""
+startingOffsetsByTimestamp, -2/-1 in JSON offsets, includeHeaders, batch reads between
+offsets or times, minPartitions and maxRecordsPerPartition, the bootstrap option, Kafka
+options refused, lag in the query's progress; the sink's column and mode rules and its
+acknowledgements; a driver's node that restarts mid-query; where to scrape each agent's
+metrics. One SparkSession for the module; agents stopped by pid."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import os
 import signal
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator
 
 import pytest
@@ -22,7 +25,7 @@ from pyspark.sql import SparkSession
 
 import spark_connector
 from episub.agent import AgentClient, AgentUnavailable
-from tests.proc_helpers import wait_process_gone
+from tests.proc_helpers import Processes, node_ready, start_node, wait_process_gone
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.spark]
 
@@ -46,7 +49,7 @@ def spark() -> Iterator[SparkSession]:
 
 @pytest.fixture(scope="module")
 def deployment(spark: SparkSession) -> Iterator[spark_connector.Deployment]:
-    deployment = spark_connector.register(spark, key=KEY)
+    deployment = spark_connector.register(spark, key=KEY, metrics=True)
     yield deployment
     with contextlib.suppress(AgentUnavailable), AgentClient(deployment.driver_socket) as client:
         os.kill(client.inspect().pid, signal.SIGTERM)  # its owner (pytest) lives on
@@ -342,3 +345,132 @@ def test_a_query_goes_on_when_the_drivers_node_restarts_without_its_history(
     assert sorted(values) == sorted([b"first", *(b"later %d" % i for i in range(300))])
     with driver(deployment) as client:
         assert client.inspect().address == deployment.driver_address  # the same address
+
+
+def test_starting_offsets_by_timestamp_per_publisher_and_its_latest_strategy(
+    spark: SparkSession, deployment: spark_connector.Deployment
+) -> None:
+    topic = "stamped.each"
+    with driver(deployment) as client:
+        client.join(topic)
+        for name in (b"early", b"late"):
+            for i in range(5):
+                client.publish(topic, b"%d" % i, stream=(name, i), timestamp_ms=1000 * (i + 1))
+    by_time = json.dumps({topic: {"early": 2000, "late": 4000}})
+    rows = available_now(spark, "by_time", topic=topic, startingOffsetsByTimestamp=by_time)
+    assert sorted((r.publisher, r.seq) for r in rows) == [
+        *(("early", i) for i in range(1, 5)),
+        *(("late", i) for i in range(3, 5)),
+    ]
+    too_late = json.dumps({topic: {"early": 9000}})
+    with pytest.raises(Exception, match="startingOffsetsByTimestampStrategy"):
+        available_now(spark, "too_late", topic=topic, startingOffsetsByTimestamp=too_late)
+    rows = available_now(
+        spark,
+        "too_late_latest",
+        topic=topic,
+        startingOffsetsByTimestamp=too_late,
+        startingOffsetsByTimestampStrategy="latest",
+    )  # "early" from its latest: nothing yet; "late", not named, from its earliest
+    assert sorted((r.publisher, r.seq) for r in rows) == [("late", i) for i in range(5)]
+
+
+def test_a_batch_read_ends_at_a_time_and_splits_into_the_partitions_asked_for(
+    spark: SparkSession, deployment: spark_connector.Deployment
+) -> None:
+    topic = "timed.batch"
+    with driver(deployment) as client:
+        client.join(topic)
+        for i in range(10):
+            client.publish(topic, b"%d" % i, stream=(b"clock", i), timestamp_ms=1000 * (i + 1))
+
+    def read(option: str, value: str):  # type: ignore[no-untyped-def]
+        # A fresh reader each time: DataFrameReader.option changes the reader it is called on.
+        return spark.read.format("episub").option("topic", topic).option(option, value).load()
+
+    assert sorted(r.seq for r in read("endingTimestamp", "4000").collect()) == [0, 1, 2]
+    by_publisher = read("endingOffsetsByTimestamp", json.dumps({topic: {"clock": 6000}}))
+    assert sorted(r.seq for r in by_publisher.collect()) == [0, 1, 2, 3, 4]
+    assert read("minPartitions", "4").rdd.getNumPartitions() == 4
+    split = read("maxRecordsPerPartition", "3")
+    assert split.rdd.getNumPartitions() == 4 and split.count() == 10
+
+
+def test_the_bootstrap_option_reads_what_an_outside_node_publishes(
+    spark: SparkSession, deployment: spark_connector.Deployment, processes: Processes
+) -> None:
+    """The option reaches the driver's node as well as the executors': the driver's node
+    joins the topic through the outside node and finds its rows (issue 15: 0 rows read)."""
+    topic = "outside.only"
+    outside = start_node(processes, "outside", topics=[topic])
+    _, address = node_ready(outside)
+    with AgentClient(str(processes.dir / "outside.sock")) as client:
+        client.publish_batch(topic, [b"o %d" % i for i in range(20)])
+    rows = (
+        spark.read.format("episub")
+        .option("topic", topic)
+        .option("bootstrap", address)
+        .load()
+        .collect()
+    )
+    assert sorted(bytes(r.value) for r in rows) == sorted(b"o %d" % i for i in range(20))
+    assert {r.publisher for r in rows} == {rows[0].publisher} and sorted(
+        r.seq for r in rows
+    ) == list(range(20))
+    # A sink through the same option, into a topic the outside node does not follow: the
+    # driver's node is that topic's first node (its join through the outside node brings
+    # no neighbour, and is no error).
+    frame = spark.createDataFrame([(b"w %d" % i,) for i in range(5)], "value binary")
+    frame.write.format("episub").option("topic", "outside.not").option("bootstrap", address).mode(
+        "append"
+    ).save()
+    written = spark.read.format("episub").option("topic", "outside.not").load().collect()
+    assert sorted(bytes(r.value) for r in written) == [b"w %d" % i for i in range(5)]
+
+
+@pytest.mark.parametrize(
+    ("option", "named"),
+    [
+        ("kafka.bootstrap.servers", '"bootstrap"'),
+        ("assign", '"subscribe"'),
+        ("kafka.group.id", "checkpoint"),
+        ("fetchOffset.numRetries", '"fetchTimeout"'),
+    ],
+)
+def test_a_kafka_option_with_no_meaning_here_fails_the_query_naming_episubs(
+    spark: SparkSession, deployment: spark_connector.Deployment, option: str, named: str
+) -> None:
+    reader = spark.readStream.format("episub").option("topic", "t").option(option, "x")
+    query = reader.load().writeStream.format("memory").queryName("refused").start()
+    try:
+        with pytest.raises(Exception, match=f"is Kafka's.*{named}|Kafka client setting"):
+            query.awaitTermination(LIMIT)  # the query's first planning fails
+    finally:
+        query.stop()
+
+
+def test_overlay_says_where_to_scrape_each_agents_metrics(
+    spark: SparkSession, deployment: spark_connector.Deployment
+) -> None:
+    views = spark_connector.overlay(spark)
+    assert [v.role for v in views][:1] == ["driver"] and "executor" in {v.role for v in views}
+    for view in views:
+        host = view.address.rsplit(":", 1)[0]
+        assert view.metrics_url.startswith(f"http://{host}:"), view
+        with urllib.request.urlopen(view.metrics_url, timeout=10) as answer:
+            text = answer.read().decode()
+        assert "episub_" in text, text[:300]
+
+
+def test_a_stopped_source_lets_go_of_its_planner() -> None:
+    """Issue 15: the source had no stop(); its planner's memory (the publishers it saw, the
+    nodes that answered) outlived the query in Spark's planner process."""
+    from spark_connector.options import parse_source
+    from spark_connector.source import EpisubStreamReader
+
+    reader = EpisubStreamReader(parse_source({"topic": "t"}), deployment=None)  # type: ignore[arg-type]
+    planner = reader.planner
+    assert reader.planner is planner  # one per query, made on first use
+    reader._latest = {"t": {"p": 3}}
+    reader.stop()
+    assert reader._planner is None and reader.reportLatestOffset() is None
