@@ -348,6 +348,13 @@ def _pattern(opts: dict[str, str]) -> str | None:
     return text
 
 
+def _one_of(**given: object) -> None:
+    """Options that say one thing in different ways (where a read starts): one at most."""
+    names = [name for name, value in given.items() if value is not None]
+    if len(names) > 1:
+        raise OptionError(f"give one of options {', '.join(names)}, not several")
+
+
 def _source_common(opts: dict[str, str], *, batch: bool) -> dict[str, object]:
     pattern = _pattern(opts)
     topics = _topics(opts, required=pattern is None)
@@ -359,17 +366,11 @@ def _source_common(opts: dict[str, str], *, batch: bool) -> dict[str, object]:
     by_timestamp = _by_timestamp(
         opts, "startingoffsetsbytimestamp", "startingOffsetsByTimestamp", topics
     )
-    given = [
-        n
-        for n, v in (
-            ("startingOffsets", starting),
-            ("startingTimestamp", starting_timestamp),
-            ("startingOffsetsByTimestamp", by_timestamp),
-        )
-        if v is not None
-    ]
-    if len(given) > 1:
-        raise OptionError(f"give one of options {', '.join(given)}, not several")
+    _one_of(
+        startingOffsets=starting,
+        startingTimestamp=starting_timestamp,
+        startingOffsetsByTimestamp=by_timestamp,
+    )
     strategy = opts.get("startingoffsetsbytimestampstrategy", "error").strip().lower()
     if strategy not in ("error", "latest"):
         raise OptionError(
@@ -431,17 +432,9 @@ def parse_batch_source(options: Mapping[str, str]) -> SourceOptions:
     ending = _offsets_json(opts, "endingoffsets", "endingOffsets", topics, (LATEST,))
     ending_timestamp = _timestamp(opts, "endingtimestamp", "endingTimestamp")
     ending_by = _by_timestamp(opts, "endingoffsetsbytimestamp", "endingOffsetsByTimestamp", topics)
-    given = [
-        n
-        for n, v in (
-            ("endingOffsets", ending),
-            ("endingTimestamp", ending_timestamp),
-            ("endingOffsetsByTimestamp", ending_by),
-        )
-        if v is not None
-    ]
-    if len(given) > 1:
-        raise OptionError(f"give one of options {', '.join(given)}, not several")
+    _one_of(
+        endingOffsets=ending, endingTimestamp=ending_timestamp, endingOffsetsByTimestamp=ending_by
+    )
     return SourceOptions(
         **common,  # type: ignore[arg-type]
         ending_offsets=ending if ending is not None else "latest",
