@@ -21,6 +21,10 @@ Choices the API makes:
 - `publish` paces a burst: while a neighbour's send queue is more than half full, it waits
   for the queue to drain (up to `PUBLISH_WAIT`, after which that neighbour is dropped as
   too slow), so a fast publisher neither overflows a live peer's queue nor loses the link.
+- A topic left with no neighbour and no passive peer goes back to its bootstrap addresses:
+  at each of the core's recovery attempts (`Isolated`, with backoff) they are dialled
+  again and the ids they answer with now (a contact that restarted has a new one) are
+  handed to the core (`RefreshContacts`), beside the peers the core itself remembers.
 """
 
 from __future__ import annotations
@@ -63,6 +67,7 @@ from episub.proto.events import (
     HeldAsked,
     HeldReport,
     HistoryAsked,
+    Isolated,
     JoinTopic,
     LeaveTopic,
     NeighborUp,
@@ -70,6 +75,7 @@ from episub.proto.events import (
     Publish,
     Published,
     Recovered,
+    RefreshContacts,
     ServeHistory,
     TopicsReport,
     ViewReport,
@@ -234,6 +240,11 @@ class Node:
         self._listeners: dict[str, list[Callable[[Message | Lost], None]]] = {}
         self._listener_errors = 0
         self._first_neighbor: dict[str, trio.Event] = {}
+        # Bootstrap addresses per joined topic, dialled again when the topic is isolated;
+        # the topics whose addresses are being dialled now.
+        self._bootstrap: dict[str, list[Address]] = {}
+        self._refreshing: set[str] = set()
+        self._nursery: trio.Nursery | None = None
         # Fetches in progress, per (topic, publisher): the seqs each waits for, and an event
         # set when one of those arrives (live messages of the publisher do not count).
         self._fetching: dict[tuple[str, bytes], list[_FetchWaiter]] = {}
@@ -289,6 +300,7 @@ class Node:
             )
             await nursery.start(runtime.run, listeners)
             self._runtime = runtime
+            self._nursery = nursery
             try:
                 yield self
             except BaseException as exc:
@@ -299,6 +311,7 @@ class Node:
                     for sub in subs:
                         sub.close()
                 self._runtime = None
+                self._nursery = None
                 nursery.cancel_scope.cancel()
         if body_error is not None:
             raise body_error
@@ -367,6 +380,7 @@ class Node:
             await trio.lowlevel.checkpoint()
         up = self._first_neighbor[topic] = trio.Event()
         runtime.input(JoinTopic(topic, tuple(dict.fromkeys(contacts))))
+        self._bootstrap[topic] = addresses
         if not contacts:
             return
         with trio.move_on_after(timeout):
@@ -411,6 +425,22 @@ class Node:
         runtime = self._running()
         await trio.lowlevel.checkpoint()
         runtime.input(LeaveTopic(topic))
+        self._bootstrap.pop(topic, None)
+
+    async def _refresh_contacts(self, topic: str, addresses: list[Address]) -> None:
+        """Dial a topic's bootstrap addresses again and hand the core the ids they answer
+        with now; one at a time per topic, the core's backoff paces the attempts."""
+        try:
+            runtime = self._running()
+            try:
+                contacts = await self._reach(runtime, addresses)
+            except BootstrapError as exc:
+                log.info("topic %r has no neighbour; %s", topic, exc)
+                return
+            if topic in runtime.state.topics():
+                runtime.input(RefreshContacts(topic, tuple(dict.fromkeys(contacts))))
+        finally:
+            self._refreshing.discard(topic)
 
     async def publish(
         self,
@@ -540,6 +570,12 @@ class Node:
             up = self._first_neighbor.get(event.topic)  # type: ignore[union-attr]
             if up is not None:
                 up.set()
+        elif kind is Isolated:
+            topic = event.topic  # type: ignore[union-attr]
+            addresses = self._bootstrap.get(topic)
+            if addresses and topic not in self._refreshing and self._nursery is not None:
+                self._refreshing.add(topic)
+                self._nursery.start_soon(self._refresh_contacts, topic, addresses)
         elif kind is ViewReport:
             for waiter in self._view_waiters.pop((event.topic, event.peer), ()):  # type: ignore[union-attr]
                 waiter.view = event.view  # type: ignore[union-attr]

@@ -7,13 +7,22 @@ carries out the outputs, and re-arms the timer task. What each output becomes:
   encoding) and handed to the network, which queues it for the peer (network.py).
 - ScheduleTimer: (deadline, seq, token) on a heap; one task sleeps until the earliest.
 - ClosePeer: the network closes that connection once its queue is drained.
-- PeerMisbehaved: logged (logger "episub.net") and counted.
-- Deliver, Published, DataLost, NeighborUp, NeighborDown: handed to `on_event` (the API).
+- PeerMisbehaved: counted, and logged (logger "episub.net") at most once a minute per
+  reason.
+- Deliver, Published, DataLost, NeighborUp, NeighborDown, Isolated: handed to `on_event`
+  (the API).
 
 Inputs come from the listener and connections (Received, ConnectionLost), the timer task
-(TimerFired) and the API (JoinTopic, LeaveTopic, Publish). The core is called from one
-task at a time and never re-entered: an input that arises while outputs are carried out
-(a queue overflow's ConnectionLost) is fed right after them.
+(TimerFired) and the API (JoinTopic, LeaveTopic, Publish, ...). The core is called from
+one task at a time and never re-entered: an input that arises while outputs are carried
+out (a queue overflow's ConnectionLost) is fed right after them.
+
+Containment, the second line behind the core's own checks: an exception out of the core
+(or out of carrying out its outputs) on any path never ends the node. It is counted
+(`core_errors`) and logged with its traceback at most once a minute per kind; a peer
+whose frame caused it is cut off; a timer it failed on fires again `TIMER_RETRY` later
+(its re-arming was among the lost outputs); a command's caller gets `CoreError` (a
+`LocalProtocolError`, the caller's misuse, reaches it as it is). The node carries on.
 
 `now` for the core is trio's clock plus a fixed offset to the Unix epoch, taken once: it
 is monotonic, as the core needs, and the timestamps the core stamps on messages read as
@@ -29,6 +38,7 @@ import heapq
 import itertools
 import logging
 import math
+import re
 import time
 from collections import deque
 from collections.abc import Callable, Hashable
@@ -40,6 +50,7 @@ from episub.net.connection import Connection, FrameItems, show_peer
 from episub.net.framing import max_frame_size
 from episub.net.handshake import HANDSHAKE_TIMEOUT, check_key
 from episub.net.link_delay import LinkDelay
+from episub.net.log_limit import LOG_INTERVAL, LogLimiter
 from episub.net.network import (
     DIAL_TIMEOUT,
     IDLE_TIMEOUT,
@@ -51,6 +62,7 @@ from episub.net.network import (
 )
 from episub.net.peer_id import Address
 from episub.proto.config import NodeConfig
+from episub.proto.errors import LocalProtocolError
 from episub.proto.events import (
     ClosePeer,
     ConnectionLost,
@@ -67,11 +79,20 @@ from episub.proto.node import NodeState
 from episub.proto.signing import Signer
 from episub.proto.wire import encode_item
 
-__all__ = ["DIAL_TIMEOUT", "LIVENESS_PINGS", "Runtime"]
+__all__ = ["DIAL_TIMEOUT", "LIVENESS_PINGS", "CoreError", "Runtime"]
 
 log = logging.getLogger("episub.net")
 
+# What a misbehaviour reason quotes of a peer's message: a repr (b'...', '...') or a number.
+_QUOTED = re.compile(r"""b?'(?:[^'\\]|\\.)*'|b?"(?:[^"\\]|\\.)*"|\d+""")
+
 LIVENESS_PINGS = 3  # missed pings before a silent neighbour is declared lost (guess)
+TIMER_RETRY = 1.0  # seconds before a timer the core failed on fires again (guess)
+
+
+class CoreError(RuntimeError):
+    """The core failed on a command (a bug of ours, not the caller's misuse): counted as
+    `core_errors` and logged; the node carries on. The core's exception is the cause."""
 
 
 class Runtime:
@@ -139,6 +160,8 @@ class Runtime:
         self._pumping = False
         self._run_scope = trio.CancelScope(shield=True)
         self._epoch = time.time() - trio.current_time()
+        # Core errors and misbehaving peers: one line per kind a minute (LOG_INTERVAL).
+        self._peer_log = LogLimiter(log, LOG_INTERVAL)
 
     # -- running --------------------------------------------------------------------------
 
@@ -175,7 +198,7 @@ class Runtime:
             with trio.move_on_after(timeout) as scope:
                 scope.shield = True
                 for topic in self.state.topics():
-                    self.input(LeaveTopic(topic))
+                    self._feed(LeaveTopic(topic))
                 await self.network.close()
         finally:
             self.network.closing = True
@@ -184,19 +207,77 @@ class Runtime:
     # -- the pump -------------------------------------------------------------------------
 
     def input(self, event: InEvent) -> list[OutEvent]:
-        """Feed the core one event and carry out its outputs; returns them."""
+        """Feed the core a command (JoinTopic, Publish, ...) and carry out its outputs;
+        returns them. The caller's misuse raises LocalProtocolError; a failure of the core
+        itself is counted and raises CoreError. Either way the node carries on."""
         if self._pumping:
             self._deferred.append(event)
             return []
         self._pumping = True
         try:
-            outputs = self.state.handle(event, self.now())
-            self._carry_out(outputs)
-            while self._deferred:
-                self._carry_out(self.state.handle(self._deferred.popleft(), self.now()))
+            try:
+                outputs = self.state.handle(event, self.now())
+            except LocalProtocolError:
+                raise
+            except Exception as exc:
+                self._core_error(event, exc)
+                raise CoreError(f"the core failed on {type(event).__name__}: {exc!r}") from exc
+            try:
+                self._carry_out(outputs)
+            except Exception as exc:
+                self._core_error(event, exc)
+            self._feed_deferred()
         finally:
             self._pumping = False
         return outputs
+
+    def _feed(self, event: InEvent) -> bool:
+        """Feed the core an input from a peer, a timer or the node itself, and carry out
+        its outputs; False if the core failed on it (counted and logged, never raised)."""
+        if self._pumping:
+            self._deferred.append(event)
+            return True
+        self._pumping = True
+        try:
+            ok = self._feed_one(event)
+            self._feed_deferred()
+        finally:
+            self._pumping = False
+        return ok
+
+    def _feed_one(self, event: InEvent) -> bool:
+        try:
+            self._carry_out(self.state.handle(event, self.now()))
+        except Exception as exc:
+            self._core_error(event, exc)
+            if type(event) is TimerFired:
+                # What the failed call would have output is lost, its timer's re-arming
+                # included: fire it again later, or a periodic timer (stabilisation,
+                # pings) would stop for good after one failure.
+                self._schedule(TIMER_RETRY, event.token)
+            return False
+        return True
+
+    def _feed_deferred(self) -> None:
+        while self._deferred:
+            self._feed_one(self._deferred.popleft())
+
+    def _core_error(self, event: InEvent, exc: Exception) -> None:
+        """Count and log (at most once a minute per kind) a failure of the core."""
+        self.counters.core_errors += 1
+        what = type(event).__name__
+        if type(event) is Received:
+            what += f" {type(event.message).__name__}"
+        kind = (what, type(exc).__name__)
+        self._peer_log.log(
+            kind,
+            trio.current_time(),
+            logging.ERROR,
+            "episub core error handling %s: %r; counted as core_errors, the node carries on",
+            what,
+            exc,
+            exc_info=exc,
+        )
 
     def _carry_out(self, outputs: list[OutEvent]) -> None:
         encoded: dict[tuple[str | None, int], bytes] = {}  # one encoding per message object
@@ -210,7 +291,18 @@ class Runtime:
                 self.network.close_peer(out.peer)
             elif kind is PeerMisbehaved:
                 self.counters.peer_misbehaved += 1
-                log.warning("peer %s misbehaved: %s", _show(out.peer), out.reason)
+                # One line a minute per kind of reason: the reason without what it quotes
+                # of the peer's message (sizes, hop counts, ids, topics), which the peer
+                # could vary at will.
+                kind = _QUOTED.sub("_", out.reason)
+                self._peer_log.log(
+                    kind,
+                    trio.current_time(),
+                    logging.WARNING,
+                    "peer %s misbehaved: %s",
+                    _show(out.peer),
+                    out.reason,
+                )
             else:
                 self._on_event(out)
 
@@ -249,17 +341,13 @@ class Runtime:
         counters.bytes_in += conn.take_bytes_in()
         peer_id = conn.peer.id
         for topic, message in items:
-            try:
-                self.input(Received(peer_id, topic, message))
-            except Exception:
+            if not self._feed(Received(peer_id, topic, message)):
                 # A core bug met by a peer's input: the peer is cut off, the node carries on.
-                counters.core_errors += 1
-                log.exception("core failed on %r from %s", message, show_peer(peer_id))
                 conn.abort("core error")
                 return
 
     def _on_lost(self, peer_id: bytes) -> None:
-        self.input(ConnectionLost(peer_id))
+        self._feed(ConnectionLost(peer_id))
 
     # -- timers ---------------------------------------------------------------------------
 
@@ -276,7 +364,7 @@ class Runtime:
             now = trio.current_time()
             while self._timers and self._timers[0][0] <= now:
                 _, _, token = heapq.heappop(self._timers)
-                self.input(TimerFired(token))
+                self._feed(TimerFired(token))
             deadline = self._timers[0][0] if self._timers else math.inf
             with trio.move_on_at(deadline):
                 await changed.wait()

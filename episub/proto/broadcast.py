@@ -3,7 +3,9 @@
 Rules this machine keeps:
 - `eager` and `lazy` are disjoint and their union is exactly the active view that
   membership reported through neighbor_up/neighbor_down.
-- A message id is accepted once (the `seen` cache); its id must be blake3 of its envelope.
+- A message id is accepted once (the `seen` cache); its id must be blake3 of its envelope,
+  and its hop count must leave room to forward it (below MAX_HOPS), checked before it is
+  seen or cached.
 - With signing on (a `signer`), we sign what we publish on our own stream, and a first
   copy of a node's stream must carry a valid signature bound to its publisher
   (signing.py) before it enters seen, cache or ordering; else it is dropped and counted
@@ -112,6 +114,7 @@ class BroadcastCounters:
     rivals_refused: int = 0  # first copies for a place whose held message stays
     crossed_prunes: int = 0  # PRUNEs that crossed our GRAFT, answered by GRAFT again
     regrafts: int = 0  # empty GRAFTs sent because a PRUNE took our last eager link
+    held_dropped: int = 0  # messages far beyond a gap dropped unheld (ordering.py)
 
 
 class Broadcast:
@@ -381,6 +384,11 @@ class Broadcast:
             out.append(
                 PeerMisbehaved(peer, f"GOSSIP of {envelope.size} bytes exceeds max_message_size")
             )
+            return
+        if msg.hops >= m.MAX_HOPS:
+            # No room to forward it (hops + 1 is past the wire's bound): checked here,
+            # before it is seen or cached, or every later GRAFT or PULL answer fails too.
+            out.append(PeerMisbehaved(peer, f"GOSSIP hops {msg.hops} leaves no room to forward"))
             return
         mid = msg.id
         if mid in self.seen:

@@ -167,6 +167,16 @@ class AskTopics:
     peer: PeerId
 
 
+@dataclass(frozen=True, slots=True)
+class RefreshContacts:
+    """Command: the peer ids `topic`'s bootstrap addresses answer with now (a contact that
+    restarted has a new id), for a node that lost every neighbour (`Isolated`): they
+    replace the contacts given at join, and are asked for peers at once."""
+
+    topic: str
+    bootstrap: tuple[PeerId, ...]
+
+
 InEvent: TypeAlias = (
     Received
     | TimerFired
@@ -180,6 +190,7 @@ InEvent: TypeAlias = (
     | AnswerHeld
     | ServeHistory
     | AskTopics
+    | RefreshContacts
 )
 
 # -- out --------------------------------------------------------------------------------
@@ -255,6 +266,17 @@ class NeighborUp:
 class NeighborDown:
     topic: str
     peer: PeerId
+
+
+@dataclass(frozen=True, slots=True)
+class Isolated:
+    """`topic` has no neighbour and no passive peer left: the core is asking its contacts
+    and every peer it remembers for a way back in, with backoff, and says so at each
+    attempt. The runtime may dial the bootstrap addresses again and hand the ids they
+    answer with back as `RefreshContacts`."""
+
+    topic: str
+    attempt: int  # 1 for the first attempt since the node was last linked
 
 
 @dataclass(frozen=True, slots=True)
@@ -338,6 +360,7 @@ OutEvent: TypeAlias = (
     | Recovered
     | NeighborUp
     | NeighborDown
+    | Isolated
     | ClosePeer
     | DataLost
     | PeerMisbehaved

@@ -34,6 +34,7 @@ from episub.proto.events import (
     PeerMisbehaved,
     Publish,
     Received,
+    RefreshContacts,
     Send,
     ServeHistory,
     TimerFired,
@@ -109,6 +110,11 @@ class NodeState:
                 timestamp_ms=stamp,
             ):
                 self._topic_or_raise(topic).publish(payload, key, headers, now, out, stream, stamp)
+            case RefreshContacts(topic=topic, bootstrap=bootstrap):
+                # The topic may have been left while the runtime dialled: nothing to do.
+                t = self._topics.get(topic)
+                if t is not None:
+                    t.membership.refresh_contacts(tuple(bootstrap), out)
             case AskView(topic=topic, peer=peer):
                 _check_topic(topic)
                 out.append(Send(peer, topic, m.GetView()))
