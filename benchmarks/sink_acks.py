@@ -92,6 +92,7 @@ def main() -> None:
     )
     spark.sparkContext.setLogLevel("ERROR")
     results: dict[str, dict[str, list[float]]] = {a: {"batch": [], "stream": []} for a in LEVELS}
+    failures: list[str] = []
     try:
         spark_connector.register(spark)
         batch_write(spark, "warm", args.rows // 5, args.size, "local")
@@ -99,8 +100,13 @@ def main() -> None:
         for round_ in range(args.rounds):
             for acks in LEVELS:
                 topic = f"acks-{acks}-{round_}"
-                rate = batch_write(spark, topic, args.rows, args.size, acks)
-                added = stream_write(spark, topic + "-s", args.batch_rows, args.batches, acks)
+                try:
+                    rate = batch_write(spark, topic, args.rows, args.size, acks)
+                    added = stream_write(spark, topic + "-s", args.batch_rows, args.batches, acks)
+                except Exception as exc:  # an ack timeout is a figure too: record it, go on
+                    failures.append(f"round {round_} acks={acks}: {str(exc)[-600:]}")
+                    print(failures[-1])
+                    continue
                 results[acks]["batch"].append(round(rate))
                 results[acks]["stream"].append(added)
                 print(f"round {round_} acks={acks}: {rate:,.0f} rows/s; addBatch {added:.0f} ms")
@@ -108,8 +114,8 @@ def main() -> None:
         spark.stop()
     summary = {
         acks: {
-            "batch_rows_per_s_median": statistics.median(r["batch"]),
-            "stream_add_batch_ms_median": statistics.median(r["stream"]),
+            "batch_rows_per_s_median": statistics.median(r["batch"]) if r["batch"] else None,
+            "stream_add_batch_ms_median": statistics.median(r["stream"]) if r["stream"] else None,
             **r,
         }
         for acks, r in results.items()
@@ -119,13 +125,17 @@ def main() -> None:
         "load_average": os.getloadavg(),
         "cpus": os.cpu_count(),
         "results": summary,
+        "failures": failures,
     }
     Path(args.out).write_text(json.dumps(out, indent=2) + "\n")
     for acks, r in summary.items():
-        print(
-            f"acks={acks}: batch {r['batch_rows_per_s_median']:,.0f} rows/s, "
-            f"stream addBatch {r['stream_add_batch_ms_median']:.0f} ms (medians)"
-        )
+        if r["batch"]:
+            print(
+                f"acks={acks}: batch {r['batch_rows_per_s_median']:,.0f} rows/s, "
+                f"stream addBatch {r['stream_add_batch_ms_median']:.0f} ms (medians)"
+            )
+    for failure in failures:
+        print(f"failed: {failure}")
 
 
 if __name__ == "__main__":
