@@ -68,11 +68,16 @@ def test_a_driver_sigkilled_mid_stream_and_started_again_reads_each_published_se
     outside = start_node(processes, "outside")  # topic "t", key KEY
     _, address = node_ready(outside)
     socket_path = str(processes.dir / "outside.sock")
-    done = threading.Event()
+    done, killed = threading.Event(), threading.Event()
 
     def publish() -> None:
         with AgentClient(socket_path) as client:
             for start in range(0, TOTAL, 20):
+                if start == TOTAL // 2:
+                    # The second half goes out across the restart whatever the first run's
+                    # speed: on a loaded machine it once read 200 rows only after the whole
+                    # paced stream (15 s) had been published, so nothing was mid-stream.
+                    killed.wait(LIMIT)
                 client.publish_batch("t", [b"%d" % i for i in range(start, start + 20)])
                 time.sleep(0.1)  # paced: publishing goes on across the restart
         done.set()
@@ -89,6 +94,7 @@ def test_a_driver_sigkilled_mid_stream_and_started_again_reads_each_published_se
     assert not done.is_set(), "the publisher finished before the kill: not mid-stream"
     below = descendants(first.pid)
     os.kill(first.pid, signal.SIGKILL)
+    killed.set()
     first.wait()
     for pid in below:  # its JVM, executors and agents go with it
         wait_process_gone(pid, timeout=60)
