@@ -57,10 +57,16 @@ from episub.proto.config import NodeConfig
 from episub.proto.errors import LocalProtocolError
 from episub.proto.events import (
     AlreadyPublished,
+    AnswerHeld,
+    AskHeld,
+    AskTopics,
     AskView,
     DataLost,
     Deliver,
     Fetch,
+    HeldAsked,
+    HeldReport,
+    HistoryAsked,
     Isolated,
     JoinTopic,
     LeaveTopic,
@@ -70,17 +76,31 @@ from episub.proto.events import (
     Published,
     Recovered,
     RefreshContacts,
+    ServeHistory,
+    TopicsReport,
     ViewReport,
 )
-from episub.proto.messages import MAX_HEADERS, Envelope, LinkKind, View, check_topic_name
+from episub.proto.messages import (
+    MAX_HEADERS,
+    MAX_HELD_SPANS,
+    Envelope,
+    GetHeld,
+    Held,
+    HeldSpan,
+    LinkKind,
+    Signature,
+    View,
+    check_topic_name,
+)
 from episub.proto.signing import Signer
 from episub.proto.wire import MAX_PEER_ID_SIZE
-from episub.retention import RetentionConfig, RetentionStore
+from episub.retention import RetentionConfig, RetentionStore, Span
 from episub.subscription import Lost, Message, Subscription
 
 __all__ = [
     "BOOTSTRAP_GRACE",
     "CLOSE_TIMEOUT",
+    "CONTROL_PREFIX",
     "PUBLISH_WAIT",
     "SUBSCRIPTION_BUFFER",
     "BootstrapError",
@@ -112,6 +132,12 @@ FETCH_MAX_SPAN = 1_000_000  # seqs one fetch may span: bounds the gap scan's wor
 PUBLISH_WAIT = 5.0  # guess: = the ping timeout; a live peer on a LAN drains far sooner
 SUBSCRIPTION_BUFFER = 1024  # guess: ~a second of a busy topic; trio has no default on purpose
 VIEW_TIMEOUT = 2.0  # guess: a dial plus a round trip on a LAN, with room; view_of's wait
+HELD_TIMEOUT = 2.0  # guess: as VIEW_TIMEOUT, per page of a held_by answer
+HELD_MAX_PAGES = 400  # pages one held_by follows: 102,400 publishers = max_publishers
+# Named streams whose publisher starts with this carry a deployment's own bookkeeping (a
+# Spark sink's batch index): held, relayed and readable by range like any message, never
+# delivered to subscriptions or listeners. Application streams must not use the prefix.
+CONTROL_PREFIX = b"_episub/"
 _WILDCARD_HOSTS = frozenset({"", "0.0.0.0", "::"})
 
 
@@ -202,7 +228,7 @@ class Node:
         self._advertise = parse_address(format_address(host, 1)).host
         self._config = config if config is not None else NodeConfig()
         self._link_delay = link_delay
-        self._retention = RetentionStore[Message](retention or RetentionConfig())
+        self._retention = RetentionStore[_Kept](retention or RetentionConfig())
         self._handshake_timeout = handshake_timeout
         self._dial_timeout = dial_timeout
         self._encrypt = encrypt
@@ -225,6 +251,10 @@ class Node:
         self._lifetime_cm: AbstractAsyncContextManager[Node] | None = None
         # view_of() calls waiting for a VIEW, per (topic, peer): one answer serves them all.
         self._view_waiters: dict[tuple[str, bytes], list[_ViewWaiter]] = {}
+        # held_by() and topics_of() calls waiting for their answer, by nonce / by peer.
+        self._held_waiters: dict[int, _HeldWaiter] = {}
+        self._held_nonces = itertools.count(1)
+        self._topics_waiters: dict[bytes, list[_TopicsWaiter]] = {}
 
     # -- lifetime ---------------------------------------------------------------------------
 
@@ -436,6 +466,7 @@ class Node:
         headers: Mapping[str, bytes] | Iterable[tuple[str, bytes]] | None = None,
         *,
         stream: tuple[bytes, int] | None = None,
+        timestamp_ms: int | None = None,
     ) -> Receipt:
         """Publish as `publish` does, and say where the message went: its publisher and seq.
 
@@ -444,6 +475,8 @@ class Node:
         place taken already, here or anywhere this node heard of, publishes nothing and
         the receipt says `duplicate`: a Spark sink names each row's place after its query,
         batch, partition and row number, so a retried task re-publishes nothing.
+        timestamp_ms: a named place's stamp (default: now), so that a place written again
+        is the same message (same id) wherever it is written.
         """
         runtime = self._running()
         value = _as_bytes("value", value)
@@ -454,7 +487,9 @@ class Node:
         await trio.lowlevel.checkpoint()
         # Flow control: a burst waits for its neighbours' queues instead of overflowing them.
         await runtime.network.wait_for_room(PUBLISH_WAIT)
-        for out in runtime.input(Publish(topic, value, key, fields, stream)):
+        if timestamp_ms is not None and stream is None:
+            raise ValueError("timestamp_ms is for a named stream's place; give stream= too")
+        for out in runtime.input(Publish(topic, value, key, fields, stream, timestamp_ms)):
             if type(out) is Published:
                 envelope = out.envelope
                 return Receipt(out.id, envelope.publisher, envelope.seq, duplicate=False)  # type: ignore[arg-type]
@@ -519,13 +554,14 @@ class Node:
     def _on_event(self, event: OutEvent) -> None:
         kind = type(event)
         if kind is Deliver or kind is Published or kind is Recovered:
-            message = _message(event.topic, event.id, event.envelope)  # type: ignore[union-attr]
-            self._retention.add(message, trio.current_time())
+            kept = _Kept(_message(event.topic, event.id, event.envelope), event.envelope.signature)  # type: ignore[union-attr]
+            message = kept.message
+            self._retention.add(kept, trio.current_time())
             for waiter in self._fetching.get((message.topic, message.publisher), ()):
                 if waiter.low <= message.seq <= waiter.high:
                     waiter.arrived.set()
-            if kind is Recovered:
-                return  # history: for retention, not a new message for subscribers
+            if kind is Recovered or message.publisher.startswith(CONTROL_PREFIX):
+                return  # history, or bookkeeping: for retention, not for subscribers
             for sub in self._subscriptions.get(message.topic, ()):
                 sub.offer(message)
             if message.topic in self._listeners:
@@ -549,6 +585,70 @@ class Node:
             for sub in self._subscriptions.get(event.topic, ()):  # type: ignore[union-attr]
                 sub.offer(lost)
             self._tell_listeners(event.topic, lost)  # type: ignore[union-attr]
+        elif kind is HeldAsked:
+            self._answer_held(event)  # type: ignore[arg-type]
+        elif kind is HistoryAsked:
+            self._serve_history(event)  # type: ignore[arg-type]
+        elif kind is HeldReport:
+            held_waiter = self._held_waiters.get(event.held.nonce)  # type: ignore[union-attr]
+            if held_waiter is not None and held_waiter.peer == event.peer:  # type: ignore[union-attr]
+                held_waiter.held = event.held  # type: ignore[union-attr]
+                held_waiter.arrived.set()
+        elif kind is TopicsReport:
+            for topics_waiter in self._topics_waiters.pop(event.peer, ()):  # type: ignore[union-attr]
+                topics_waiter.topics = event.topics  # type: ignore[union-attr]
+                topics_waiter.arrived.set()
+
+    def _answer_held(self, event: HeldAsked) -> None:
+        held = self._held_page(event.topic, event.query)
+        self._running().input(AnswerHeld(event.topic, event.peer, held))
+
+    def _held_page(self, topic: str, query: GetHeld) -> Held:
+        """A GETHELD's answer from retention: one page, never more than MAX_HELD_SPANS."""
+        now = trio.current_time()
+        store = self._retention
+        more = False
+        found: list[tuple[bytes, Span]] = []
+        if query.spans:
+            for asked in query.spans:
+                span = store.span(topic, asked.publisher, asked.first_seq, asked.last_seq, now)  # type: ignore[arg-type]
+                if span is not None:
+                    found.append((asked.publisher, span))  # type: ignore[arg-type]
+        else:
+            offsets = store.offsets(topic, now)
+            after = sorted(p for p in offsets if p > query.after)
+            more = len(after) > MAX_HELD_SPANS
+            found = [(p, offsets[p]) for p in after[:MAX_HELD_SPANS]]
+        spans = []
+        for publisher, span in found:
+            since = span.first
+            if query.since_ms:
+                first = store.first_since(topic, publisher, query.since_ms, now)
+                since = span.last + 1 if first is None or first > span.last else max(first, since)
+            spans.append(
+                HeldSpan(
+                    publisher=publisher,
+                    first_seq=span.first,
+                    last_seq=span.last,
+                    count=span.count,
+                    since_seq=since,
+                )
+            )
+        return Held(nonce=query.nonce, spans=tuple(spans), more=more)
+
+    def _serve_history(self, event: HistoryAsked) -> None:
+        """A PULL's seqs the core's cache lacked, from retention when it holds them."""
+        wanted = set(event.seqs)
+        kept = self._retention.get(
+            event.topic,
+            event.publisher,  # type: ignore[arg-type]
+            min(event.seqs),
+            max(event.seqs),
+            trio.current_time(),
+        )
+        found = tuple((k.message.id, k.envelope()) for k in kept if k.message.seq in wanted)
+        if found:
+            self._running().input(ServeHistory(event.topic, event.peer, found))
 
     # -- queries ----------------------------------------------------------------------------
 
@@ -634,12 +734,14 @@ class Node:
         last_seq: int,
         *,
         timeout: float = FETCH_TIMEOUT,
+        holders: Iterable[bytes] = (),
     ) -> list[Message]:
-        """`retained`, after asking the topic's neighbours in turn (PULL) for what this node
+        """`retained`, after asking in turn (PULL) `holders` (peer ids of nodes known to
+        hold the range, neighbours or not), then the topic's neighbours, for what this node
         lacks of the range: a node that joined late, or restarted, fills its history this
-        way (a Spark executor reading a replayed micro-batch). Returns what it then holds,
-        in order, when the range is complete or `timeout` seconds have passed; what no
-        neighbour still caches stays absent."""
+        way (a Spark executor reading a replayed micro-batch). Each answers from its cache
+        or its retention. Returns what this node then holds, in order, when the range is
+        complete or `timeout` seconds have passed; what nobody asked holds stays absent."""
         runtime = self._running()
         if not 0 <= first_seq <= last_seq:
             raise ValueError(f"need 0 <= first_seq <= last_seq, not {first_seq!r}..{last_seq!r}")
@@ -647,6 +749,7 @@ class Node:
             raise ValueError(
                 f"a fetch spans at most {FETCH_MAX_SPAN} seqs, not {first_seq}..{last_seq}"
             )
+        known = [h for h in dict.fromkeys(holders) if h != runtime.me]
         key = (topic, publisher)
         waiters = self._fetching.setdefault(key, [])
         waiter = _FetchWaiter(first_seq, last_seq, trio.Event())
@@ -658,7 +761,10 @@ class Node:
                     gap = _missing(held, first_seq, last_seq)
                     if gap is None:
                         break
-                    peers = [n.peer_id for n in self.neighbors(topic)]
+                    peers = [
+                        *known,
+                        *(n.peer_id for n in self.neighbors(topic) if n.peer_id not in known),
+                    ]
                     if not peers:
                         await trio.sleep(FETCH_RETRY)  # no neighbour yet: one may come
                         continue
@@ -686,13 +792,159 @@ class Node:
         """Stored messages of `publisher` on `topic`, first_seq..last_seq, in order; what
         was never delivered here, or has aged out of retention, is absent."""
         self._running()
-        return self._retention.get(topic, publisher, first_seq, last_seq, trio.current_time())
+        now = trio.current_time()
+        return [k.message for k in self._retention.get(topic, publisher, first_seq, last_seq, now)]
+
+    def held(self, topic: str) -> dict[bytes, Span]:
+        """publisher -> what this node holds of it on `topic` (retention's summary): the
+        first and last seq held and how many. What `held_by` asks other nodes."""
+        self._running()
+        return self._retention.offsets(topic, trio.current_time())
+
+    async def held_by(
+        self,
+        topic: str,
+        peer_id: bytes,
+        *,
+        spans: tuple[HeldSpan, ...] = (),
+        since_ms: int = 0,
+        timeout: float = HELD_TIMEOUT,
+    ) -> list[HeldSpan] | None:
+        """What `peer_id` (any node of the deployment, neighbour or not: it is dialled)
+        holds of `topic`: within `spans` (at most MAX_HELD_SPANS), or of every publisher
+        (page after page); with `since_ms`, each span's first seq stamped at or after it.
+        None when an answer did not come within `timeout` seconds (per page). This node's
+        own holdings are read here, without a message."""
+        runtime = self._running()
+        check_topic_name(topic)
+        if len(spans) > MAX_HELD_SPANS:
+            raise ValueError(f"at most {MAX_HELD_SPANS} spans per ask, not {len(spans)}")
+        out: list[HeldSpan] = []
+        after = b""
+        for _ in range(HELD_MAX_PAGES):
+            nonce = next(self._held_nonces)
+            query = GetHeld(nonce=nonce, spans=spans, after=after, since_ms=since_ms)
+            if peer_id == runtime.me:
+                await trio.lowlevel.checkpoint()
+                page: Held | None = self._held_page(topic, query)
+            else:
+                page = await self._ask_held(runtime, topic, peer_id, query, timeout)
+            if page is None:
+                return None
+            out += page.spans
+            if not page.more or not page.spans:
+                return out
+            after = page.spans[-1].publisher  # type: ignore[assignment]
+        return out
+
+    async def _ask_held(
+        self, runtime: Runtime, topic: str, peer_id: bytes, query: GetHeld, timeout: float
+    ) -> Held | None:
+        waiter = _HeldWaiter(peer_id, trio.Event())
+        self._held_waiters[query.nonce] = waiter
+        try:
+            runtime.input(AskHeld(topic, peer_id, query))
+            with trio.move_on_after(timeout):
+                await waiter.arrived.wait()
+        finally:
+            del self._held_waiters[query.nonce]
+        return waiter.held
+
+    async def peer_at(self, address: str) -> bytes:
+        """The peer id of the node listening at `address` ("host:port"), connecting to it
+        (and proving the key) if need be. OSError or HandshakeError when it cannot."""
+        runtime = self._running()
+        return await runtime.connect(parse_address(address))
+
+    async def topics_of(self, peer_id: bytes, *, timeout: float = VIEW_TIMEOUT) -> list[str] | None:
+        """The topics `peer_id` is in (GETTOPICS; any node, dialled if need be); None when
+        no answer came within `timeout` seconds. This node's own are read here."""
+        runtime = self._running()
+        if peer_id == runtime.me:
+            await trio.lowlevel.checkpoint()
+            return runtime.state.topics()
+        waiter = _TopicsWaiter(trio.Event())
+        first = peer_id not in self._topics_waiters
+        self._topics_waiters.setdefault(peer_id, []).append(waiter)
+        try:
+            if first:
+                runtime.input(AskTopics(peer_id))
+            with trio.move_on_after(timeout):
+                await waiter.arrived.wait()
+        finally:
+            waiters = self._topics_waiters.get(peer_id)
+            if waiters is not None and waiter in waiters:
+                waiters.remove(waiter)
+                if not waiters:
+                    del self._topics_waiters[peer_id]
+        return None if waiter.topics is None else list(waiter.topics)
 
 
 @dataclass(slots=True)
 class _ViewWaiter:
     arrived: trio.Event
     view: View | None = None
+
+
+@dataclass(slots=True)
+class _HeldWaiter:
+    peer: bytes  # the one asked: an answer from anyone else is not this one's
+    arrived: trio.Event
+    held: Held | None = None
+
+
+@dataclass(slots=True)
+class _TopicsWaiter:
+    arrived: trio.Event
+    topics: tuple[str, ...] | None = None
+
+
+class _Kept:
+    """What retention keeps of a message: the application's view of it, and its signature
+    (signed publishing), so that it can be served to other nodes as it was published."""
+
+    __slots__ = ("message", "signature")
+
+    def __init__(self, message: Message, signature: Signature | None) -> None:
+        self.message = message
+        self.signature = signature
+
+    # What RetentionStore reads (retention.Storable):
+    @property
+    def topic(self) -> str:
+        return self.message.topic
+
+    @property
+    def publisher(self) -> bytes:
+        return self.message.publisher
+
+    @property
+    def seq(self) -> int:
+        return self.message.seq
+
+    @property
+    def size(self) -> int:
+        return self.message.size
+
+    @property
+    def timestamp_ms(self) -> int:
+        return self.message.timestamp_ms
+
+    @property
+    def id(self) -> bytes:
+        return self.message.id
+
+    def envelope(self) -> Envelope:
+        m = self.message
+        return Envelope(
+            publisher=m.publisher,
+            seq=m.seq,
+            timestamp_ms=m.timestamp_ms,
+            payload=m.value,
+            key=m.key,
+            headers=m.headers,
+            signature=self.signature,
+        )
 
 
 @dataclass(slots=True)

@@ -7,6 +7,7 @@
 
     cfg = spark_connector.cluster_config(spark)  # live configuration: the driver writes,
     cfg.set("threshold", 0.7)                    # tasks read spark_connector.config.get(...)
+    spark_connector.lag(query.lastProgress)      # rows a source query is behind
 
 Nothing here is imported by `episub`; this package imports pyspark.
 """
@@ -17,7 +18,7 @@ from spark_connector.datasource import SCHEMA, EpisubDataSource, register
 from spark_connector.deployment import Deployment
 from spark_connector.introspect import NodeView, overlay
 from spark_connector.options import OptionError
-from spark_connector.source import DataLossError
+from spark_connector.source import DataLossError, lag
 
 __all__ = [
     "SCHEMA",
@@ -30,6 +31,7 @@ __all__ = [
     "OptionError",
     "cluster_config",
     "config",
+    "lag",
     "overlay",
     "register",
 ]

@@ -223,6 +223,7 @@ def node_view(role: str, client: AgentClient) -> dict[str, Any]:
         "address": status.address,
         "neighbors": neighbors,
         "stats": status.stats,
+        "metrics_url": status.metrics_url,
     }
 
 

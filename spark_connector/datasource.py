@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import secrets
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 from pyspark.sql.datasource import DataSource
@@ -34,18 +35,20 @@ from spark_connector.deployment import (
     EXECUTOR_IDLE_TIMEOUT,
     Deployment,
     driver_client,
+    join_through,
     place_driver,
     start_driver_agent,
 )
-from spark_connector.options import OptionError, parse_sink, parse_source
+from spark_connector.options import OptionError, parse_batch_source, parse_sink, parse_source
 
 __all__ = ["SCHEMA", "EpisubDataSource", "register"]
 
-# Kafka's source columns, with publisher/seq in place of partition/offset.
-SCHEMA = (
-    "topic string, publisher string, seq long, timestamp timestamp, key binary, "
-    "value binary, headers array<struct<key: string, value: binary>>"
+# Kafka's source columns, with publisher/seq in place of partition/offset; `headers` goes
+# with includeHeaders=false.
+SCHEMA_NO_HEADERS = (
+    "topic string, publisher string, seq long, timestamp timestamp, key binary, value binary"
 )
+SCHEMA = f"{SCHEMA_NO_HEADERS}, headers array<struct<key: string, value: binary>>"
 
 
 class EpisubDataSource(DataSource):
@@ -58,10 +61,12 @@ class EpisubDataSource(DataSource):
         return "episub"
 
     def schema(self) -> str:
-        return SCHEMA
+        include = self.options.get("includeHeaders", "true").strip().lower() != "false"
+        return SCHEMA if include else SCHEMA_NO_HEADERS
 
     def _deployment(self, bootstrap: tuple[str, ...]) -> Deployment:
-        """The deployment, its driver's node placed (this runs in a driver-side planner)."""
+        """The deployment, its driver's node placed (this runs in a driver-side planner),
+        with a query's `bootstrap` addresses among its outside contacts."""
         deployment = type(self).deployment
         if deployment is None:
             raise OptionError(
@@ -70,7 +75,8 @@ class EpisubDataSource(DataSource):
             )
         deployment = place_driver(deployment)
         if bootstrap:
-            return dataclasses.replace(deployment, bootstrap=bootstrap)
+            contacts = tuple(dict.fromkeys([*deployment.contacts, *bootstrap]))
+            return dataclasses.replace(deployment, contacts=contacts)
         return deployment
 
     def streamReader(self, schema: StructType) -> Any:
@@ -79,30 +85,43 @@ class EpisubDataSource(DataSource):
         options = parse_source(self.options)
         return EpisubStreamReader(options, self._deployment(options.bootstrap))
 
+    def reader(self, schema: StructType) -> Any:
+        from spark_connector.source import EpisubBatchReader
+
+        options = parse_batch_source(self.options)
+        return EpisubBatchReader(options, self._deployment(options.bootstrap))
+
     def streamWriter(self, schema: StructType, overwrite: bool) -> Any:
+        # `overwrite` is outputMode("complete"): every batch writes the whole result, which
+        # a topic takes as it takes any rows (as Kafka's sink does).
         from spark_connector.sink import EpisubStreamWriter, check_sink_schema
 
         options = parse_sink(self.options)
-        check_sink_schema(schema, options)
+        columns = check_sink_schema(schema, options)
         deployment = self._deployment(options.bootstrap)
         _join_on_driver(deployment, options.topics)
-        return EpisubStreamWriter(options, deployment)
+        return EpisubStreamWriter(options, deployment, columns)
 
     def writer(self, schema: StructType, overwrite: bool) -> Any:
         from spark_connector.sink import EpisubBatchWriter, check_sink_schema
 
+        if overwrite:
+            raise OptionError(
+                'the episub sink only appends: a topic cannot be emptied first; use mode("append")'
+            )
         options = parse_sink(self.options)
-        check_sink_schema(schema, options)
+        columns = check_sink_schema(schema, options)
         deployment = self._deployment(options.bootstrap)
         _join_on_driver(deployment, options.topics)
-        return EpisubBatchWriter(options, deployment)
+        return EpisubBatchWriter(options, deployment, columns)
 
 
 def _join_on_driver(deployment: Deployment, topics: tuple[str, ...]) -> None:
-    """Executors join through the driver's node, which must be in the topic first."""
+    """Executors join through the driver's node, which must be in the topic first (through
+    the outside contacts, if any, so that it is in their overlay)."""
     with driver_client(deployment) as client:
         for topic in topics:
-            client.join(topic)
+            join_through(client, topic, deployment.contacts)
 
 
 def register(
@@ -112,6 +131,8 @@ def register(
     host: str | None = None,
     retention: RetentionConfig | None = None,
     signed: bool = False,
+    bootstrap: Sequence[str] = (),
+    metrics: bool = False,
 ) -> Deployment:
     """Start the driver's node and register the `episub` format with `spark`.
 
@@ -145,10 +166,17 @@ def register(
     )
     if not isinstance(signed, bool):
         raise TypeError(f"signed must be True or False, not {signed!r:.60}")
+    if not isinstance(metrics, bool):
+        raise TypeError(f"metrics must be True or False, not {metrics!r:.60}")
+    contacts = parse_sink({"bootstrap": ",".join(_addresses(bootstrap))}).bootstrap
+    if metrics:
+        from episub.extras import require
+
+        require("metrics", "prometheus_client")
     if is_connect(spark):
-        deployment = _register_connect(spark, key, host, agent_config, signed)
+        deployment = _register_connect(spark, key, host, agent_config, signed, contacts, metrics)
     else:
-        deployment = start_driver_agent(key, host, agent_config, signed)
+        deployment = start_driver_agent(key, host, agent_config, signed, contacts, metrics)
         # The default live configuration's replica starts with the driver's node, so
         # executors reading it always find it (a topic is joined through a node in it).
         with driver_client(deployment) as client:
@@ -158,8 +186,20 @@ def register(
     return deployment
 
 
+def _addresses(bootstrap: Sequence[str]) -> list[str]:
+    if isinstance(bootstrap, str) or not all(isinstance(a, str) for a in bootstrap):
+        raise TypeError(f"bootstrap must be a list of 'host:port' strings, not {bootstrap!r:.80}")
+    return list(bootstrap)
+
+
 def _register_connect(
-    spark: Any, key: bytes, host: str, agent_config: str, signed: bool
+    spark: Any,
+    key: bytes,
+    host: str,
+    agent_config: str,
+    signed: bool,
+    contacts: tuple[str, ...],
+    metrics: bool,
 ) -> Deployment:
     """The classes go first with the deployment as this client knows it; a control job then
     places the driver's node beside the server (its replica of the default configuration
@@ -176,6 +216,8 @@ def _register_connect(
         signed=signed,
         id=deployment_id(),
         driver_idle_timeout=EXECUTOR_IDLE_TIMEOUT,
+        contacts=contacts,
+        metrics=metrics,
     )
     _bind(spark, draft)
     deployment = place_remotely(spark, draft)

@@ -41,7 +41,7 @@ import tempfile
 from dataclasses import dataclass
 from typing import Any
 
-from episub.agent import AgentClient, AgentInfo, AgentUnavailable, ensure_agent
+from episub.agent import AgentClient, AgentError, AgentInfo, AgentUnavailable, ensure_agent
 
 __all__ = [
     "AGENT_TIMEOUT",
@@ -53,11 +53,18 @@ __all__ = [
     "executor_jvm_pid",
     "executor_owner",
     "executor_socket_path",
+    "join_through",
     "local_address_toward",
     "place_driver",
 ]
 
 log = logging.getLogger("spark_connector.deployment")
+
+# How long the driver's node waits for a first neighbour when it joins a data topic through
+# outside nodes: one that is not in the topic never sends one, and the driver's node is then
+# the topic's first node here (executors join through it), which needs no neighbour. Guess:
+# a few handshakes on a loaded LAN; a join that takes longer goes on in the background.
+CONTACT_JOIN_TIMEOUT = 2.0
 
 # Every node of the application joins this topic as soon as it starts, so the overlay (and
 # its RTT measurements) exists before any query runs; introspection and live configuration
@@ -92,6 +99,16 @@ class Deployment:
     id: str = ""
     driver_address: str = ""  # where the driver's node listens; a restarted one listens there
     driver_idle_timeout: float | None = None  # None: the driver's agent lives as its owner
+    # Nodes outside Spark ("host:port": register(bootstrap=...), and a query's `bootstrap`
+    # option): every node of the application joins data topics through them too, and the
+    # planners ask them what they hold.
+    contacts: tuple[str, ...] = ()
+    metrics: bool = False  # every agent serves Prometheus metrics on a free port
+
+    def joins(self) -> tuple[str, ...]:
+        """The addresses a node of the application joins a data topic through: the driver's
+        node (executors) and the outside contacts (the driver's node skips itself)."""
+        return tuple(dict.fromkeys([*self.bootstrap, *self.contacts]))
 
     @property
     def key(self) -> bytes:
@@ -133,7 +150,12 @@ def agent_config_file(directory: str, config: str) -> str | None:
 
 
 def start_driver_agent(
-    key: bytes, host: str, agent_config: str = "", signed: bool = False
+    key: bytes,
+    host: str,
+    agent_config: str = "",
+    signed: bool = False,
+    contacts: tuple[str, ...] = (),
+    metrics: bool = False,
 ) -> Deployment:
     """The driver's agent (started if needed), owned by this process (classic Spark)."""
     directory = agent_dir()
@@ -146,6 +168,8 @@ def start_driver_agent(
         agent_dir=directory,
         agent_config=agent_config,
         signed=signed,
+        contacts=contacts,
+        metrics=metrics,
     )
     return _joined_driver(draft)
 
@@ -201,6 +225,7 @@ def _ensure_driver(deployment: Deployment) -> AgentInfo:
             deployment.driver_socket, key=deployment.key, listen=listen,
             owner_pid=deployment.driver_pid, idle_timeout=deployment.driver_idle_timeout,
             config_file=config_file, sign=deployment.signed,
+            metrics_port=0 if deployment.metrics else None,
         )  # fmt: skip
 
     if deployment.driver_address:
@@ -277,6 +302,7 @@ def executor_client(deployment: Deployment) -> AgentClient:
         idle_timeout=EXECUTOR_IDLE_TIMEOUT,
         config_file=agent_config_file(deployment.agent_dir, deployment.agent_config),
         sign=deployment.signed,
+        metrics_port=0 if deployment.metrics else None,
     )
     client = AgentClient(socket_path, timeout=AGENT_TIMEOUT)
     try:
@@ -377,3 +403,16 @@ def _proc_stat(pid: int) -> tuple[str, int, int] | None:
 
 def _bracketed(host: str) -> str:
     return f"[{host}]" if ":" in host else host
+
+
+def join_through(client: AgentClient, topic: str, addresses: Any) -> None:
+    """The driver's node joins `topic` through `addresses` (outside contacts, nodes that
+    answered a planning before) if it is not in it yet. None of them bringing a neighbour
+    in time is no error: the node is joined all the same, keeps trying them, and is where
+    executors join (a sink writing a topic the outside nodes do not follow, for one)."""
+    try:
+        client.join(topic, list(addresses), timeout=CONTACT_JOIN_TIMEOUT)
+    except AgentError as exc:
+        if exc.kind != "timeout":
+            raise
+        log.info("topic %r: %s", topic, exc)

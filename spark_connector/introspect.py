@@ -26,6 +26,8 @@ class NodeView:
     address: str
     neighbors: list[dict[str, Any]]  # {address, kind, role, rtt_ms} on the cluster topic
     stats: dict[str, int]
+    # Where its agent serves Prometheus metrics (register(spark, metrics=True)); "" if not.
+    metrics_url: str = ""
 
 
 def overlay(spark: Any, deployment: Deployment | None = None) -> list[NodeView]:

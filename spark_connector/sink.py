@@ -1,26 +1,44 @@
-"""Topics as a Structured Streaming sink: `df.writeStream.format("episub")`.
+"""Topics as a sink: `df.writeStream.format("episub")` and `df.write.format("episub")`.
 
 Columns: `value` (binary or string, required), `key` (binary or string), `headers`
 (array of struct<key: string, value: binary>, Kafka's shape, or map<string, binary>), and
-`topic` (string: the row's topic instead of the `topic` option's first). Each task
-publishes through its own executor's node.
+`topic` (string: the row's topic, one of the `topic` option's, instead of its first). Names
+match as Spark matches them, whatever their case. Each task publishes through its own
+executor's node.
 
-Exactly once toward subscribers. A row's identity does not depend on which executor or
-which attempt writes it: each task publishes its rows at named places of a stream of its
-own, `sink/<query>/<batch>/<partition>`, numbered 0, 1, 2... per topic in the order the
-partition yields them (episub.Node.publish_record's `stream`). A retried task, or a re-run
-micro-batch, names the same places again, and a place that is taken publishes nothing on
-any node that has heard of it. The query and batch come from Spark's task-local properties
-(`sql.streaming.queryId`, `streaming.sql.batchId`); a batch (non-streaming) write uses an
-id drawn once when its writer is made on the driver, which covers its task retries.
+One message per place, exactly once toward subscribers. A row's place does not depend on
+which executor or which attempt writes it: partition p of a streaming query writes its
+rows, in the order the partition yields them, at the next places of a stream of its own,
+`sink/<query>/<generation>/<p>`, one stream per partition for the life of the query, not
+one per batch (so the source's offsets stay small). Where batch B's rows start in each
+stream comes from the sink's index: after every batch, the driver's commit publishes the
+streams' ends at place B of a control stream, `_episub/sink/<query>` (held and relayed in
+the topic like any message, never delivered to subscribers), and batch B+1's tasks read
+place B back from the driver's node. A retried task or a re-run batch (after a driver
+restart too: the index is held by every node of the topic) so names the same places; it
+first fetches what an earlier attempt wrote there, so taken places publish nothing, and
+stamps its rows with that attempt's timestamp, so a place written twice anyway is the same
+message (same id). With no index to go on (the query's first batch, or an index aged out
+of every node) the batch starts a new generation of streams.
+
+Acknowledgement (`acks`, Kafka's names): `local` returns once the task's own node took
+the rows; `1` (default) once another node holds every row (an executor killed right after
+its task committed loses nothing); `all` once every neighbour of the task's node in the
+topic holds every row.
+
+A batch write (`df.write`) uses streams `sink/<write>/0/<p>`, the write's id drawn once on
+the driver, which covers its task retries.
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from pyspark.sql.datasource import (
     DataSourceStreamWriter,
@@ -35,54 +53,130 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from spark_connector.deployment import Deployment, executor_client
+from episub.proto.messages import MAX_SEQ, HeldSpan
+from spark_connector.deployment import Deployment, driver_client, executor_client, join_through
 from spark_connector.options import OptionError, SinkOptions
 
-__all__ = ["EpisubBatchWriter", "EpisubStreamWriter", "SinkCommit", "check_sink_schema"]
+__all__ = [
+    "CONTROL_STREAM",
+    "Columns",
+    "EpisubBatchWriter",
+    "EpisubStreamWriter",
+    "IndexFound",
+    "SinkCommit",
+    "SinkIndex",
+    "check_sink_schema",
+]
 
 log = logging.getLogger("spark_connector.sink")
 
 QUERY_ID_PROPERTY = "sql.streaming.queryId"  # StreamExecution.QUERY_ID_KEY
 BATCH_ID_PROPERTY = "streaming.sql.batchId"  # MicroBatchExecution.BATCH_ID_KEY
+CONTROL_STREAM = b"_episub/sink/"  # + query: the sink's index (episub.node.CONTROL_PREFIX)
 _TEXT_OR_BINARY = (StringType, BinaryType)
+# Seconds each node asked gets to say what it holds (sink index, earlier attempts, acks).
+ASK_TIMEOUT = 2.0
+ACK_POLL = (0.005, 0.25)  # first and longest wait between two looks at the acks
+
+
+class SinkAckTimeout(RuntimeError):
+    """Rows a task published were not held by other nodes within `ackTimeout`."""
 
 
 @dataclass
 class SinkCommit(WriterCommitMessage):
-    """What one task did: rows published, and rows whose place was taken already."""
+    """What one task did: where its rows went, rows published, places taken already."""
 
     partition: int
     published: int
     duplicates: int
+    query: str = ""  # streaming: the query's short id, the batch and the generation used
+    batch: int = -1
+    generation: int = 0
+    written: dict[str, tuple[int, int]] = field(default_factory=dict)  # topic: (base, rows)
+    index: IndexFound | None = None  # the sink index the bases came from
+    node: str = ""  # the address of the node that wrote (the commit joins through it)
 
 
-def check_sink_schema(schema: StructType, options: SinkOptions) -> None:
+@dataclass(frozen=True)
+class SinkIndex:
+    """Where each partition's stream of each topic ends after a batch (place B of the
+    query's control stream)."""
+
+    batch: int
+    generation: int
+    ends: dict[str, dict[int, int]]  # topic -> partition -> next place
+
+    def to_json(self) -> bytes:
+        ends = {
+            t: {str(p): e for p, e in sorted(per.items())} for t, per in sorted(self.ends.items())
+        }
+        body = {"batch": self.batch, "generation": self.generation, "ends": ends}
+        return json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+
+    @classmethod
+    def from_json(cls, data: bytes) -> SinkIndex:
+        body = json.loads(data)
+        ends = {t: {int(p): int(e) for p, e in per.items()} for t, per in body["ends"].items()}
+        return cls(int(body["batch"]), int(body["generation"]), ends)
+
+
+@dataclass(frozen=True)
+class Columns:
+    """The DataFrame's columns the sink reads, by position (matched case-insensitively)."""
+
+    value: int
+    key: int | None
+    headers: int | None
+    topic: int | None
+
+
+def check_sink_schema(schema: StructType, options: SinkOptions) -> Columns:
     """Refuse a DataFrame the sink cannot write, naming the column and what it must be."""
-    fields = {f.name.lower(): f for f in schema.fields}
-    value = fields.get("value")
-    if value is None:
+    found: dict[str, int] = {}
+    for i, f in enumerate(schema.fields):
+        low = f.name.lower()
+        if low in ("value", "key", "headers", "topic"):
+            if low in found:
+                raise OptionError(
+                    f"columns {schema.fields[found[low]].name!r} and {f.name!r} differ only in "
+                    "case: the sink cannot tell which to write"
+                )
+            found[low] = i
+    if "value" not in found:
         raise OptionError(
             f"the episub sink needs a 'value' column (binary or string); the DataFrame has "
             f"{', '.join(schema.fieldNames()) or 'no columns'}"
         )
     for name in ("value", "key", "topic"):
-        field = fields.get(name)
+        if name not in found:
+            continue
+        column = schema.fields[found[name]]
         allowed = (StringType,) if name == "topic" else _TEXT_OR_BINARY
-        if field is not None and not isinstance(field.dataType, allowed):
+        if not isinstance(column.dataType, allowed):
             kinds = " or ".join(t.typeName() for t in allowed)
             raise OptionError(
-                f"column {field.name!r} must be {kinds}, not {field.dataType.simpleString()}"
+                f"column {column.name!r} must be {kinds}, not {column.dataType.simpleString()}"
             )
-    headers = fields.get("headers")
-    if headers is not None and not _headers_type(headers.dataType):
+    if "headers" in found and not _headers_type(schema.fields[found["headers"]].dataType):
         raise OptionError(
-            "column 'headers' must be array<struct<key:string,value:binary>> or "
-            f"map<string,binary>, not {headers.dataType.simpleString()}"
+            f"column {schema.fields[found['headers']].name!r} must be "
+            "array<struct<key:string,value:binary>> or map<string,binary>, not "
+            f"{schema.fields[found['headers']].dataType.simpleString()}"
         )
-    if "topic" not in fields and not options.topics:
+    if not options.topics:
+        what = "a 'topic' column names each row's topic" if "topic" in found else "rows need one"
         raise OptionError(
-            'the episub sink needs option "topic", or a "topic" column naming each row\'s topic'
+            f'the episub sink needs option "topic" ({what}): the topics it may write, the '
+            "first the default for rows with no topic, so that every node joins them before "
+            "a row is written"
         )
+    return Columns(
+        value=found["value"],
+        key=found.get("key"),
+        headers=found.get("headers"),
+        topic=found.get("topic"),
+    )
 
 
 def _headers_type(kind: object) -> bool:
@@ -114,71 +208,201 @@ def _row_headers(headers: object) -> tuple[tuple[str, bytes], ...]:
     return tuple((str(k), _bytes(v, "headers")) for k, v in pairs)  # type: ignore[union-attr]
 
 
-def write_partition(
-    rows: Iterator[object],
+# -- a task's write -------------------------------------------------------------------------
+
+
+@dataclass
+class _TopicWrite:
+    """One topic's rows of one task: places base, base+1, ... of `stream`."""
+
+    topic: str
+    stream: bytes
+    base: int
+    stamp: int  # every row's timestamp (ms): an earlier attempt's, or when this one began
+    rows: int = 0
+    pending: list[Any] = field(default_factory=list)
+
+
+class _PartitionWriter:
+    """Writes one partition's rows through its executor's node (see the module doc)."""
+
+    def __init__(
+        self,
+        client: Any,
+        deployment: Deployment,
+        options: SinkOptions,
+        stream: bytes,
+        bases: dict[str, int],
+    ) -> None:
+        self.client = client
+        self.deployment = deployment
+        self.options = options
+        self.stream = stream
+        self.bases = bases  # topic -> first place (absent: 0)
+        self.topics: dict[str, _TopicWrite] = {}
+        self.published = self.duplicates = 0
+
+    def add(self, topic: str, record: Any) -> None:
+        write = self.topics.get(topic)
+        if write is None:
+            write = self.topics[topic] = self._begin(topic)
+        write.pending.append(record)
+        if len(write.pending) >= self.options.batch_size:
+            self._flush(write)
+
+    def _begin(self, topic: str) -> _TopicWrite:
+        """Join the topic; fetch what an earlier attempt wrote at this task's places (so they
+        are taken here) and take its stamp, so a place written again is the same message."""
+        client = self.client
+        client.join(topic, self.deployment.joins())
+        base = self.bases.get(topic, 0)
+        asked = HeldSpan(publisher=self.stream, first_seq=base, last_seq=MAX_SEQ)
+        nodes = client.holdings(
+            topic,
+            spans=[asked],
+            neighbors=True,
+            addresses=_driver(self.deployment),
+            timeout=ASK_TIMEOUT,
+        )
+        spans = [(n.node_id, s) for n in nodes if n.answered for s in n.spans]
+        stamp = int(time.time() * 1000)
+        if spans:
+            last = max(s.last_seq for _, s in spans)
+            holders = [node for node, _ in spans if node]
+            earlier = client.read_range(
+                topic, self.stream, base, last, fetch_timeout=ASK_TIMEOUT, holders=holders
+            )
+            if earlier:
+                stamp = earlier[0].timestamp_ms
+                log.info(
+                    "topic %r, stream %r: %d rows from an earlier attempt found at places "
+                    "%d..%d; they are not published again",
+                    topic, self.stream, len(earlier), base, last,
+                )  # fmt: skip
+        return _TopicWrite(topic, self.stream, base, stamp)
+
+    def _flush(self, write: _TopicWrite) -> None:
+        from episub.agent import Record
+
+        if not write.pending:
+            return
+        records = [
+            Record(
+                value=value,
+                key=key,
+                headers=headers,
+                stream=(write.stream, write.base + write.rows + i),
+                timestamp_ms=write.stamp,
+            )
+            for i, (value, key, headers) in enumerate(write.pending)
+        ]
+        for receipt in self.client.publish_batch(write.topic, records):
+            if receipt.duplicate:
+                self.duplicates += 1
+            else:
+                self.published += 1
+        write.rows += len(records)
+        write.pending = []
+
+    def finish(self) -> dict[str, tuple[int, int]]:
+        """Publish what is pending, wait for the acknowledgements; (base, rows) per topic."""
+        for write in self.topics.values():
+            self._flush(write)
+        for write in self.topics.values():
+            if write.rows:
+                await_acks(
+                    self.client,
+                    write.topic,
+                    HeldSpan(
+                        publisher=write.stream,
+                        first_seq=write.base,
+                        last_seq=write.base + write.rows - 1,
+                    ),
+                    self.options.acks,
+                    self.options.ack_timeout,
+                )
+        return {w.topic: (w.base, w.rows) for w in self.topics.values()}
+
+
+def await_acks(client: Any, topic: str, span: HeldSpan, acks: str, timeout: float) -> None:
+    """Return once other nodes hold every seq of `span`: one of them (acks "1"), or every
+    neighbour of this node in the topic ("all"); at once for "local". SinkAckTimeout past
+    `timeout` seconds."""
+    if acks == "local":
+        return
+    need = span.last_seq - span.first_seq + 1
+    deadline = time.monotonic() + timeout
+    pause = ACK_POLL[0]
+    while True:
+        nodes = client.holdings(topic, spans=[span], neighbors=True, timeout=ASK_TIMEOUT)
+        others = nodes[1:]  # the first is this node
+        full = [n for n in others if n.answered and sum(s.count for s in n.spans) >= need]
+        if acks == "1" and full:
+            return
+        if acks == "all" and others and len(full) == len(others):
+            return
+        if time.monotonic() > deadline:
+            held = sorted(
+                (sum(s.count for s in n.spans) for n in others if n.answered), reverse=True
+            )
+            raise SinkAckTimeout(
+                f"topic {topic!r}, stream {span.publisher!r}: places "
+                f"{span.first_seq}..{span.last_seq} ({need} rows) were not held by "
+                f"{'another node' if acks == '1' else 'every neighbour'} within {timeout} s "
+                f"(acks={acks}; the {len(others)} neighbour(s) hold {held or 'none'} of them)"
+            )
+        time.sleep(pause)  # the next look: no event tells a blocking client of a copy
+        pause = min(ACK_POLL[1], pause * 2)
+
+
+def _driver(deployment: Deployment) -> tuple[str, ...]:
+    return (deployment.driver_address,) if deployment.driver_address else ()
+
+
+def write_rows(
+    rows: Iterator[Any],
     *,
+    client: Any,
     deployment: Deployment,
     options: SinkOptions,
-    stream_prefix: str,
-) -> SinkCommit:
-    """Publish a partition's rows at the places `stream_prefix/<partition>`, seq per topic."""
+    columns: Columns,
+    stream: bytes,
+    bases: dict[str, int],
+) -> tuple[_PartitionWriter, dict[str, tuple[int, int]]]:
+    """Publish a partition's rows (see the module doc); the writer, and (base, rows) per
+    topic written."""
+    writer = _PartitionWriter(client, deployment, options, stream, bases)
+    allowed = set(options.topics)
+    default_topic = options.topics[0]
+    for row in rows:
+        topic = row[columns.topic] if columns.topic is not None else None
+        topic = topic or default_topic
+        if topic not in allowed:
+            raise ValueError(
+                f"a row's topic {topic!r} is not among the sink's topics "
+                f'({", ".join(options.topics)}); list every topic in option "topic"'
+            )
+        value = row[columns.value]
+        if value is None:
+            raise ValueError("a row's 'value' is null: every published message needs one")
+        key = row[columns.key] if columns.key is not None else None
+        headers = row[columns.headers] if columns.headers is not None else None
+        writer.add(
+            topic,
+            (
+                _bytes(value, "value"),
+                None if key is None else _bytes(key, "key"),
+                _row_headers(headers),
+            ),
+        )
+    return writer, writer.finish()
+
+
+def _partition_id() -> int:
     from pyspark import TaskContext
 
-    from episub.agent import Record
-
     context = TaskContext.get()
-    partition = context.partitionId() if context is not None else 0
-    stream = f"{stream_prefix}/{partition}".encode()
-    allowed = set(options.topics)
-    default_topic = options.topics[0] if options.topics else None
-    published = duplicates = 0
-    with executor_client(deployment) as client:
-        joined: set[str] = set()
-        seqs: dict[str, int] = {}
-        pending: dict[str, list[Record]] = {}
-
-        def flush(topic: str) -> None:
-            nonlocal published, duplicates
-            records = pending.pop(topic, [])
-            if records:
-                for receipt in client.publish_batch(topic, records):
-                    if receipt.duplicate:
-                        duplicates += 1
-                    else:
-                        published += 1
-
-        for row in rows:
-            fields = row.asDict() if hasattr(row, "asDict") else dict(row)  # type: ignore[call-overload]
-            topic = fields.get("topic") or default_topic
-            if topic is None:
-                raise ValueError("a row has no topic: its 'topic' is null and no option names one")
-            if allowed and topic not in allowed:
-                raise ValueError(
-                    f"a row's topic {topic!r} is not among the sink's topics "
-                    f'({", ".join(options.topics)}); list every topic in option "topic"'
-                )
-            if topic not in joined:
-                client.join(topic)
-                joined.add(topic)
-            value = fields.get("value")
-            if value is None:
-                raise ValueError("a row's 'value' is null: every published message needs one")
-            key = fields.get("key")
-            seq = seqs.get(topic, 0)
-            seqs[topic] = seq + 1
-            pending.setdefault(topic, []).append(
-                Record(
-                    value=_bytes(value, "value"),
-                    key=None if key is None else _bytes(key, "key"),
-                    headers=_row_headers(fields.get("headers")),
-                    stream=(stream, seq),
-                )
-            )
-            if len(pending[topic]) >= options.batch_size:
-                flush(topic)
-        for topic in list(pending):
-            flush(topic)
-    return SinkCommit(partition=partition, published=published, duplicates=duplicates)
+    return context.partitionId() if context is not None else 0
 
 
 def _short(query_id: str) -> str:
@@ -187,12 +411,65 @@ def _short(query_id: str) -> str:
     return query_id.replace("-", "")[:16]
 
 
+# -- the sink index: where a batch's rows start -----------------------------------------------
+
+
+@dataclass(frozen=True)
+class IndexFound:
+    """Where the last sink index before a batch is: its batch, and nodes that hold it."""
+
+    batch: int
+    holders: tuple[bytes, ...]
+
+
+def find_index(
+    client: Any, deployment: Deployment, topic: str, query: str, batch: int
+) -> IndexFound | None:
+    """The last sink index before `batch` that is held (None: none is, so `batch` starts
+    a generation). The driver's node is asked by address as well as the neighbours: it
+    published every index of this run."""
+    if batch <= 0:
+        return None
+    control = CONTROL_STREAM + query.encode()
+    asked = HeldSpan(publisher=control, first_seq=0, last_seq=batch - 1)
+    nodes = client.holdings(
+        topic, spans=[asked], neighbors=True, addresses=_driver(deployment), timeout=ASK_TIMEOUT
+    )
+    if deployment.driver_address and not any(
+        n.answered and n.address == deployment.driver_address for n in nodes
+    ):
+        raise RuntimeError(
+            f"the driver's episub node ({deployment.driver_address}) did not answer where "
+            f"batch {batch}'s rows go; the task fails so that Spark tries it again"
+        )
+    found = [(s.last_seq, n.node_id) for n in nodes if n.answered for s in n.spans]
+    if not found:
+        return None
+    last = max(seq for seq, _ in found)
+    return IndexFound(last, tuple(node for seq, node in found if seq == last and node))
+
+
+def read_index(client: Any, topic: str, query: str, found: IndexFound) -> SinkIndex:
+    control = CONTROL_STREAM + query.encode()
+    held = client.read_range(
+        topic, control, found.batch, found.batch, fetch_timeout=ASK_TIMEOUT * 2,
+        holders=found.holders,
+    )  # fmt: skip
+    if not held:
+        raise RuntimeError(
+            f"the sink index of batch {found.batch} is held by {len(found.holders)} node(s) but "
+            "could not be read; this fails so that Spark tries again"
+        )
+    return SinkIndex.from_json(held[0].value)
+
+
 class EpisubStreamWriter(DataSourceStreamWriter):
-    def __init__(self, options: SinkOptions, deployment: Deployment) -> None:
+    def __init__(self, options: SinkOptions, deployment: Deployment, columns: Columns) -> None:
         self.options = options
         self.deployment = deployment
+        self.columns = columns
 
-    def write(self, iterator: Iterator[object]) -> SinkCommit:
+    def write(self, iterator: Iterator[Any]) -> SinkCommit:
         from pyspark import TaskContext
 
         context = TaskContext.get()
@@ -203,14 +480,39 @@ class EpisubStreamWriter(DataSourceStreamWriter):
                 "the episub stream writer runs without Spark's query and batch ids "
                 f"({QUERY_ID_PROPERTY}, {BATCH_ID_PROPERTY}); it must run in a streaming query"
             )
-        return write_partition(
-            iterator,
-            deployment=self.deployment,
-            options=self.options,
-            stream_prefix=f"sink/{_short(query)}/{int(batch)}",
+        short, batch_id, partition = _short(query), int(batch), _partition_id()
+        with executor_client(self.deployment) as client:
+            first = self.options.topics[0]
+            client.join(first, self.deployment.joins())
+            found = find_index(client, self.deployment, first, short, batch_id)
+            index = read_index(client, first, short, found) if found is not None else None
+            generation = index.generation if index is not None else batch_id
+            bases = {t: per.get(partition, 0) for t, per in (index.ends if index else {}).items()}
+            writer, written = write_rows(
+                iterator,
+                client=client,
+                deployment=self.deployment,
+                options=self.options,
+                columns=self.columns,
+                stream=f"sink/{short}/{generation}/{partition}".encode(),
+                bases=bases,
+            )
+            address = client.inspect().address
+        return SinkCommit(
+            partition=partition,
+            published=writer.published,
+            duplicates=writer.duplicates,
+            query=short,
+            batch=batch_id,
+            generation=generation,
+            written=written,
+            index=found,
+            node=address,
         )
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        """Publish the sink index of batch `batchId` (where each stream ends now), through the
+        driver's node, in every topic of the sink."""
         done = [m for m in messages if isinstance(m, SinkCommit)]
         log.info(
             "batch %d: %d rows published, %d already published before (retried tasks)",
@@ -218,6 +520,37 @@ class EpisubStreamWriter(DataSourceStreamWriter):
             sum(m.published for m in done),
             sum(m.duplicates for m in done),
         )
+        if not done:
+            return  # no task ran: nothing moved, the last index stands
+        starts = {(m.generation, m.index.batch if m.index else -1) for m in done}
+        if len(starts) != 1:
+            raise RuntimeError(
+                f"batch {batchId}'s tasks did not all find the same sink index "
+                f"(generation, index batch: {sorted(starts)}); the batch fails so that Spark "
+                "runs it again"
+            )
+        query, generation, found = done[0].query, done[0].generation, done[0].index
+        # Through the tasks' nodes too: a driver's node that restarted is in no overlay yet.
+        joins = tuple(dict.fromkeys([*self.deployment.contacts, *(m.node for m in done if m.node)]))
+        with driver_client(self.deployment) as client:
+            first = self.options.topics[0]
+            join_through(client, first, joins)
+            ends: dict[str, dict[int, int]] = {}
+            if found is not None:
+                holders = tuple(dict.fromkeys(h for m in done if m.index for h in m.index.holders))
+                previous = read_index(client, first, query, IndexFound(found.batch, holders))
+                ends = {t: dict(per) for t, per in previous.ends.items()}
+            for m in done:
+                for topic, (base, rows) in m.written.items():
+                    ends.setdefault(topic, {})[m.partition] = base + rows
+            index = SinkIndex(batchId, generation, ends)
+            control = CONTROL_STREAM + query.encode()
+            for topic in self.options.topics:
+                join_through(client, topic, joins)
+                # Stamp 0: a commit run again after a restart writes the very same message.
+                client.publish(topic, index.to_json(), stream=(control, batchId), timestamp_ms=0)
+                span = HeldSpan(publisher=control, first_seq=batchId, last_seq=batchId)
+                await_acks(client, topic, span, self.options.acks, self.options.ack_timeout)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         # What was published stays published: a re-run of the batch names the same places,
@@ -228,15 +561,29 @@ class EpisubStreamWriter(DataSourceStreamWriter):
 class EpisubBatchWriter(DataSourceWriter):
     """`df.write.format("episub")`: one write's rows, once each across task retries."""
 
-    def __init__(self, options: SinkOptions, deployment: Deployment) -> None:
+    def __init__(self, options: SinkOptions, deployment: Deployment, columns: Columns) -> None:
         self.options = options
         self.deployment = deployment
+        self.columns = columns
         self.write_id = uuid.uuid4().hex[:16]  # drawn on the driver, pickled to every task
 
-    def write(self, iterator: Iterator[object]) -> SinkCommit:
-        return write_partition(
-            iterator,
-            deployment=self.deployment,
-            options=self.options,
-            stream_prefix=f"sink/{self.write_id}/0",
+    def write(self, iterator: Iterator[Any]) -> SinkCommit:
+        partition = _partition_id()
+        with executor_client(self.deployment) as client:
+            writer, written = write_rows(
+                iterator,
+                client=client,
+                deployment=self.deployment,
+                options=self.options,
+                columns=self.columns,
+                stream=f"sink/{self.write_id}/0/{partition}".encode(),
+                bases={},
+            )
+            address = client.inspect().address
+        return SinkCommit(
+            partition=partition,
+            published=writer.published,
+            duplicates=writer.duplicates,
+            written=written,
+            node=address,
         )

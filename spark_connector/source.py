@@ -1,33 +1,35 @@
-"""Topics as a Structured Streaming source: `spark.readStream.format("episub")`.
+"""Topics as a source: `spark.readStream.format("episub")` and `spark.read.format("episub")`.
 
-Offsets are small JSON dicts, {topic: {publisher: next seq}}: where each publisher's stream
-of each topic stands (publishers as text: their bytes decoded as latin-1, which round-trips
-any id). The driver-side methods (`initialOffset`, `latestOffset`, `partitions`) ask the
-driver's node which publishers it has seen and how far; `read()` runs on an executor and
-takes its ranges from that executor's own node, which holds them because it follows the
-topic, asking its neighbours for what it lacks (a node that started after the data was
-published, or a replay of an old range). A range is the same rows whenever it is read, so a
-re-run batch replays exactly.
+The driver-side methods (`initialOffset`, `latestOffset`, `partitions`; a batch read's
+`partitions`) ask the reachable nodes what they hold of each topic (`reach`) and let
+planner.py decide the offsets and ranges; `read()` runs on an executor and takes its ranges
+from that executor's own node, which follows the topic and fetches what it lacks from the
+nodes known to hold it and from its neighbours. A range is the same rows whenever it is
+read, so a re-run batch replays exactly, and a query restarted from its checkpoint in a new
+application reads on from any node that still holds its rows.
 
-Choices, in the Kafka source's spirit:
-- A publisher first seen after the query started is read from the first seq the driver's
-  node still holds of it (Kafka reads a new partition from its earliest offset), from the
-  batch after the one whose offsets first name it.
-- `maxRowsPerTrigger` is shared fairly between publishers (water-filling), so one busy
-  publisher cannot starve a quiet one.
-- Data loss: a range the driver's node no longer holds the start of, or that a task could
-  not complete, fails the query with the range named when `failOnDataLoss` is true (the
-  default); otherwise it is skipped with a warning.
+Reachable, for a planner: the driver's node, its neighbours in the topic, the outside
+nodes the deployment names (`register(spark, bootstrap=...)`, the `bootstrap` option),
+and, on demand, a publisher's own node (a node's id is its address) when what the others
+hold starts after the query's position.
+
+Lag: `reportLatestOffset` gives Spark what is held (each publisher's last seq + 1), which
+`query.lastProgress["sources"][0]["latestOffset"]` shows beside `endOffset`; `lag()` sums
+the difference. PySpark 4.3 lets a Python source report no other metric (its stream has
+no `metrics()` hook on the JVM side).
 """
 
 from __future__ import annotations
 
 import datetime
 import logging
+import re
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
     ReadLimit,
@@ -35,34 +37,41 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from spark_connector.deployment import Deployment, driver_client, executor_client
+from spark_connector.deployment import Deployment, driver_client, executor_client, join_through
 from spark_connector.options import SourceOptions
+from spark_connector.planner import (
+    DataLossError,
+    Holdings,
+    OffsetPlanner,
+    Offsets,
+    Range,
+    pack,
+    publisher_bytes,
+    publisher_text,
+    union,
+)
 
-__all__ = ["DataLossError", "EpisubStreamReader", "RangePartition", "publisher_text"]
+__all__ = [
+    "DataLossError",
+    "EpisubBatchReader",
+    "EpisubStreamReader",
+    "RangePartition",
+    "lag",
+    "publisher_text",
+]
 
 log = logging.getLogger("spark_connector.source")
 
-Offsets = dict[str, dict[str, int]]
-
-
-class DataLossError(RuntimeError):
-    """Rows the query should read are no longer held anywhere it could read them."""
-
-
-def publisher_text(publisher: bytes) -> str:
-    return publisher.decode("latin-1")
-
-
-def publisher_bytes(text: str) -> bytes:
-    return text.encode("latin-1")
-
-
-@dataclass(frozen=True, slots=True)
-class Range:
-    topic: str
-    publisher: str
-    first_seq: int
-    last_seq: int
+# Seconds each node asked gets to answer what it holds: a loaded LAN answers in ms; a node
+# that takes longer is left out of this planning (and asked again at the next).
+REACH_TIMEOUT = 2.0
+# Publishers' own nodes asked at most per planning, when the others' holdings start late.
+MAX_ON_DEMAND = 32
+# Nodes that answered a planning, asked again at the next one whether neighbours or not.
+MAX_KNOWN = 16
+# Topics whose names start so are the deployment's own (the cluster topic, configuration).
+INTERNAL_TOPIC_PREFIX = "_episub."
+_MAX_SEQ = (1 << 63) - 1
 
 
 @dataclass(frozen=True)
@@ -73,37 +82,193 @@ class RangePartition(InputPartition):
     deployment: Deployment
     fetch_timeout: float
     fail_on_data_loss: bool
+    include_headers: bool = True
 
 
-class EpisubStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+def lag(progress: Any) -> int | None:
+    """Rows the episub sources of a query's progress (`query.lastProgress`) were behind
+    after its last batch: what was held (latestOffset) past what they had read
+    (endOffset); None when no source of the progress has episub's offsets."""
+    if not progress:
+        return None
+    behind = None
+    for source in progress["sources"]:
+        latest, end = _offsets_of(source["latestOffset"]), _offsets_of(source["endOffset"])
+        if latest is None or end is None:
+            continue
+        behind = (behind or 0) + sum(
+            max(0, seq - end.get(topic, {}).get(publisher, seq))
+            for topic, publishers in latest.items()
+            for publisher, seq in publishers.items()
+        )
+    return behind
+
+
+def _offsets_of(text: Any) -> Offsets | None:
+    """Offsets in episub's shape ({topic: {publisher: seq}}), or None for any other."""
+    import json
+
+    try:
+        found = json.loads(text) if isinstance(text, str) else text
+    except (TypeError, ValueError):
+        return None
+    if not isinstance(found, dict) or not all(
+        isinstance(per, dict) and all(isinstance(s, int) for s in per.values())
+        for per in found.values()
+    ):
+        return None
+    return found
+
+
+class _Planning:
+    """What stream and batch reads share: the topics, asking the reachable nodes."""
+
+    options: SourceOptions
+    deployment: Deployment
+
+    def _topics(self, client: Any) -> list[str]:
+        """The topics read: those named, or those matching subscribePattern that the driver's
+        node, its neighbours and the outside contacts know of (asked at every planning, so
+        a topic created later is read too, from its earliest held row)."""
+        if self.options.pattern is None:
+            return list(self.options.topics)
+        pattern = re.compile(self.options.pattern)
+        known = client.known_topics(
+            neighbors=True, addresses=self.deployment.contacts, timeout=REACH_TIMEOUT
+        )
+        return [
+            t for t in known if pattern.fullmatch(t) and not t.startswith(INTERNAL_TOPIC_PREFIX)
+        ]
+
+    def _reach(
+        self, wanted: Offsets | None = None, since_ms: int = 0, earliest: bool = False
+    ) -> tuple[list[str], dict[str, Holdings]]:
+        """The topics read, and what the reachable nodes hold of each. `wanted`: where the
+        query stands; a publisher the others hold only from later on is asked of its own
+        node too (with `earliest`: every publisher they do not hold from seq 0)."""
+        contacts = self.deployment.contacts
+        # Nodes that answered before are asked (and joined through) again: a driver's node
+        # that restarted has no neighbour yet, and they hold what it lost.
+        known: dict[bytes, str] = getattr(self, "_known", {})
+        with driver_client(self.deployment) as client:
+            topics = self._topics(client)
+            for topic in topics:
+                join_through(client, topic, [*contacts, *known.values()])
+            out = {}
+            answered: dict[bytes, str] = {}
+            for topic in topics:
+                nodes = client.holdings(
+                    topic,
+                    neighbors=True,
+                    peers=list(known)[:MAX_KNOWN],
+                    addresses=contacts,
+                    since_ms=since_ms,
+                    timeout=REACH_TIMEOUT,
+                )
+                answered.update(
+                    (n.node_id, n.address) for n in nodes[1:] if n.answered and n.node_id
+                )
+                answers = [(n.node_id, n.spans) for n in nodes if n.answered]
+                held = union(answers)
+                positions = dict((wanted or {}).get(topic, {}))
+                if earliest:
+                    positions.update({p: 0 for p in held if p not in positions})
+                late = [
+                    publisher_bytes(p)
+                    for p, position in positions.items()
+                    if p not in held or held[p].first > max(position, 0)
+                ]
+                own = [p for p in late if _is_node_id(p)][:MAX_ON_DEMAND]
+                if own:
+                    more = client.holdings(
+                        topic, peers=own, since_ms=since_ms, timeout=REACH_TIMEOUT
+                    )
+                    answers += [(n.node_id, n.spans) for n in more[1:] if n.answered]
+                    held = union(answers)
+                out[topic] = held
+            self._known = dict(list(answered.items())[:MAX_KNOWN])
+        return topics, out
+
+    def _start(self, planner: OffsetPlanner) -> Offsets:
+        o = self.options
+        if o.starting_by_timestamp is not None:
+            return self._start_by_publisher_time(planner)
+        since = o.starting_timestamp or 0
+        named = o.starting_offsets if isinstance(o.starting_offsets, dict) else None
+        earliest = o.starting_offsets == "earliest" or any(
+            seq == -2 for per in (named or {}).values() for seq in per.values()
+        )
+        topics, holdings = self._reach(wanted=named, since_ms=since, earliest=earliest)
+        return planner.start_offsets(
+            topics,
+            o.starting_offsets,
+            holdings,
+            by_time=o.starting_timestamp is not None,
+            strategy_latest=o.strategy_latest,
+        )
+
+    def _start_by_publisher_time(self, planner: OffsetPlanner) -> Offsets:
+        """startingOffsetsByTimestamp: each named publisher from its first row stamped at
+        or after its own time; publishers not named start as new ones do (earliest)."""
+        o = self.options
+        assert o.starting_by_timestamp is not None
+        topics, holdings = self._reach()
+        out = planner.start_offsets(topics, "earliest", holdings)
+        times = {ms for per in o.starting_by_timestamp.values() for ms in per.values()}
+        for ms in sorted(times):
+            _, timed = self._reach(since_ms=ms)
+            for topic, publishers in o.starting_by_timestamp.items():
+                wanted = {p for p, t in publishers.items() if t == ms}
+                held = {p: h for p, h in timed.get(topic, {}).items() if p in wanted}
+                start = planner.start_offsets(
+                    [topic], "earliest", {topic: held}, by_time=True,
+                    strategy_latest=o.strategy_latest,
+                )  # fmt: skip
+                out.setdefault(topic, {}).update(start[topic])
+        return out
+
+    def _partitions(self, planner: OffsetPlanner, start: Offsets, end: Offsets) -> list[Any]:
+        o = self.options
+        tasks = pack(planner.ranges(start, end), o.max_rows_per_partition, o.min_partitions)
+        return [
+            RangePartition(
+                ranges=tuple(task),
+                deployment=self.deployment,
+                fetch_timeout=o.fetch_timeout,
+                fail_on_data_loss=o.fail_on_data_loss,
+                include_headers=o.include_headers,
+            )
+            for task in tasks
+        ]
+
+
+class EpisubStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow, _Planning):
+    """`spark.readStream.format("episub")`. Spark keeps one instance per query in a
+    driver-side process: its planner's memory lives here, made on first use."""
+
     def __init__(self, options: SourceOptions, deployment: Deployment) -> None:
         self.options = options
         self.deployment = deployment
+        self._planner: OffsetPlanner | None = None
         self._target: Offsets | None = None  # Trigger.AvailableNow's end
+        self._latest: Offsets | None = None  # what was held at the last planning (lag)
+
+    @property
+    def planner(self) -> OffsetPlanner:
+        if self._planner is None:
+            o = self.options
+            self._planner = OffsetPlanner(
+                fail_on_data_loss=o.fail_on_data_loss,
+                min_rows=o.min_rows_per_trigger,
+                max_trigger_delay=o.max_trigger_delay,
+                now=time.monotonic(),
+            )
+        return self._planner
 
     # -- driver side ------------------------------------------------------------------------
 
-    def _held(self) -> dict[str, dict[str, tuple[int, int]]]:
-        """topic -> publisher -> (first seq held, last seq) on the driver's node."""
-        with driver_client(self.deployment) as client:
-            out = {}
-            for topic in self.options.topics:
-                client.join(topic)
-                out[topic] = {publisher_text(p): span for p, span in client.offsets(topic).items()}
-            return out
-
     def initialOffset(self) -> dict:
-        held = self._held()
-        starting = self.options.starting_offsets
-        out: Offsets = {}
-        for topic in self.options.topics:
-            if starting == "latest":
-                out[topic] = {p: last + 1 for p, (_, last) in held[topic].items()}
-            elif starting == "earliest":
-                out[topic] = {p: first for p, (first, _) in held[topic].items()}
-            else:
-                out[topic] = dict(starting.get(topic, {}))  # type: ignore[union-attr]
-        return out
+        return self._start(self.planner)
 
     def getDefaultReadLimit(self) -> ReadLimit:
         if self.options.max_rows_per_trigger is not None:
@@ -111,74 +276,31 @@ class EpisubStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:
-        self._target = self._available()
-
-    def _available(self) -> Offsets:
-        return {
-            topic: {p: last + 1 for p, (_, last) in spans.items()}
-            for topic, spans in self._held().items()
-        }
+        topics, holdings = self._reach()
+        self._target = {t: {p: h.last + 1 for p, h in holdings[t].items()} for t in topics}
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
-        held = self._held()
-        available = self._target if self._target is not None else self._available()
-        end: Offsets = {}
-        wanted: dict[tuple[str, str], tuple[int, int]] = {}
-        for topic in self.options.topics:
-            begun = start.get(topic, {})
-            end[topic] = dict(begun)
-            for publisher, upto in available.get(topic, {}).items():
-                first_held = held.get(topic, {}).get(publisher, (0, -1))[0]
-                position = begun.get(publisher)
-                if position is None:
-                    # A new publisher enters the offsets first, at the first seq still held,
-                    # and is read from the next batch on: so every range a batch reads has
-                    # its start in the batch's start offset, and replays exactly.
-                    end[topic][publisher] = min(first_held, upto)
-                    continue
-                if position < first_held:
-                    self._lost(topic, publisher, position, first_held - 1, "the driver's node")
-                    position = first_held
-                end[topic][publisher] = position
-                if upto > position:
-                    wanted[(topic, publisher)] = (position, upto)
-        budget = limit.max_rows if isinstance(limit, ReadMaxRows) else None
-        for (topic, publisher), upto in _share(wanted, budget).items():
-            end[topic][publisher] = upto
-        return end
-
-    def _lost(self, topic: str, publisher: str, first: int, last: int, where: str) -> None:
-        what = (
-            f"topic {topic!r}, publisher {publisher!r}: seqs {first}..{last} are no longer "
-            f"held by {where} (aged out of retention, or never received)"
+        topics, holdings = self._reach(wanted=start)
+        self._latest = {t: {p: h.last + 1 for p, h in holdings[t].items()} for t in topics}
+        max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
+        return self.planner.latest(
+            start, topics, holdings, now=time.monotonic(), max_rows=max_rows, target=self._target
         )
-        if self.options.fail_on_data_loss:
-            raise DataLossError(
-                f"{what}. Set failOnDataLoss=false to skip them, or read sooner / keep more."
-            )
-        log.warning("skipping lost rows: %s", what)
+
+    def reportLatestOffset(self) -> dict | None:
+        return self._latest
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
-        step = self.options.max_rows_per_partition
-        out: list[InputPartition] = []
-        for topic, publishers in end.items():
-            for publisher, upto in sorted(publishers.items()):
-                # A publisher new in `end` has no rows in this batch (see latestOffset).
-                first = start.get(topic, {}).get(publisher, upto)
-                for low in range(first, upto, step):
-                    rng = Range(topic, publisher, low, min(upto, low + step) - 1)
-                    out.append(
-                        RangePartition(
-                            ranges=(rng,),
-                            deployment=self.deployment,
-                            fetch_timeout=self.options.fetch_timeout,
-                            fail_on_data_loss=self.options.fail_on_data_loss,
-                        )
-                    )
-        return out
+        return self._partitions(self.planner, start, end)
 
     def commit(self, end: dict) -> None:
         pass  # nothing to release: nodes keep history by retention, not by commits
+
+    def stop(self) -> None:
+        """The query ended: its planner's memory goes; the nodes stay (they serve other
+        queries and retire on their own)."""
+        self._planner = None
+        self._latest = None
 
     # -- executor side ----------------------------------------------------------------------
 
@@ -187,11 +309,69 @@ class EpisubStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return read_ranges(partition)
 
 
+class EpisubBatchReader(DataSourceReader, _Planning):
+    """`spark.read.format("episub")`: the rows between startingOffsets (default earliest)
+    and endingOffsets (default latest, as held when the read is planned)."""
+
+    def __init__(self, options: SourceOptions, deployment: Deployment) -> None:
+        self.options = options
+        self.deployment = deployment
+
+    def partitions(self) -> Sequence[InputPartition]:
+        o = self.options
+        planner = OffsetPlanner(fail_on_data_loss=o.fail_on_data_loss)
+        start = self._start(planner)
+        if o.ending_timestamp is not None:
+            topics, holdings = self._reach(since_ms=o.ending_timestamp)
+            end = planner.end_of_batch_read(topics, "latest", holdings, by_time=True)
+        elif o.ending_by_timestamp is not None:
+            topics, holdings = self._reach()
+            end = planner.end_of_batch_read(topics, "latest", holdings)
+            for ms in sorted({t for per in o.ending_by_timestamp.values() for t in per.values()}):
+                _, timed = self._reach(since_ms=ms)
+                for topic, publishers in o.ending_by_timestamp.items():
+                    for publisher, t in publishers.items():
+                        h = timed.get(topic, {}).get(publisher)
+                        if t == ms and h is not None:
+                            end.setdefault(topic, {})[publisher] = h.since
+        else:
+            topics, holdings = self._reach(wanted=start)
+            end = planner.end_of_batch_read(topics, o.ending_offsets, holdings)
+        # What the end names is read from the start; a publisher the start lacks, from its
+        # earliest held seq (a batch read has no "next batch").
+        for topic, publishers in end.items():
+            begun = start.setdefault(topic, {})
+            for publisher in publishers:
+                h = holdings.get(topic, {}).get(publisher)
+                if publisher not in begun and h is not None:
+                    begun[publisher] = h.first
+        planner.latest(start, list(end), holdings, now=0.0)  # data loss, as a stream would
+        return self._partitions(planner, start, end)
+
+    def read(self, partition: InputPartition) -> Iterator[tuple]:
+        assert isinstance(partition, RangePartition)
+        return read_ranges(partition)
+
+
+def _is_node_id(publisher: bytes) -> bool:
+    """Is this publisher a node's own stream (its id says where the node listens)?"""
+    from episub.net.peer_id import PeerIdError, parse_peer_id
+
+    if publisher.startswith((b"sink/", b"_episub/")):
+        return False
+    try:
+        parse_peer_id(publisher)
+    except PeerIdError:
+        return False
+    return True
+
+
 def read_ranges(partition: RangePartition) -> Iterator[tuple]:
     """The rows of `partition`'s ranges, from this executor's node."""
     with executor_client(partition.deployment) as client:
+        joins = partition.deployment.joins()
         for topic in dict.fromkeys(r.topic for r in partition.ranges):
-            client.join(topic)
+            client.join(topic, joins)
         for rng in partition.ranges:
             messages = client.read_range(
                 rng.topic,
@@ -199,51 +379,30 @@ def read_ranges(partition: RangePartition) -> Iterator[tuple]:
                 rng.first_seq,
                 rng.last_seq,
                 fetch_timeout=partition.fetch_timeout,
+                holders=rng.holders,
             )
-            expected = rng.last_seq - rng.first_seq + 1
-            if len(messages) != expected:
+            if len(messages) != rng.rows:
                 have = {m.seq for m in messages}
                 lacking = [s for s in range(rng.first_seq, rng.last_seq + 1) if s not in have]
                 what = (
                     f"topic {rng.topic!r}, publisher {rng.publisher!r}: {len(lacking)} of seqs "
                     f"{rng.first_seq}..{rng.last_seq} (first {lacking[0]}) were not found on "
-                    f"this executor's node nor its neighbours within "
+                    f"this executor's node nor on the nodes it asked within "
                     f"{partition.fetch_timeout} s"
                 )
                 if partition.fail_on_data_loss:
                     raise DataLossError(f"{what}. Set failOnDataLoss=false to skip them.")
-                log.warning("skipping lost rows: %s", what)
+                log.warning("skipping %d lost rows: %s", len(lacking), what)
             for m in messages:
-                yield (
+                row = (
                     m.topic,
                     publisher_text(m.publisher),
                     m.seq,
                     datetime.datetime.fromtimestamp(m.timestamp_ms / 1000, tz=datetime.UTC),
                     m.key,
                     m.value,
-                    [(name, value) for name, value in m.headers],
                 )
-
-
-def _share(
-    wanted: dict[tuple[str, str], tuple[int, int]], budget: int | None
-) -> dict[tuple[str, str], int]:
-    """End seq per stream: all of it without a budget; else a fair share of `budget` rows
-    (water-filling: a stream needing less than an equal share leaves the rest to others)."""
-    if budget is None:
-        return {k: upto for k, (_, upto) in wanted.items()}
-    need = {k: upto - position for k, (position, upto) in wanted.items()}
-    grant = dict.fromkeys(need, 0)
-    left = budget
-    open_streams = sorted(k for k in need if need[k] > 0)
-    while left > 0 and open_streams:
-        share = max(1, left // len(open_streams))
-        for k in list(open_streams):
-            take = min(share, need[k] - grant[k], left)
-            grant[k] += take
-            left -= take
-            if grant[k] == need[k]:
-                open_streams.remove(k)
-            if left == 0:
-                break
-    return {k: wanted[k][0] + grant[k] for k in wanted}
+                if partition.include_headers:
+                    yield (*row, [(name, value) for name, value in m.headers])
+                else:
+                    yield row

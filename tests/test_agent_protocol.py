@@ -2,8 +2,8 @@
 
 The agent (a Node, AgentService and AgentServer) runs under trio in a background thread,
 with small limits; the test thread talks to it with the blocking AgentClient, as a Spark
-worker would. Pure parts (the frame decoder, the offsets ledger, option loading) are
-tested without any socket.
+worker would. Pure parts (the frame decoder, option loading) are tested without any
+socket.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
 
 import pytest
 import trio
@@ -22,11 +21,11 @@ import trio
 from episub import Node
 from episub.agent import AgentClient, AgentError, AgentSubscription, Record
 from episub.agent import agent_pb2 as pb
-from episub.agent.ledger import OffsetLedger
 from episub.agent.options import UsageError, load_key, load_link_delay
 from episub.agent.server import AgentServer
 from episub.agent.service import AgentLimits, AgentService
 from episub.agent.wire import FrameDecoder, FrameError, encode_frame, item_to_pb
+from episub.retention import Span
 from episub.subscription import Lagged, Message
 from tests.proc_helpers import KEY, TOPIC, WAIT, socket_dir
 
@@ -88,7 +87,7 @@ def test_publish_reports_publisher_and_seq_and_offsets_follow() -> None:
         batch = client.publish_batch(TOPIC, [b"b", Record(b"c", None, (("x", b"y"),))])
         assert [p.seq for p in [first, *batch]] == [0, 1, 2]
         assert {p.publisher for p in batch} == {first.publisher}
-        assert client.offsets(TOPIC) == {first.publisher: (0, 2)}
+        assert client.offsets(TOPIC) == {first.publisher: Span(0, 2, 3)}
         assert client.offsets("never-joined") == {}
         got = client.read_range(TOPIC, first.publisher, 0, 2)
         assert [(m.seq, m.value, m.id) for m in got] == [
@@ -111,7 +110,7 @@ def test_records_at_named_stream_places_are_published_once_and_counted_in_offset
         ]
         assert [p.duplicate for p in again] == [True, True, False]
         assert [p.id for p in again[:2]] == [p.id for p in first]
-        assert client.offsets(TOPIC) == {place: (0, 2)}
+        assert client.offsets(TOPIC) == {place: Span(0, 2, 3)}
         got = client.read_range(TOPIC, place, 0, 2)
         assert [m.value for m in got] == [b"r0", b"r1", b"r2"]
         with pytest.raises(AgentError, match="stream's publisher") as refused:
@@ -119,21 +118,40 @@ def test_records_at_named_stream_places_are_published_once_and_counted_in_offset
         assert refused.value.kind == "bad_request"
 
 
-def test_join_is_idempotent_and_leave_forgets_the_topic() -> None:
+def test_join_is_idempotent_and_leave_forgets_the_topic_but_not_what_retention_holds() -> None:
     with agent() as path, AgentClient(path) as client:
         client.join(TOPIC)  # joined at start already: a no-op
         client.join("other")
-        client.publish("other", b"x")
+        published = client.publish("other", b"x")
         assert len(client.offsets("other")) == 1
         assert sorted(client.inspect().topics) == ["other", TOPIC]
         client.leave("other")
-        assert client.offsets("other") == {} and list(client.inspect().topics) == [TOPIC]
+        assert list(client.inspect().topics) == [TOPIC]
+        assert client.offsets("other") == {published.publisher: Span(0, 0, 1)}
         with pytest.raises(AgentError, match="not joined to topic 'other'"):
             client.leave("other")
         with pytest.raises(AgentError, match="could not reach any bootstrap") as raised:
             client.join("third", ["127.0.0.1:1"])
         assert raised.value.kind == "bootstrap"
         assert list(client.inspect().topics) == [TOPIC]
+
+
+def test_a_join_through_a_node_outside_the_topic_times_out_when_asked_and_stays_joined() -> None:
+    """The driver's node joins a sink's topic through outside nodes that may not follow it:
+    it asks for a short wait, and goes on as the topic's first node (issue 15)."""
+    with agent() as outside_path, agent() as path, AgentClient(path) as client:
+        with AgentClient(outside_path) as outside:
+            address = outside.inspect().address
+        with pytest.raises(AgentError, match=r"no neighbour came within 0\.3 s") as raised:
+            client.join("theirs-not", [address], timeout=0.3)
+        assert raised.value.kind == "timeout"
+        assert "theirs-not" in client.inspect().topics
+        client.publish("theirs-not", b"x")  # joined: publishing works
+        for bad in (-1.0, 1e6, float("nan")):
+            with pytest.raises(AgentError, match="join timeout must be in") as refused:
+                client.join("another", [address], timeout=bad)
+            assert refused.value.kind == "bad_request"
+        assert "another" not in client.inspect().topics
 
 
 def test_a_read_range_bigger_than_a_page_comes_in_several_replies() -> None:
@@ -207,7 +225,7 @@ def test_unsubscribing_ends_the_stream_at_the_agent() -> None:
         with client.subscribe(TOPIC) as sub:
             client.publish(TOPIC, b"one")
             assert isinstance(sub.receive(WAIT), Message)
-        assert client.inspect().stats["subscriptions"] == 1  # only the agent's own ledger
+        assert client.inspect().stats["subscriptions"] == 0
 
 
 def test_a_request_id_already_in_flight_is_refused() -> None:
@@ -234,38 +252,34 @@ def test_the_frame_decoder_takes_bytes_one_at_a_time_and_refuses_big_frames() ->
         decoder.next_frame()
 
 
-def test_the_ledger_finds_the_first_retained_seq_after_eviction() -> None:
-    ledger = OffsetLedger(TOPIC)
-    held = {seq: message(seq) for seq in range(100)}
-    for seq in range(100):
-        ledger.record(held[seq])
-
-    def retained(topic: str, publisher: bytes, first: int, last: int) -> list[Message]:
-        return [held[s] for s in range(first, last + 1) if s in held]
-
-    assert ledger.offsets(retained) == {b"p": (0, 99)}
-    for seq in range(37):
-        del held[seq]
-    assert ledger.offsets(retained) == {b"p": (37, 99)}
-    held.clear()
-    assert ledger.offsets(retained) == {b"p": (100, 99)}  # nothing left: first > last
+def test_a_stamp_without_a_named_place_is_refused_before_anything_is_published() -> None:
+    with agent() as path, AgentClient(path) as client:
+        with pytest.raises(ValueError, match="named stream"):
+            client.publish_batch(TOPIC, [Record(b"x", timestamp_ms=5)])
+        bad = pb.Record(value=b"x", timestamp_ms=5)
+        with pytest.raises(AgentError, match="timestamp_ms is for a named stream") as refused:
+            client._call(publish_batch=pb.PublishBatch(topic=TOPIC, records=[bad]))
+        assert refused.value.kind == "bad_request" and client.offsets(TOPIC) == {}
+        stamped = client.publish(TOPIC, b"row", stream=(b"s", 0), timestamp_ms=1234)
+        assert client.read_range(TOPIC, b"s", 0, 0)[0].timestamp_ms == 1234
+        assert not stamped.duplicate
 
 
-def test_a_publisher_first_seen_mid_stream_is_probed_from_zero() -> None:
-    ledger = OffsetLedger(TOPIC, max_publishers=1)
-    ledger.record(message(5))
-    held = {seq: message(seq) for seq in range(3, 6)}
-
-    def retained(topic: str, publisher: bytes, first: int, last: int) -> list[Message]:
-        return [held[s] for s in range(first, last + 1) if s in held]
-
-    assert ledger.offsets(retained) == {b"p": (3, 5)}
-    ledger.record(Message(**{**_fields(message(0)), "publisher": b"q"}))
-    assert list(ledger.offsets(retained)) == [b"q"] and ledger.forgotten == 1
-
-
-def _fields(m: Message) -> dict[str, Any]:
-    return {name: getattr(m, name) for name in Message.__slots__}
+def test_holdings_bounds_are_enforced_with_a_clear_error() -> None:
+    with agent(max_holdings_nodes=2) as path, AgentClient(path) as client:
+        with pytest.raises(AgentError, match="at most 2 nodes"):
+            client.holdings(TOPIC, peers=[b"a", b"b"], addresses=["127.0.0.1:1"])
+        with pytest.raises(AgentError, match="timeout must be in"):
+            client.holdings(TOPIC, timeout=1e6)
+        with pytest.raises(AgentError, match="a span: bad span"):
+            body = pb.Holdings(topic=TOPIC, spans=[pb.Span(publisher=b"p", first_seq=3)])
+            client._call(holdings=body)
+        with pytest.raises(AgentError, match="at most 2 holders"):
+            client.read_range(TOPIC, b"p", 0, 0, fetch_timeout=1, holders=[b"a", b"b", b"c"])
+        # An unreachable address is reported, not an error: it is asked as any other node.
+        (me, gone) = client.holdings(TOPIC, addresses=["127.0.0.1:1"], timeout=2)
+        assert me.answered and me.node_id == client.inspect().node_id
+        assert (gone.node_id, gone.address, gone.answered) == (b"", "127.0.0.1:1", False)
 
 
 def test_keys_load_from_raw_or_hex_files_and_the_environment(tmp_path: Path) -> None:

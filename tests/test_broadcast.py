@@ -22,6 +22,7 @@ from episub.proto.events import (
     DataLost,
     Deliver,
     Fetch,
+    HistoryAsked,
     JoinTopic,
     LeaveTopic,
     NeighborDown,
@@ -30,6 +31,8 @@ from episub.proto.events import (
     Published,
     Recovered,
     ScheduleTimer,
+    Send,
+    ServeHistory,
 )
 from episub.proto.node import NodeState
 from tests.helpers import (
@@ -617,7 +620,20 @@ def test_pull_is_answered_from_cache_by_publisher_and_seq():
     for seq in (0, 1, 3):
         node.handle(received(1, gossip(env(seq), hops=2)), 1.0)
     out = node.handle(received(2, m.Pull(publisher=PUBLISHER, first_seq=1, last_seq=5)), 2.0)
-    assert out == [send(2, gossip(env(1), hops=3)), send(2, gossip(env(3), hops=3))]
+    assert out == [
+        send(2, gossip(env(1), hops=3)),
+        send(2, gossip(env(3), hops=3)),
+        # What the cache lacks is asked of retention, above the core.
+        HistoryAsked(TOPIC, 2, PUBLISHER, (2, 4, 5)),
+    ]
+
+
+def test_retention_answers_a_pull_as_one_hop_gossip_without_touching_core_state():
+    node = node_with(1, 2)
+    old = envelope(b"sink/q/0/0", 7, b"old row", timestamp_ms=5)
+    out = node.handle(ServeHistory(TOPIC, 2, ((mid(old), old),)), 3.0)
+    assert out == [send(2, m.Gossip(id=mid(old), envelope=old, hops=1))]
+    assert node.stats()["delivered"] == 0
 
 
 def test_gap_becomes_data_lost_after_gap_max_attempts_and_held_messages_are_released():
@@ -756,7 +772,10 @@ def test_a_gossip_whose_hops_leave_no_room_to_forward_is_refused_before_it_is_ke
     out = node.handle(received(1, gossip(e, hops=m.MAX_HOPS)), 1.0)
     assert out == [PeerMisbehaved(1, f"GOSSIP hops {m.MAX_HOPS} leaves no room to forward")]
     assert node.handle(received(2, m.Graft(ids=(mid(e),))), 1.1) == []
-    assert node.handle(received(2, m.Pull(publisher=PUBLISHER, first_seq=0, last_seq=0)), 1.2) == []
+    # Not kept, so a PULL finds nothing in the cache and is only passed on to retention
+    # (which never held it either): no GOSSIP of it goes out.
+    pulled = node.handle(received(2, m.Pull(publisher=PUBLISHER, first_seq=0, last_seq=0)), 1.2)
+    assert pulled == [HistoryAsked(TOPIC, 2, PUBLISHER, (0,))]
     # One hop of room: taken, and forwarded at the bound.
     out = node.handle(received(1, gossip(e, hops=m.MAX_HOPS - 1)), 1.3)
     assert send(2, gossip(e, hops=m.MAX_HOPS)) in out
@@ -804,7 +823,8 @@ def test_cache_is_bounded_by_count():
     out = node.handle(received(1, m.Graft(ids=tuple(ids))), 2.0)
     assert [s.message.id for s in out] == ids[1:]
     out = node.handle(received(1, m.Pull(publisher=ME, first_seq=0, last_seq=2)), 2.0)
-    assert [s.message.envelope.seq for s in out] == [1, 2]
+    assert [s.message.envelope.seq for s in sends(out)] == [1, 2]
+    assert out[-1] == HistoryAsked(TOPIC, 1, ME, (0,))  # retention may still hold it
 
 
 def test_cache_is_bounded_by_bytes():
@@ -907,6 +927,62 @@ def test_a_named_stream_place_delivered_from_a_peer_is_taken_for_our_publish_too
     assert out == [AlreadyPublished(TOPIC, PUBLISHER, 0, mid(env(0)))]
     out = node.handle(Publish(TOPIC, b"next", stream=(PUBLISHER, 1)), 2.0)
     assert isinstance(out[0], Deliver)
+
+
+def test_a_named_stream_place_takes_the_given_stamp_so_a_rewrite_is_the_same_message():
+    node = node_with(1)
+    out = node.handle(Publish(TOPIC, b"row", stream=(b"s", 4), timestamp_ms=1234), 9.0)
+    e = envelope(b"s", 4, b"row", timestamp_ms=1234)
+    assert out[0] == Deliver(TOPIC, mid(e), e, 0)
+    again = node_with(1).handle(Publish(TOPIC, b"row", stream=(b"s", 4), timestamp_ms=1234), 50.0)
+    assert again[0] == out[0]
+    with pytest.raises(ValueError, match="named stream"):
+        Publish(TOPIC, b"row", timestamp_ms=1234)
+
+
+def test_a_rival_with_a_later_stamp_is_dropped_and_its_sender_gets_the_held_message():
+    """A retried sink task that did not know of its first attempt's row: one message per
+    place, the earlier one, and the node that sent the later one learns it."""
+    node = node_with(1, 2)
+    first = envelope(b"s", 0, b"row", timestamp_ms=1000)
+    node.handle(received(1, gossip(first)), 1.0)
+    rival = envelope(b"s", 0, b"row", timestamp_ms=2000)
+    out = node.handle(received(2, gossip(rival)), 2.0)
+    assert out == [send(2, m.Gossip(id=mid(first), envelope=first, hops=1))]
+    assert node.stats()["rivals_refused"] == 1
+
+
+def test_a_rival_with_an_earlier_stamp_takes_the_place_everywhere_it_goes_without_redelivery():
+    node = node_with(1, 2)
+    late = envelope(b"s", 0, b"row", timestamp_ms=2000)
+    node.handle(received(1, gossip(late)), 1.0)
+    early = envelope(b"s", 0, b"row", timestamp_ms=1000)
+    out = node.handle(received(2, gossip(early)), 2.0)
+    assert Recovered(TOPIC, mid(early), early) in out  # retention takes it; no Deliver
+    assert not [e for e in out if isinstance(e, Deliver)]
+    assert send(1, gossip(early, hops=2)) in out  # it goes on
+    pull = m.Pull(publisher=b"s", first_seq=0, last_seq=0)
+    assert node.handle(received(1, pull), 3.0) == [send(1, gossip(early, hops=2))]
+    assert node.stats()["rivals_won"] == 1
+
+
+def test_two_nodes_that_got_rivals_in_opposite_orders_end_up_holding_the_same_one():
+    a, b = make_node(1, active=[2]), make_node(2, active=[1])
+    early = envelope(b"s", 0, b"row", timestamp_ms=1000)
+    late = envelope(b"s", 0, b"row", timestamp_ms=2000)
+    # At once, from outside: each takes its own first, and forwards it to the other.
+    in_flight = [(1, e) for e in a.handle(received(9, gossip(early)), 1.0) if isinstance(e, Send)]
+    in_flight += [(2, e) for e in b.handle(received(9, gossip(late)), 1.0) if isinstance(e, Send)]
+    nodes = {1: a, 2: b}
+    for _ in range(10):  # bounded: what each delivery sends is delivered next
+        sent, in_flight = in_flight, []
+        for sender, out in sent:
+            if out.peer in nodes:
+                reply = nodes[out.peer].handle(received(sender, out.message), 1.5)
+                in_flight += [(out.peer, e) for e in reply if isinstance(e, Send)]
+    assert not in_flight
+    for node in (a, b):
+        assert broadcast(node).by_seq[(b"s", 0)] == mid(early)
 
 
 def test_our_own_stream_cannot_be_named():

@@ -39,6 +39,15 @@ def test_the_signed_publishing_example_delivers_and_keeps_an_unsigned_node_out()
     assert "a node that does not sign cannot join: peer signs its messages" in out
 
 
+def test_the_kafka_users_example_reads_the_outside_service_and_shows_lag_and_metrics() -> None:
+    out = run_example("from_kafka.py")
+    assert "first micro-batch: 50 rows, 150 behind" in out
+    assert "read 200 orders from outside" in out
+    assert "wrote 100 refunds with acks=all; seqs 10..19 of one stream: 10 rows" in out
+    assert "driver node at" in out and "executor node at" in out
+    assert "metrics at http://127.0.0.1:" in out
+
+
 def test_every_example_has_a_smoke_test() -> None:
-    tested = {"quickstart.py", "live_config.py", "signed_publishing.py"}
+    tested = {"quickstart.py", "live_config.py", "signed_publishing.py", "from_kafka.py"}
     assert {p.name for p in EXAMPLES.glob("*.py")} == tested

@@ -11,6 +11,7 @@ from episub.proto import messages as m
 from episub.proto.envelope import message_id
 from episub.proto.errors import LocalProtocolError
 from episub.proto.events import (
+    AskTopics,
     ClosePeer,
     ConnectionLost,
     Deliver,
@@ -24,6 +25,7 @@ from episub.proto.events import (
     ScheduleTimer,
     Send,
     TimerFired,
+    TopicsReport,
 )
 from episub.proto.node import NodeState
 from tests.helpers import (
@@ -120,9 +122,10 @@ def test_gettopics_is_answered_with_our_topics():
     assert out == [Send(5, None, m.Topics(topics=(TOPIC, OTHER)))]
 
 
-def test_topics_answer_is_taken_quietly():
+def test_topics_answer_comes_out_as_a_report_and_asking_sends_gettopics():
     node = make_node()
-    assert node.handle(received(5, m.Topics(topics=("x",)), None), 1.0) == []
+    assert node.handle(received(5, m.Topics(topics=("x",)), None), 1.0) == [TopicsReport(5, ("x",))]
+    assert node.handle(AskTopics(5), 1.0) == [Send(5, None, m.GetTopics())]
 
 
 def test_node_level_message_with_a_topic_is_peer_misbehaved():

@@ -3,24 +3,33 @@
 from __future__ import annotations
 
 import pytest
+from blake3 import blake3
 
-from episub.retention import RetentionConfig, RetentionStore
+from episub.retention import RetentionConfig, RetentionStore, Span
 from episub.subscription import Message
 
 P = b"127.0.0.1:1/0000000000000001"
 Q = b"127.0.0.1:2/0000000000000002"
 
 
-def msg(seq: int, *, topic: str = "t", publisher: bytes = P, value: bytes = b"v") -> Message:
+def msg(
+    seq: int,
+    *,
+    topic: str = "t",
+    publisher: bytes = P,
+    value: bytes = b"v",
+    timestamp_ms: int = 0,
+    mid: bytes | None = None,
+) -> Message:
     return Message(
         topic=topic,
         publisher=publisher,
         seq=seq,
-        timestamp_ms=0,
+        timestamp_ms=timestamp_ms,
         key=None,
         value=value,
         headers=(),
-        id=bytes(32),
+        id=mid if mid is not None else blake3(value).digest(),
     )
 
 
@@ -85,12 +94,48 @@ def test_messages_age_out_after_max_age() -> None:
     assert s.get("t", P, 0, 1, now=15.0) == [] and len(s) == 0 and s.bytes == 0
 
 
-def test_storing_the_same_message_again_replaces_it_and_keeps_the_byte_count() -> None:
+def test_a_place_keeps_one_message_the_earliest_stamped_whatever_the_order() -> None:
+    """Two writes of one sink row with other stamps (a retried task): every node keeps the
+    earlier one, whichever reached it first, and the byte count follows."""
+    first, retry = msg(0, value=b"old", timestamp_ms=5), msg(0, value=b"newer", timestamp_ms=9)
+    for order in ((first, retry), (retry, first)):
+        s = store()
+        for m in order:
+            s.add(m, now=0.0)
+        assert [m.value for m in s.get("t", P, 0, 0, now=1.0)] == [b"old"]
+        assert len(s) == 1 and s.bytes == 3
+
+
+def test_equal_stamps_are_broken_by_the_smaller_id_and_the_same_message_changes_nothing() -> None:
     s = store()
-    s.add(msg(0, value=b"old"), now=0.0)
-    s.add(msg(0, value=b"newer"), now=1.0)
-    assert [m.value for m in s.get("t", P, 0, 0, now=1.0)] == [b"newer"]
-    assert len(s) == 1 and s.bytes == 5
+    assert s.add(msg(0, value=b"a", mid=b"\x02" * 32), now=0.0)
+    assert not s.add(msg(0, value=b"b", mid=b"\x03" * 32), now=0.0)
+    assert s.add(msg(0, value=b"c", mid=b"\x01" * 32), now=0.0)
+    assert not s.add(msg(0, value=b"c", mid=b"\x01" * 32), now=1.0)
+    assert [m.value for m in s.get("t", P, 0, 0, now=1.0)] == [b"c"] and s.replaced == 1
+
+
+def test_offsets_say_first_last_and_count_per_publisher_and_follow_eviction() -> None:
+    s = store(max_messages=5)
+    for seq in range(4):
+        s.add(msg(seq, value=b"%d" % seq), now=float(seq))
+    s.add(msg(7, publisher=Q), now=4.0)
+    assert s.offsets("t", now=4.0) == {P: Span(0, 3, 4), Q: Span(7, 7, 1)}
+    s.add(msg(9, publisher=Q, value=b"9"), now=5.0)  # evicts P's seq 0
+    assert s.offsets("t", now=5.0) == {P: Span(1, 3, 3), Q: Span(7, 9, 2)}
+    assert s.span("t", Q, 8, 100, now=5.0) == Span(9, 9, 1)
+    assert s.span("t", Q, 0, 6, now=5.0) is None
+    assert s.offsets("nothing", now=5.0) == {}
+
+
+def test_first_since_finds_the_first_seq_stamped_at_or_after_a_time() -> None:
+    s = store()
+    for seq in range(5):
+        s.add(msg(seq, value=b"%d" % seq, timestamp_ms=100 * seq), now=0.0)
+    assert s.first_since("t", P, 250, now=0.0) == 3
+    assert s.first_since("t", P, 0, now=0.0) == 0
+    assert s.first_since("t", P, 401, now=0.0) is None
+    assert s.first_since("t", Q, 0, now=0.0) is None
 
 
 def test_zero_limits_keep_nothing() -> None:

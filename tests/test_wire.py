@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from episub.proto import episub_pb2 as pb
 from episub.proto.messages import (
     MAX_HEADERS,
+    MAX_HELD_SPANS,
     MAX_HOPS,
     MAX_PEERS_PER_MESSAGE,
     MAX_TTL,
@@ -18,11 +19,14 @@ from episub.proto.messages import (
     Disconnect,
     Envelope,
     ForwardJoin,
+    GetHeld,
     GetNodes,
     GetTopics,
     GetView,
     Gossip,
     Graft,
+    Held,
+    HeldSpan,
     IHave,
     Join,
     Leave,
@@ -100,6 +104,22 @@ TOPIC_EXAMPLES: list[Message] = [
         passive_count=42,
     ),
     View(entries=()),
+    GetHeld(),
+    GetHeld(
+        nonce=(1 << 64) - 1,
+        spans=(HeldSpan(publisher=b"sink/q/0/3", first_seq=10, last_seq=19),),
+        since_ms=1_732_240_000_000,
+    ),
+    GetHeld(nonce=3, after=ALICE),
+    Held(nonce=3),
+    Held(
+        nonce=4,
+        spans=(
+            HeldSpan(publisher=ALICE, first_seq=0, last_seq=(1 << 63) - 1, count=5, since_seq=2),
+            HeldSpan(publisher=BOB, first_seq=7, last_seq=9, count=3, since_seq=10),
+        ),
+        more=True,
+    ),
 ]
 NODE_EXAMPLES: list[Message] = [GetTopics(), Topics(topics=("sensors", "config/живой", "x" * 256))]
 
@@ -377,6 +397,25 @@ def test_unknown_enum_value_is_refused(field: str) -> None:
     assert_refused(raw_item(topic="t", neighbor=neighbor), r"unknown \w+ value 7")
 
 
+def test_held_spans_past_the_bound_or_inconsistent_are_refused() -> None:
+    span = pb.HeldSpan(publisher=ALICE, first_seq=0, last_seq=0)
+    too_many = pb.Held(spans=[span] * (MAX_HELD_SPANS + 1))
+    assert_refused(raw_item(topic="t", held=too_many), f"at most {MAX_HELD_SPANS} spans")
+    bad = [
+        (pb.HeldSpan(publisher=ALICE, first_seq=5, last_seq=4), "bad span"),
+        (pb.HeldSpan(publisher=ALICE, first_seq=0, last_seq=3, count=5), "count 5"),
+        (pb.HeldSpan(publisher=ALICE, first_seq=0, last_seq=3, since_seq=9), "since_seq 9"),
+        (pb.HeldSpan(publisher=ALICE, first_seq=0, last_seq=1 << 63), "bad span"),
+        (pb.HeldSpan(first_seq=0, last_seq=0), "peer id must be"),
+    ]
+    for wrong, match in bad:
+        assert_refused(raw_item(topic="t", held=pb.Held(spans=[wrong])), match)
+        assert_refused(raw_item(topic="t", get_held=pb.GetHeld(spans=[wrong])), match)
+    long_after = pb.GetHeld(after=b"x" * (MAX_PEER_ID_SIZE + 1))
+    assert_refused(raw_item(topic="t", get_held=long_after), "after is at most")
+    assert_refused(raw_item(get_held=pb.GetHeld()), "get_held carries no topic")
+
+
 def test_out_of_range_numbers_are_refused() -> None:
     assert_refused(
         raw_item(topic="t", pull=pb.Pull(publisher=ALICE, first_seq=10, last_seq=2)), "bad range"
@@ -525,6 +564,27 @@ topic_messages = st.one_of(
         peer_ids,
         st.integers(0, 1 << 40),
         st.integers(0, 4095),
+    ),
+    st.builds(
+        lambda nonce, spans, more: Held(nonce=nonce, spans=tuple(spans), more=more),
+        st.integers(0, (1 << 64) - 1),
+        st.lists(
+            st.builds(
+                lambda publisher, first, span, count: HeldSpan(
+                    publisher=publisher,
+                    first_seq=first,
+                    last_seq=first + span,
+                    count=count % (span + 1) + 1,
+                    since_seq=first,
+                ),
+                peer_ids,
+                st.integers(0, 1 << 40),
+                st.integers(0, 1 << 20),
+                st.integers(0, 1 << 20),
+            ),
+            max_size=4,
+        ),
+        st.booleans(),
     ),
 )
 topic_names = st.text(min_size=1, max_size=20)

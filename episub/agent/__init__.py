@@ -10,7 +10,6 @@ ends or nobody has used it for a while.
 - `client`: the blocking client (no event loop: it runs inside Spark workers).
 - `launcher`: `ensure_agent`, start-or-attach.
 - `wire`, agent.proto: the length-prefixed protobuf protocol between the two.
-- `ledger`: per-publisher offsets for `offsets(topic)`.
 - `runner`, `cli`, `tools`, `options`: the `episub node/agent/publish/subscribe/inspect`
   commands.
 """

@@ -15,16 +15,18 @@ class Header(_message.Message):
     def __init__(self, name: _Optional[str] = ..., value: _Optional[bytes] = ...) -> None: ...
 
 class Record(_message.Message):
-    __slots__ = ("value", "key", "headers", "stream")
+    __slots__ = ("value", "key", "headers", "stream", "timestamp_ms")
     VALUE_FIELD_NUMBER: _ClassVar[int]
     KEY_FIELD_NUMBER: _ClassVar[int]
     HEADERS_FIELD_NUMBER: _ClassVar[int]
     STREAM_FIELD_NUMBER: _ClassVar[int]
+    TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
     value: bytes
     key: bytes
     headers: _containers.RepeatedCompositeFieldContainer[Header]
     stream: StreamPlace
-    def __init__(self, value: _Optional[bytes] = ..., key: _Optional[bytes] = ..., headers: _Optional[_Iterable[_Union[Header, _Mapping]]] = ..., stream: _Optional[_Union[StreamPlace, _Mapping]] = ...) -> None: ...
+    timestamp_ms: int
+    def __init__(self, value: _Optional[bytes] = ..., key: _Optional[bytes] = ..., headers: _Optional[_Iterable[_Union[Header, _Mapping]]] = ..., stream: _Optional[_Union[StreamPlace, _Mapping]] = ..., timestamp_ms: _Optional[int] = ...) -> None: ...
 
 class StreamPlace(_message.Message):
     __slots__ = ("publisher", "seq")
@@ -35,7 +37,7 @@ class StreamPlace(_message.Message):
     def __init__(self, publisher: _Optional[bytes] = ..., seq: _Optional[int] = ...) -> None: ...
 
 class Request(_message.Message):
-    __slots__ = ("id", "join", "leave", "publish", "publish_batch", "subscribe", "unsubscribe", "read_range", "offsets", "inspect", "config_read", "config_write", "overlay")
+    __slots__ = ("id", "join", "leave", "publish", "publish_batch", "subscribe", "unsubscribe", "read_range", "offsets", "inspect", "config_read", "config_write", "overlay", "holdings", "known_topics")
     ID_FIELD_NUMBER: _ClassVar[int]
     JOIN_FIELD_NUMBER: _ClassVar[int]
     LEAVE_FIELD_NUMBER: _ClassVar[int]
@@ -49,6 +51,8 @@ class Request(_message.Message):
     CONFIG_READ_FIELD_NUMBER: _ClassVar[int]
     CONFIG_WRITE_FIELD_NUMBER: _ClassVar[int]
     OVERLAY_FIELD_NUMBER: _ClassVar[int]
+    HOLDINGS_FIELD_NUMBER: _ClassVar[int]
+    KNOWN_TOPICS_FIELD_NUMBER: _ClassVar[int]
     id: int
     join: Join
     leave: Leave
@@ -62,15 +66,19 @@ class Request(_message.Message):
     config_read: ConfigRead
     config_write: ConfigWrite
     overlay: Overlay
-    def __init__(self, id: _Optional[int] = ..., join: _Optional[_Union[Join, _Mapping]] = ..., leave: _Optional[_Union[Leave, _Mapping]] = ..., publish: _Optional[_Union[Publish, _Mapping]] = ..., publish_batch: _Optional[_Union[PublishBatch, _Mapping]] = ..., subscribe: _Optional[_Union[Subscribe, _Mapping]] = ..., unsubscribe: _Optional[_Union[Unsubscribe, _Mapping]] = ..., read_range: _Optional[_Union[ReadRange, _Mapping]] = ..., offsets: _Optional[_Union[GetOffsets, _Mapping]] = ..., inspect: _Optional[_Union[Inspect, _Mapping]] = ..., config_read: _Optional[_Union[ConfigRead, _Mapping]] = ..., config_write: _Optional[_Union[ConfigWrite, _Mapping]] = ..., overlay: _Optional[_Union[Overlay, _Mapping]] = ...) -> None: ...
+    holdings: Holdings
+    known_topics: KnownTopics
+    def __init__(self, id: _Optional[int] = ..., join: _Optional[_Union[Join, _Mapping]] = ..., leave: _Optional[_Union[Leave, _Mapping]] = ..., publish: _Optional[_Union[Publish, _Mapping]] = ..., publish_batch: _Optional[_Union[PublishBatch, _Mapping]] = ..., subscribe: _Optional[_Union[Subscribe, _Mapping]] = ..., unsubscribe: _Optional[_Union[Unsubscribe, _Mapping]] = ..., read_range: _Optional[_Union[ReadRange, _Mapping]] = ..., offsets: _Optional[_Union[GetOffsets, _Mapping]] = ..., inspect: _Optional[_Union[Inspect, _Mapping]] = ..., config_read: _Optional[_Union[ConfigRead, _Mapping]] = ..., config_write: _Optional[_Union[ConfigWrite, _Mapping]] = ..., overlay: _Optional[_Union[Overlay, _Mapping]] = ..., holdings: _Optional[_Union[Holdings, _Mapping]] = ..., known_topics: _Optional[_Union[KnownTopics, _Mapping]] = ...) -> None: ...
 
 class Join(_message.Message):
-    __slots__ = ("topic", "bootstrap")
+    __slots__ = ("topic", "bootstrap", "timeout")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     BOOTSTRAP_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_FIELD_NUMBER: _ClassVar[int]
     topic: str
     bootstrap: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, topic: _Optional[str] = ..., bootstrap: _Optional[_Iterable[str]] = ...) -> None: ...
+    timeout: float
+    def __init__(self, topic: _Optional[str] = ..., bootstrap: _Optional[_Iterable[str]] = ..., timeout: _Optional[float] = ...) -> None: ...
 
 class Leave(_message.Message):
     __slots__ = ("topic",)
@@ -109,18 +117,62 @@ class Unsubscribe(_message.Message):
     def __init__(self, subscribe_id: _Optional[int] = ...) -> None: ...
 
 class ReadRange(_message.Message):
-    __slots__ = ("topic", "publisher", "first_seq", "last_seq", "fetch_timeout")
+    __slots__ = ("topic", "publisher", "first_seq", "last_seq", "fetch_timeout", "holders")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     PUBLISHER_FIELD_NUMBER: _ClassVar[int]
     FIRST_SEQ_FIELD_NUMBER: _ClassVar[int]
     LAST_SEQ_FIELD_NUMBER: _ClassVar[int]
     FETCH_TIMEOUT_FIELD_NUMBER: _ClassVar[int]
+    HOLDERS_FIELD_NUMBER: _ClassVar[int]
     topic: str
     publisher: bytes
     first_seq: int
     last_seq: int
     fetch_timeout: float
-    def __init__(self, topic: _Optional[str] = ..., publisher: _Optional[bytes] = ..., first_seq: _Optional[int] = ..., last_seq: _Optional[int] = ..., fetch_timeout: _Optional[float] = ...) -> None: ...
+    holders: _containers.RepeatedScalarFieldContainer[bytes]
+    def __init__(self, topic: _Optional[str] = ..., publisher: _Optional[bytes] = ..., first_seq: _Optional[int] = ..., last_seq: _Optional[int] = ..., fetch_timeout: _Optional[float] = ..., holders: _Optional[_Iterable[bytes]] = ...) -> None: ...
+
+class Holdings(_message.Message):
+    __slots__ = ("topic", "spans", "neighbors", "peers", "addresses", "since_ms", "timeout")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    SPANS_FIELD_NUMBER: _ClassVar[int]
+    NEIGHBORS_FIELD_NUMBER: _ClassVar[int]
+    PEERS_FIELD_NUMBER: _ClassVar[int]
+    ADDRESSES_FIELD_NUMBER: _ClassVar[int]
+    SINCE_MS_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    spans: _containers.RepeatedCompositeFieldContainer[Span]
+    neighbors: bool
+    peers: _containers.RepeatedScalarFieldContainer[bytes]
+    addresses: _containers.RepeatedScalarFieldContainer[str]
+    since_ms: int
+    timeout: float
+    def __init__(self, topic: _Optional[str] = ..., spans: _Optional[_Iterable[_Union[Span, _Mapping]]] = ..., neighbors: _Optional[bool] = ..., peers: _Optional[_Iterable[bytes]] = ..., addresses: _Optional[_Iterable[str]] = ..., since_ms: _Optional[int] = ..., timeout: _Optional[float] = ...) -> None: ...
+
+class Span(_message.Message):
+    __slots__ = ("publisher", "first_seq", "last_seq", "count", "since_seq")
+    PUBLISHER_FIELD_NUMBER: _ClassVar[int]
+    FIRST_SEQ_FIELD_NUMBER: _ClassVar[int]
+    LAST_SEQ_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    SINCE_SEQ_FIELD_NUMBER: _ClassVar[int]
+    publisher: bytes
+    first_seq: int
+    last_seq: int
+    count: int
+    since_seq: int
+    def __init__(self, publisher: _Optional[bytes] = ..., first_seq: _Optional[int] = ..., last_seq: _Optional[int] = ..., count: _Optional[int] = ..., since_seq: _Optional[int] = ...) -> None: ...
+
+class KnownTopics(_message.Message):
+    __slots__ = ("neighbors", "addresses", "timeout")
+    NEIGHBORS_FIELD_NUMBER: _ClassVar[int]
+    ADDRESSES_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_FIELD_NUMBER: _ClassVar[int]
+    neighbors: bool
+    addresses: _containers.RepeatedScalarFieldContainer[str]
+    timeout: float
+    def __init__(self, neighbors: _Optional[bool] = ..., addresses: _Optional[_Iterable[str]] = ..., timeout: _Optional[float] = ...) -> None: ...
 
 class GetOffsets(_message.Message):
     __slots__ = ("topic",)
@@ -173,7 +225,7 @@ class ConfigValue(_message.Message):
     def __init__(self, key: _Optional[str] = ..., kind: _Optional[str] = ..., data: _Optional[bytes] = ...) -> None: ...
 
 class Response(_message.Message):
-    __slots__ = ("id", "error", "done", "published", "item", "end", "messages", "offsets", "node_info", "config", "overlay_map")
+    __slots__ = ("id", "error", "done", "published", "item", "end", "messages", "offsets", "node_info", "config", "overlay_map", "holdings_map", "topic_list")
     ID_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
     DONE_FIELD_NUMBER: _ClassVar[int]
@@ -185,6 +237,8 @@ class Response(_message.Message):
     NODE_INFO_FIELD_NUMBER: _ClassVar[int]
     CONFIG_FIELD_NUMBER: _ClassVar[int]
     OVERLAY_MAP_FIELD_NUMBER: _ClassVar[int]
+    HOLDINGS_MAP_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_LIST_FIELD_NUMBER: _ClassVar[int]
     id: int
     error: Error
     done: Done
@@ -196,7 +250,9 @@ class Response(_message.Message):
     node_info: NodeInfo
     config: ConfigSnapshot
     overlay_map: OverlayMap
-    def __init__(self, id: _Optional[int] = ..., error: _Optional[_Union[Error, _Mapping]] = ..., done: _Optional[_Union[Done, _Mapping]] = ..., published: _Optional[_Union[PublishedList, _Mapping]] = ..., item: _Optional[_Union[Item, _Mapping]] = ..., end: _Optional[_Union[End, _Mapping]] = ..., messages: _Optional[_Union[Messages, _Mapping]] = ..., offsets: _Optional[_Union[Offsets, _Mapping]] = ..., node_info: _Optional[_Union[NodeInfo, _Mapping]] = ..., config: _Optional[_Union[ConfigSnapshot, _Mapping]] = ..., overlay_map: _Optional[_Union[OverlayMap, _Mapping]] = ...) -> None: ...
+    holdings_map: HoldingsMap
+    topic_list: TopicList
+    def __init__(self, id: _Optional[int] = ..., error: _Optional[_Union[Error, _Mapping]] = ..., done: _Optional[_Union[Done, _Mapping]] = ..., published: _Optional[_Union[PublishedList, _Mapping]] = ..., item: _Optional[_Union[Item, _Mapping]] = ..., end: _Optional[_Union[End, _Mapping]] = ..., messages: _Optional[_Union[Messages, _Mapping]] = ..., offsets: _Optional[_Union[Offsets, _Mapping]] = ..., node_info: _Optional[_Union[NodeInfo, _Mapping]] = ..., config: _Optional[_Union[ConfigSnapshot, _Mapping]] = ..., overlay_map: _Optional[_Union[OverlayMap, _Mapping]] = ..., holdings_map: _Optional[_Union[HoldingsMap, _Mapping]] = ..., topic_list: _Optional[_Union[TopicList, _Mapping]] = ...) -> None: ...
 
 class Error(_message.Message):
     __slots__ = ("kind", "message")
@@ -297,17 +353,43 @@ class Offsets(_message.Message):
     def __init__(self, publishers: _Optional[_Iterable[_Union[PublisherOffsets, _Mapping]]] = ...) -> None: ...
 
 class PublisherOffsets(_message.Message):
-    __slots__ = ("publisher", "first_retained_seq", "last_seq")
+    __slots__ = ("publisher", "first_retained_seq", "last_seq", "count")
     PUBLISHER_FIELD_NUMBER: _ClassVar[int]
     FIRST_RETAINED_SEQ_FIELD_NUMBER: _ClassVar[int]
     LAST_SEQ_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
     publisher: bytes
     first_retained_seq: int
     last_seq: int
-    def __init__(self, publisher: _Optional[bytes] = ..., first_retained_seq: _Optional[int] = ..., last_seq: _Optional[int] = ...) -> None: ...
+    count: int
+    def __init__(self, publisher: _Optional[bytes] = ..., first_retained_seq: _Optional[int] = ..., last_seq: _Optional[int] = ..., count: _Optional[int] = ...) -> None: ...
+
+class HoldingsMap(_message.Message):
+    __slots__ = ("nodes",)
+    NODES_FIELD_NUMBER: _ClassVar[int]
+    nodes: _containers.RepeatedCompositeFieldContainer[NodeHoldings]
+    def __init__(self, nodes: _Optional[_Iterable[_Union[NodeHoldings, _Mapping]]] = ...) -> None: ...
+
+class NodeHoldings(_message.Message):
+    __slots__ = ("node_id", "address", "answered", "spans")
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    ANSWERED_FIELD_NUMBER: _ClassVar[int]
+    SPANS_FIELD_NUMBER: _ClassVar[int]
+    node_id: bytes
+    address: str
+    answered: bool
+    spans: _containers.RepeatedCompositeFieldContainer[Span]
+    def __init__(self, node_id: _Optional[bytes] = ..., address: _Optional[str] = ..., answered: _Optional[bool] = ..., spans: _Optional[_Iterable[_Union[Span, _Mapping]]] = ...) -> None: ...
+
+class TopicList(_message.Message):
+    __slots__ = ("topics",)
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    topics: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, topics: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class NodeInfo(_message.Message):
-    __slots__ = ("node_id", "address", "pid", "topics", "stats")
+    __slots__ = ("node_id", "address", "pid", "topics", "stats", "metrics_url")
     class StatsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -320,12 +402,14 @@ class NodeInfo(_message.Message):
     PID_FIELD_NUMBER: _ClassVar[int]
     TOPICS_FIELD_NUMBER: _ClassVar[int]
     STATS_FIELD_NUMBER: _ClassVar[int]
+    METRICS_URL_FIELD_NUMBER: _ClassVar[int]
     node_id: bytes
     address: str
     pid: int
     topics: _containers.RepeatedCompositeFieldContainer[TopicView]
     stats: _containers.ScalarMap[str, int]
-    def __init__(self, node_id: _Optional[bytes] = ..., address: _Optional[str] = ..., pid: _Optional[int] = ..., topics: _Optional[_Iterable[_Union[TopicView, _Mapping]]] = ..., stats: _Optional[_Mapping[str, int]] = ...) -> None: ...
+    metrics_url: str
+    def __init__(self, node_id: _Optional[bytes] = ..., address: _Optional[str] = ..., pid: _Optional[int] = ..., topics: _Optional[_Iterable[_Union[TopicView, _Mapping]]] = ..., stats: _Optional[_Mapping[str, int]] = ..., metrics_url: _Optional[str] = ...) -> None: ...
 
 class ConfigSnapshot(_message.Message):
     __slots__ = ("name", "version", "entries")

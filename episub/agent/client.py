@@ -44,11 +44,15 @@ from episub.agent.wire import (
     message_from_pb,
     neighbor_from_pb,
     record_to_pb,
+    span_from_pb,
+    span_to_pb,
 )
 from episub.config.codec import entry_for, value_of
 from episub.config.state import Entry
 from episub.crawl import CRAWL_TIMEOUT
-from episub.node import SUBSCRIPTION_BUFFER, Neighbor
+from episub.node import HELD_TIMEOUT, SUBSCRIPTION_BUFFER, Neighbor
+from episub.proto.messages import HeldSpan
+from episub.retention import Span
 from episub.subscription import Item, LagBuffer, Lagged, Message
 
 __all__ = [
@@ -60,6 +64,7 @@ __all__ = [
     "AgentTimeout",
     "AgentUnavailable",
     "ConfigView",
+    "NodeHoldings",
     "OverlayNode",
 ]
 
@@ -118,6 +123,17 @@ class AgentStatus:
     pid: int  # the agent's process
     topics: dict[str, list[Neighbor]]
     stats: dict[str, int]
+    metrics_url: str = ""  # where it serves Prometheus metrics; "" if it does not
+
+
+@dataclass(frozen=True, slots=True)
+class NodeHoldings:
+    """What one node asked by `holdings()` holds of a topic."""
+
+    node_id: bytes  # b"" for an address that could not be reached
+    address: str
+    answered: bool  # False: unreachable, or no answer in time (spans is then empty)
+    spans: list[HeldSpan]
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,11 +195,13 @@ class AgentClient:
 
     # -- requests ---------------------------------------------------------------------------
 
-    def join(self, topic: str, bootstrap: Iterable[str] = ()) -> None:
-        """Join `topic` (a no-op when joined); no bootstrap: the agent's own list."""
+    def join(self, topic: str, bootstrap: Iterable[str] = (), timeout: float = 0.0) -> None:
+        """Join `topic` (a no-op when joined); no bootstrap: the agent's own list. AgentError
+        "timeout" when no neighbour came within `timeout` seconds (0: the node's default, 10
+        s); the node stays joined and keeps trying."""
         if isinstance(bootstrap, str):
             raise TypeError(f"bootstrap must be a list of 'host:port' strings, not {bootstrap!r}")
-        self._call(join=pb.Join(topic=topic, bootstrap=list(bootstrap)))
+        self._call(join=pb.Join(topic=topic, bootstrap=list(bootstrap), timeout=timeout))
 
     def leave(self, topic: str) -> None:
         self._call(leave=pb.Leave(topic=topic))
@@ -196,9 +214,11 @@ class AgentClient:
         headers: Mapping[str, bytes] | Iterable[tuple[str, bytes]] | None = None,
         *,
         stream: tuple[bytes, int] | None = None,
+        timestamp_ms: int | None = None,
     ) -> Published:
-        """Publish one record; `stream` names its place (see Node.publish_record)."""
-        record = record_to_pb(value, key, headers, stream)
+        """Publish one record; `stream` names its place, `timestamp_ms` its stamp (see
+        Node.publish_record)."""
+        record = record_to_pb(value, key, headers, stream, timestamp_ms)
         reply = self._call(publish=pb.Publish(topic=topic, record=record)).published
         return _published(reply)[0]
 
@@ -210,7 +230,9 @@ class AgentClient:
         size = 0
         for record in records:
             if isinstance(record, Record):
-                encoded = record_to_pb(record.value, record.key, record.headers, record.stream)
+                encoded = record_to_pb(
+                    record.value, record.key, record.headers, record.stream, record.timestamp_ms
+                )
             else:
                 encoded = record_to_pb(record)
             record_size = encoded.ByteSize() + 8  # its tag and length
@@ -265,11 +287,13 @@ class AgentClient:
         last_seq: int,
         *,
         fetch_timeout: float = 0.0,
+        holders: Iterable[bytes] = (),
     ) -> list[Message]:
         """Retained messages of `publisher`, first_seq..last_seq, in order (what the agent
         no longer holds is absent). Large ranges come in several replies. fetch_timeout > 0:
-        the agent's node first asks its neighbours for what it lacks (per reply page); the
-        client's own timeout must leave room for that."""
+        the agent's node first asks `holders` (node ids known to hold the range) and its
+        neighbours for what it lacks (per reply page); the client's own timeout must leave
+        room for that."""
         if not 0 <= first_seq <= last_seq:
             raise ValueError(f"need 0 <= first_seq <= last_seq, not {first_seq!r}..{last_seq!r}")
         out: list[Message] = []
@@ -281,19 +305,67 @@ class AgentClient:
                 first_seq=seq,
                 last_seq=last_seq,
                 fetch_timeout=fetch_timeout,
+                holders=list(holders),
             )
-            page = self._call(read_range=body).messages
+            page = self._call(wait=fetch_timeout, read_range=body).messages
             out += (message_from_pb(m) for m in page.messages)
             if page.next_seq <= seq:
                 raise AgentError("internal", f"read_range made no progress at seq {seq}")
             seq = page.next_seq
         return out
 
-    def offsets(self, topic: str) -> dict[bytes, tuple[int, int]]:
-        """publisher -> (first retained seq, last seq) of what the agent's node holds of
-        `topic`; first > last when nothing of that publisher is retained any more."""
+    def offsets(self, topic: str) -> dict[bytes, Span]:
+        """publisher -> what the agent's node holds of it on `topic` (first and last seq
+        held, and how many), for every publisher it holds."""
         reply = self._call(offsets=pb.GetOffsets(topic=topic)).offsets
-        return {p.publisher: (p.first_retained_seq, p.last_seq) for p in reply.publishers}
+        return {
+            p.publisher: Span(p.first_retained_seq, p.last_seq, p.count) for p in reply.publishers
+        }
+
+    def holdings(
+        self,
+        topic: str,
+        *,
+        spans: Iterable[HeldSpan] = (),
+        neighbors: bool = False,
+        peers: Iterable[bytes] = (),
+        addresses: Iterable[str] = (),
+        since_ms: int = 0,
+        timeout: float = HELD_TIMEOUT,
+    ) -> list[NodeHoldings]:
+        """What the agent's node, its neighbours in `topic` (with `neighbors`) and the nodes
+        named by id (`peers`) or "host:port" (`addresses`) hold of `topic`: within `spans`,
+        or of every publisher; each node gets `timeout` seconds. The agent's node first."""
+        body = pb.Holdings(
+            topic=topic,
+            neighbors=neighbors,
+            peers=list(peers),
+            addresses=list(addresses),
+            since_ms=since_ms,
+            timeout=timeout,
+        )
+        for span in spans:
+            span_to_pb(span, body.spans.add())
+        # The agent dials unknown addresses first, then asks every node: two timeouts.
+        reply = self._call(wait=2 * timeout, holdings=body).holdings_map
+        return [
+            NodeHoldings(
+                node_id=n.node_id,
+                address=n.address,
+                answered=n.answered,
+                spans=[span_from_pb(s) for s in n.spans],
+            )
+            for n in reply.nodes
+        ]
+
+    def known_topics(
+        self, *, neighbors: bool = True, addresses: Iterable[str] = (), timeout: float = 0.0
+    ) -> list[str]:
+        """Topic names the agent's node, its neighbours and the nodes at `addresses` are
+        in, sorted."""
+        body = pb.KnownTopics(neighbors=neighbors, addresses=list(addresses), timeout=timeout)
+        wait = 2 * (timeout or HELD_TIMEOUT)
+        return list(self._call(wait=wait, known_topics=body).topic_list.topics)
 
     def config_read(self, name: str, min_version: int = 0, timeout: float = 0.0) -> ConfigView:
         """Configuration `name` as the agent's replica holds it (started and caught up on
@@ -325,6 +397,7 @@ class AgentClient:
             pid=info.pid,
             topics={t.topic: [neighbor_from_pb(n) for n in t.neighbors] for t in info.topics},
             stats=dict(sorted(info.stats.items())),
+            metrics_url=info.metrics_url,
         )
 
     def overlay(self, topic: str, max_nodes: int = 0, timeout: float = 0.0) -> list[OverlayNode]:

@@ -77,6 +77,7 @@ def ensure_agent(
     start_timeout: float = START_TIMEOUT,
     encrypt: bool = True,
     sign: bool = False,
+    metrics_port: int | None = None,
 ) -> AgentInfo:
     """The agent serving `socket_path`, started if none is there; see the module doc.
 
@@ -86,6 +87,7 @@ def ensure_agent(
     idle_timeout: seconds without client or request before it exits (None: never).
     encrypt, sign: `--no-encryption` unless encrypt, `--signed` if sign (an agent already
     running keeps the settings it was started with).
+    metrics_port: `--metrics-port` (0: any free port; the agent's inspect() says which).
     """
     if not isinstance(key, bytes) or len(key) != KEY_SIZE:
         raise ValueError(f"key must be {KEY_SIZE} bytes, not {key!r:.20}")
@@ -119,6 +121,8 @@ def ensure_agent(
             command.append("--no-encryption")
         if sign:
             command.append("--signed")
+        if metrics_port is not None:
+            command += ["--metrics-port", str(metrics_port)]
         _start(command, socket_path, key, start_timeout)
         info = _attach(socket_path, sign)
         if info is None:

@@ -21,7 +21,7 @@ from episub.agent.lifetime import OwnerProcess
 from episub.agent.server import AgentServer
 from episub.agent.service import AgentLimits, AgentRequestError, AgentService
 from episub.net.link_delay import LinkDelay
-from episub.net.peer_id import parse_address
+from episub.net.peer_id import format_address, parse_address
 from episub.node import Node
 from episub.proto.config import NodeConfig
 from episub.retention import RetentionConfig
@@ -111,9 +111,12 @@ async def _serve(
             from episub.metrics import serve_metrics
 
             host = parse_address(options.listen, allow_port_zero=True).host
-            await nursery.start(
+            port = await nursery.start(
                 serve_metrics, node, lambda: service.topics, host, options.metrics_port
             )
+            # A wildcard listens everywhere; scrapers dial the host peers dial.
+            shown = parse_address(node.address).host
+            service.metrics_url = f"http://{format_address(shown, port)}/metrics"
         for topic in options.topics:
             try:
                 await service.join(topic)

@@ -295,6 +295,10 @@ class AgentServer:
             return pb.Response(id=rid, config=await service.config_write(body))
         elif kind == "overlay":
             return pb.Response(id=rid, overlay_map=await self.service.overlay(body))
+        elif kind == "holdings":
+            return pb.Response(id=rid, holdings_map=await service.holdings(body))
+        elif kind == "known_topics":
+            return pb.Response(id=rid, topic_list=await service.known_topics(body))
         elif kind == "inspect":
             stats = {f"agent_{name}": value for name, value in self.counters.items()}
             stats["agent_clients"] = len(self._clients)

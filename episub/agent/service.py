@@ -11,9 +11,9 @@ Choices:
   the agent's own list (given at start), or starts the topic's overlay when that is empty.
 - Leaving is for the whole agent: every client of it loses the topic (Spark workers never
   leave; the agent leaves everything when it exits).
-- The agent follows every topic it joins with a subscription of its own, to answer
-  `offsets(topic)` (ledger.py); it shows in `node.stats()["subscriptions"]`. Leaving the
-  topic forgets its offsets, so the ledgers are bounded by the node's max_topics.
+- `offsets(topic)` is what the node's retention holds of the topic (Node.held): retention
+  is the one owner of per-publisher positions. `holdings` asks other nodes the same
+  (GETHELD), in parallel, each within a timeout: what a Spark planner calls "reachable".
 - A publish reports (publisher, seq) next to the id, from `Node.publish_record`; a record
   may name its stream place (a Spark sink row), and a taken place reports `duplicate`.
 - Live configurations (episub.config) are kept here, one replica per name, started by the
@@ -32,20 +32,23 @@ from dataclasses import dataclass
 import trio
 
 from episub.agent import agent_pb2 as pb
-from episub.agent.ledger import OffsetLedger
 from episub.agent.wire import (
     MAX_BATCH_RECORDS,
     MAX_REQUEST_SIZE,
     message_to_pb,
     neighbor_to_pb,
     record_from_pb,
+    span_from_pb,
+    span_to_pb,
 )
 from episub.config import DELETE, ConfigLimitError, ConfigReplica
 from episub.config.codec import value_of
 from episub.config.state import Entry
 from episub.crawl import CRAWL_MAX_NODES, CRAWL_TIMEOUT, crawl
-from episub.node import MAX_STREAM_NAME, Node
-from episub.proto.messages import MAX_HEADERS, check_topic_name
+from episub.net.handshake import HandshakeError
+from episub.net.peer_id import PeerIdError, parse_address, parse_peer_id
+from episub.node import HELD_TIMEOUT, MAX_STREAM_NAME, Node
+from episub.proto.messages import MAX_HEADERS, MAX_HELD_SPANS, HeldSpan, check_topic_name
 
 __all__ = ["AgentLimits", "AgentRequestError", "AgentService", "config_snapshot_to_pb"]
 
@@ -54,7 +57,8 @@ log = logging.getLogger("episub.agent")
 # A first read of a configuration waits this long at most for the replica to catch up
 # from its neighbours (each asked for SYNC_TIMEOUT); past it, it answers what it has.
 CONFIG_SYNC_WAIT = 10.0  # guess: a few neighbours' worth
-LEDGER_BUFFER = 65_536  # guess: the ledger drains at once; this only absorbs a stalled loop
+# The longest a client may ask a join to wait for its first neighbour (Join.timeout).
+MAX_JOIN_TIMEOUT = 120.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -73,6 +77,8 @@ class AgentLimits:
     max_config_wait: int = 600  # seconds a ConfigRead may wait for a version; guess
     max_overlay_nodes: int = 1024  # nodes one Overlay walk asks; guess: a big cluster, ~1 MB
     max_overlay_timeout: int = 60  # seconds one Overlay walk may take; guess: 6x its default
+    max_holdings_nodes: int = 64  # nodes one Holdings/KnownTopics names; guess: as bootstrap
+    max_holdings_timeout: int = 60  # seconds each node asked may take; guess: 30x HELD_TIMEOUT
 
     def __post_init__(self) -> None:
         for name in self.__slots__:
@@ -112,11 +118,11 @@ class AgentService:
         self._started = time.monotonic()
         self._joined: dict[str, None] = {}  # the topics joined, in the order joined
         self._joining: dict[str, trio.Event] = {}
-        self._ledgers: dict[str, tuple[OffsetLedger, trio.CancelScope]] = {}
         self._configs: dict[str, ConfigReplica] = {}
+        self.metrics_url = ""  # set by the runner when it serves Prometheus metrics
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Hosts the ledgers' tasks until cancelled."""
+        """Hosts the configuration replicas' tasks until cancelled."""
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             task_status.started()
@@ -124,10 +130,13 @@ class AgentService:
 
     # -- topics -----------------------------------------------------------------------------
 
-    async def join(self, topic: str, bootstrap: Sequence[str] | None = None) -> bool:
+    async def join(
+        self, topic: str, bootstrap: Sequence[str] | None = None, timeout: float = 0.0
+    ) -> bool:
         """Join `topic` (through the agent's bootstrap list when `bootstrap` is empty);
         False when it was joined already. Concurrent joins of one topic wait for the first.
-        AgentRequestError("timeout") when no neighbour came in time (joined all the same)."""
+        AgentRequestError("timeout") when no neighbour came within `timeout` seconds (0: the
+        node's default), joined all the same."""
         check_topic_name(topic)
         contacts = list(bootstrap) if bootstrap else self.bootstrap
         while topic not in self._joined:
@@ -139,18 +148,17 @@ class AgentService:
             return False
         done = self._joining[topic] = trio.Event()
         try:
-            await self._follow(topic)
             try:
-                await self.node.join(topic, contacts)
+                if timeout > 0:
+                    await self.node.join(topic, contacts, timeout=timeout)
+                else:
+                    await self.node.join(topic, contacts)
             except TimeoutError as exc:
                 # Joined, but no neighbour yet: the node stays joined and keeps trying, so
                 # the topic counts as joined here too; the caller still hears of it.
                 self._joined[topic] = None
                 log.warning("%s", exc)
                 raise AgentRequestError("timeout", str(exc)) from None
-            except BaseException:
-                self._unfollow(topic)
-                raise
             self._joined[topic] = None
             log.info("joined %r through %s", topic, ", ".join(contacts) or "nobody (first node)")
             return True
@@ -159,40 +167,16 @@ class AgentService:
             done.set()
 
     async def leave(self, topic: str) -> None:
-        """Leave `topic`; its offsets are forgotten with it (what retention holds of it can
-        still be read by range)."""
+        """Leave `topic` (what retention holds of it can still be read by range)."""
         if topic not in self._joined:
             raise AgentRequestError("bad_request", f"not joined to topic {topic!r}")
         del self._joined[topic]
-        self._unfollow(topic)
         await self.node.leave(topic)
         log.info("left %r", topic)
 
     @property
     def topics(self) -> list[str]:
         return sorted([*self._joined, *(r.topic for r in self._configs.values())])
-
-    async def _follow(self, topic: str) -> None:
-        """Start the topic's ledger subscription before joining, so it misses nothing.
-        One per joined topic, so the node's max_topics bounds them."""
-        assert self._nursery is not None, "join() needs AgentService.run started"
-        ledger = OffsetLedger(topic)
-        scope = trio.CancelScope()
-        self._ledgers[topic] = (ledger, scope)
-
-        async def follow(task_status: trio.TaskStatus[None]) -> None:
-            with scope:
-                async with self.node.subscribe(topic, LEDGER_BUFFER) as sub:
-                    task_status.started()
-                    async for item in sub:
-                        ledger.record(item)
-
-        await self._nursery.start(follow)
-
-    def _unfollow(self, topic: str) -> None:
-        entry = self._ledgers.pop(topic, None)
-        if entry is not None:
-            entry[1].cancel()
 
     # -- requests ---------------------------------------------------------------------------
 
@@ -203,7 +187,12 @@ class AgentService:
                 f"at most {self.limits.max_bootstrap} bootstrap addresses, "
                 f"not {len(body.bootstrap)}",
             )
-        await self.join(body.topic, list(body.bootstrap))
+        if not 0 <= body.timeout <= MAX_JOIN_TIMEOUT:  # NaN fails too
+            raise AgentRequestError(
+                "bad_request",
+                f"join timeout must be in 0..{MAX_JOIN_TIMEOUT:g} s, not {body.timeout}",
+            )
+        await self.join(body.topic, list(body.bootstrap), body.timeout)
 
     async def publish(self, topic: str, records: Sequence[pb.Record]) -> pb.PublishedList:
         if topic not in self._joined:
@@ -218,6 +207,10 @@ class AgentService:
         checked = [record_from_pb(r) for r in records]
         for i, record in enumerate(checked):  # all or none: check every record first
             where = f"record {i} of {len(checked)}: " if len(checked) > 1 else ""
+            if record.timestamp_ms is not None and record.stream is None:
+                raise AgentRequestError(
+                    "bad_request", f"{where}timestamp_ms is for a named stream's place"
+                )
             if len(record.headers) > MAX_HEADERS:
                 raise AgentRequestError(
                     "bad_request",
@@ -243,7 +236,12 @@ class AgentService:
         for i, record in enumerate(checked):
             try:
                 receipt = await self.node.publish_record(
-                    topic, record.value, record.key, record.headers, stream=record.stream
+                    topic,
+                    record.value,
+                    record.key,
+                    record.headers,
+                    stream=record.stream,
+                    timestamp_ms=record.timestamp_ms,
                 )
             except Exception as exc:
                 if i == 0:
@@ -272,10 +270,17 @@ class AgentService:
                 "bad_request",
                 f"fetch_timeout must be in 0..{self.limits.max_fetch_timeout} s, not {timeout}",
             )
+        if len(body.holders) > self.limits.max_holdings_nodes:
+            raise AgentRequestError(
+                "limit",
+                f"at most {self.limits.max_holdings_nodes} holders, not {len(body.holders)}",
+            )
         if timeout > 0 and body.topic in self._joined:
             # One page's worth at most: a client reading a long range asks page by page.
             upto = min(last, first + self.limits.read_page_messages - 1)
-            await self.node.fetch(body.topic, body.publisher, first, upto, timeout=timeout)
+            await self.node.fetch(
+                body.topic, body.publisher, first, upto, timeout=timeout, holders=body.holders
+            )
         found = self.node.retained(body.topic, body.publisher, first, last)
         out = pb.Messages(next_seq=last + 1)
         size = 0
@@ -291,13 +296,129 @@ class AgentService:
         return out
 
     def offsets(self, topic: str) -> pb.Offsets:
+        """What this node's retention holds of `topic`, per publisher."""
         check_topic_name(topic)
-        entry = self._ledgers.get(topic)
         out = pb.Offsets()
-        if entry is not None:
-            for publisher, (first, last) in entry[0].offsets(self.node.retained).items():
-                out.publishers.add(publisher=publisher, first_retained_seq=first, last_seq=last)
+        for publisher, span in self.node.held(topic).items():
+            out.publishers.add(
+                publisher=publisher,
+                first_retained_seq=span.first,
+                last_seq=span.last,
+                count=span.count,
+            )
         return out
+
+    async def holdings(self, body: pb.Holdings) -> pb.HoldingsMap:
+        """What this node and the nodes the request names hold of a topic (see agent.proto),
+        asked in parallel; a node that cannot be reached or does not answer in time is in
+        the answer with answered = false."""
+        check_topic_name(body.topic)
+        limits = self.limits
+        if len(body.spans) > MAX_HELD_SPANS:
+            raise AgentRequestError(
+                "limit", f"at most {MAX_HELD_SPANS} spans, not {len(body.spans)}"
+            )
+        named = len(body.peers) + len(body.addresses)
+        if named > limits.max_holdings_nodes:
+            raise AgentRequestError(
+                "limit", f"a Holdings request names at most {limits.max_holdings_nodes} nodes"
+            )
+        timeout = self._node_timeout(body.timeout)
+        try:
+            spans = tuple(span_from_pb(s) for s in body.spans)
+        except ValueError as exc:
+            raise AgentRequestError("bad_request", f"a span: {exc}") from None
+        targets = await self._targets(
+            body.topic, body.neighbors, body.peers, body.addresses, timeout
+        )
+        answers: dict[int, list[HeldSpan] | None] = {}
+
+        async def ask(i: int, peer: bytes) -> None:
+            answers[i] = await self.node.held_by(
+                body.topic, peer, spans=spans, since_ms=body.since_ms, timeout=timeout
+            )
+
+        async with trio.open_nursery() as nursery:
+            for i, (peer, _) in enumerate(targets):
+                if peer:
+                    nursery.start_soon(ask, i, peer)
+        out = pb.HoldingsMap()
+        for i, (peer, address) in enumerate(targets):
+            found = answers.get(i)
+            entry = out.nodes.add(node_id=peer, address=address, answered=found is not None)
+            for span in found or ():
+                span_to_pb(span, entry.spans.add())
+        return out
+
+    async def known_topics(self, body: pb.KnownTopics) -> pb.TopicList:
+        """The topics this node, its neighbours (with `neighbors`) and the nodes at
+        `addresses` are in: what a subscribePattern matches against."""
+        if len(body.addresses) > self.limits.max_holdings_nodes:
+            raise AgentRequestError(
+                "limit", f"at most {self.limits.max_holdings_nodes} addresses per request"
+            )
+        timeout = self._node_timeout(body.timeout)
+        targets = await self._targets(None, body.neighbors, (), body.addresses, timeout)
+        names: set[str] = set(self._joined)
+
+        async def ask(peer: bytes) -> None:
+            names.update(await self.node.topics_of(peer, timeout=timeout) or ())
+
+        async with trio.open_nursery() as nursery:
+            for peer, _ in targets:
+                if peer and peer != self.node.id:
+                    nursery.start_soon(ask, peer)
+        return pb.TopicList(topics=sorted(names))
+
+    def _node_timeout(self, asked: float) -> float:
+        timeout = asked or HELD_TIMEOUT
+        if not 0 < timeout <= self.limits.max_holdings_timeout:
+            raise AgentRequestError(
+                "bad_request",
+                f"timeout must be in 0..{self.limits.max_holdings_timeout} s, not {asked}",
+            )
+        return timeout
+
+    async def _targets(
+        self,
+        topic: str | None,
+        neighbors: bool,
+        peers: Sequence[bytes],
+        addresses: Sequence[str],
+        timeout: float,
+    ) -> list[tuple[bytes, str]]:
+        """(node id, address) of this node, then its neighbours (of `topic`, or of every
+        topic), the named ids and the nodes at `addresses` (connected to learn their ids,
+        b"" when that fails), each once."""
+        node = self.node
+        found: dict[bytes, str] = {node.id: node.address}
+        if neighbors:
+            for name in [topic] if topic is not None else self.topics:
+                for n in node.neighbors(name) if name in self._joined else ():
+                    found.setdefault(n.peer_id, n.address)
+        for peer in peers:
+            found.setdefault(peer, _address_of(peer))
+        unreachable: list[str] = []
+
+        async def reach(address: str) -> None:
+            with trio.move_on_after(timeout):
+                try:
+                    found.setdefault(await node.peer_at(address), address)
+                    return
+                except (OSError, HandshakeError, PeerIdError) as exc:
+                    log.info("cannot reach %s to ask it: %s", address, exc)
+            unreachable.append(address)
+
+        own = parse_address(node.address)
+        async with trio.open_nursery() as nursery:
+            for address in addresses:
+                try:
+                    if parse_address(address) == own:
+                        continue  # this node, asked first already
+                except PeerIdError as exc:
+                    raise AgentRequestError("bad_request", str(exc)) from None
+                nursery.start_soon(reach, address)
+        return [*found.items(), *((b"", a) for a in unreachable)]
 
     # -- live configuration -------------------------------------------------------------------
 
@@ -393,10 +514,17 @@ class AgentService:
         for replica in self._configs.values():
             for counter, value in replica.counters.items():
                 stats[f"config_{counter}"] = stats.get(f"config_{counter}", 0) + value
-        stats["agent_ledger_lagged"] = sum(ledger.lagged for ledger, _ in self._ledgers.values())
         stats["agent_uptime_s"] = int(time.monotonic() - self._started)
         out.stats.update(stats)
+        out.metrics_url = self.metrics_url
         return out
+
+
+def _address_of(peer: bytes) -> str:
+    try:
+        return str(parse_peer_id(peer))
+    except PeerIdError:
+        return ""
 
 
 def config_snapshot_to_pb(replica: ConfigReplica) -> pb.ConfigSnapshot:

@@ -19,6 +19,7 @@ from google.protobuf.message import DecodeError
 
 from episub.agent import agent_pb2 as pb
 from episub.node import Neighbor
+from episub.proto.messages import HeldSpan
 from episub.subscription import Item, Lagged, Lost, Message
 
 __all__ = [
@@ -41,6 +42,8 @@ __all__ = [
     "neighbor_to_pb",
     "record_from_pb",
     "record_to_pb",
+    "span_from_pb",
+    "span_to_pb",
 ]
 
 LENGTH_PREFIX = struct.Struct(">I")
@@ -127,6 +130,7 @@ class Record:
     key: bytes | None = None
     headers: tuple[tuple[str, bytes], ...] = field(default=())
     stream: tuple[bytes, int] | None = None  # (publisher, seq): see Node.publish_record
+    timestamp_ms: int | None = None  # a named place's stamp (default: the node's clock)
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,6 +160,7 @@ def record_to_pb(
     key: bytes | None = None,
     headers: Mapping[str, bytes] | Iterable[tuple[str, bytes]] | None = None,
     stream: tuple[bytes, int] | None = None,
+    timestamp_ms: int | None = None,
 ) -> pb.Record:
     """Checks types here, so a caller's mistake is reported before anything is sent."""
     if not isinstance(value, bytes | bytearray | memoryview):
@@ -184,6 +189,12 @@ def record_to_pb(
             raise TypeError(f"stream must be (bytes, int), not {stream!r:.80}")
         record.stream.publisher = publisher
         record.stream.seq = seq
+    if timestamp_ms is not None:
+        if stream is None:
+            raise ValueError("timestamp_ms is for a named stream's place; give stream= too")
+        if not isinstance(timestamp_ms, int) or not 0 <= timestamp_ms < 1 << 63:
+            raise ValueError(f"timestamp_ms must be a 63-bit int, not {timestamp_ms!r:.40}")
+        record.timestamp_ms = timestamp_ms
     return record
 
 
@@ -196,6 +207,7 @@ def record_from_pb(record: pb.Record) -> Record:
         key=record.key if record.HasField("key") else None,
         headers=_headers_from_pb(record.headers),
         stream=stream,
+        timestamp_ms=record.timestamp_ms if record.HasField("timestamp_ms") else None,
     )
 
 
@@ -266,4 +278,23 @@ def neighbor_from_pb(neighbor: pb.Neighbor) -> Neighbor:
         kind=kind,
         role=role,
         rtt_ms=neighbor.rtt_ms if neighbor.HasField("rtt_ms") else None,
+    )
+
+
+def span_to_pb(span: HeldSpan, out: pb.Span) -> None:
+    out.publisher = span.publisher  # type: ignore[assignment]
+    out.first_seq = span.first_seq
+    out.last_seq = span.last_seq
+    out.count = span.count
+    out.since_seq = span.since_seq
+
+
+def span_from_pb(span: pb.Span) -> HeldSpan:
+    """Raises ValueError for a span that is not one (first > last, count too big...)."""
+    return HeldSpan(
+        publisher=span.publisher,
+        first_seq=span.first_seq,
+        last_seq=span.last_seq,
+        count=span.count,
+        since_seq=span.since_seq,
     )

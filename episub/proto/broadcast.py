@@ -36,7 +36,11 @@ Rules from the draft (and Plumtree):
 - IHAVE of an unknown id: the id is missing; one periodic timer marks it on its first tick
   and from the second tick on GRAFTs it (batched per peer) from the next announcer.
 - GRAFT: the sender becomes eager and gets the ids it asked for from the cache.
-- PULL: the sender gets the publisher's messages it asked for that the cache holds.
+- PULL: the sender gets the publisher's messages it asked for that the cache holds; the
+  others are asked of retention, above the core (HistoryAsked).
+- one message per place: a first copy for a (publisher, seq) the cache holds another
+  message for wins it only with the earlier stamp (then the smaller id); a losing one is
+  dropped and its sender gets the winner (`_rival_loses`).
 - tree optimisation: a lazy path shorter than the eager one by `optimization_threshold`
   hops swaps the two (GRAFT the lazy announcer, PRUNE the eager sender).
 - optional eager repair when an eager neighbour goes down (empty GRAFT to lazy peers),
@@ -57,6 +61,7 @@ from episub.proto.envelope import message_id
 from episub.proto.errors import LocalProtocolError, MessageTooLarge
 from episub.proto.events import (
     AlreadyPublished,
+    HistoryAsked,
     OutEvent,
     PeerMisbehaved,
     Published,
@@ -105,6 +110,8 @@ class BroadcastCounters:
     recovered: int = 0  # messages pulled from behind a stream's position (history)
     republished: int = 0  # publishes at a named stream place that was taken already
     streams_evicted: int = 0  # idle publisher streams forgotten to make room (max_publishers)
+    rivals_won: int = 0  # first copies that took a place from another message (sooner stamp)
+    rivals_refused: int = 0  # first copies for a place whose held message stays
     crossed_prunes: int = 0  # PRUNEs that crossed our GRAFT, answered by GRAFT again
     regrafts: int = 0  # empty GRAFTs sent because a PRUNE took our last eager link
     held_dropped: int = 0  # messages far beyond a gap dropped unheld (ordering.py)
@@ -308,8 +315,10 @@ class Broadcast:
         now: float,
         out: list[OutEvent],
         stream: tuple[PeerId, int] | None = None,
+        timestamp_ms: int | None = None,
     ) -> MessageId | None:
-        """Publish on our own stream, or at `stream` = (publisher, seq) of a named one.
+        """Publish on our own stream, or at `stream` = (publisher, seq) of a named one,
+        stamped `timestamp_ms` if given (named streams only), else now.
 
         A named stream's place that is taken already (delivered here, or held waiting for
         a gap) publishes nothing and reports AlreadyPublished; None is returned then.
@@ -320,7 +329,7 @@ class Broadcast:
         envelope = Envelope(
             publisher=publisher,
             seq=seq,
-            timestamp_ms=int(now * 1000),
+            timestamp_ms=int(now * 1000) if timestamp_ms is None else timestamp_ms,
             payload=payload,
             key=key,
             headers=headers,
@@ -431,6 +440,8 @@ class Broadcast:
             self.counters.bad_signatures += 1
             out.append(PeerMisbehaved(peer, f"GOSSIP of {envelope.publisher!r} {problem}"))
             return
+        if self._rival_loses(peer, mid, envelope, out):
+            return
         self.counters.gossip_received += 1
         self._remember(mid, envelope, hops=msg.hops, sender=peer, now=now)
         if self.ordering.behind_stream(envelope):
@@ -480,6 +491,29 @@ class Broadcast:
         self._queue_ihave(mid, msg.hops, peer, out)
         if envelope.publisher != self.me:
             self.ordering.deliver(mid, envelope, msg.hops, now, out)
+
+    def _rival_loses(
+        self, peer: PeerId, mid: MessageId, envelope: Envelope, out: list[OutEvent]
+    ) -> bool:
+        """A first copy for a place that holds another message (a sink row written again
+        with another stamp): one of the two must win on every node. The earlier stamp wins,
+        then the smaller id (retention.py keeps the same rule). A losing rival is dropped,
+        and the sender gets the winner, so that it converges too; a winning one goes on as
+        any first copy, replacing the place's message here (the place stays delivered)."""
+        held = self.by_seq.get((envelope.publisher, envelope.seq))
+        if held is None or held == mid:  # no other message there (or seen forgot this one)
+            return False
+        cached = self.cache.get(held)
+        if cached is None:
+            return False
+        if (envelope.timestamp_ms, mid) < (cached.envelope.timestamp_ms, held):
+            self.counters.rivals_won += 1
+            return False
+        self.counters.rivals_refused += 1
+        out.append(
+            Send(peer, self.topic, m.Gossip(id=held, envelope=cached.envelope, hops=1))  # type: ignore[arg-type]
+        )
+        return True
 
     def fetch(
         self, peer: PeerId, publisher: PeerId, first: int, last: int, out: list[OutEvent]
@@ -551,10 +585,16 @@ class Broadcast:
     def _on_pull(
         self, peer: PeerId, publisher: PeerId, first: int, last: int, out: list[OutEvent]
     ) -> None:
+        """Answer from the cache; the seqs it lacks go to retention (above the core)."""
+        lacking = []
         for seq in range(first, last + 1):
             mid = self.by_seq.get((publisher, seq))
-            if mid is not None:
+            if mid is not None and mid in self.cache:
                 self._send_cached(peer, mid, out)
+            else:
+                lacking.append(seq)
+        if lacking:
+            out.append(HistoryAsked(self.topic, peer, publisher, tuple(lacking)))
 
     def _send_cached(self, peer: PeerId, mid: MessageId, out: list[OutEvent]) -> None:
         """Answer a GRAFT or PULL from the cache; an id we no longer hold is skipped."""

@@ -14,7 +14,7 @@ class Frame(_message.Message):
     def __init__(self, items: _Optional[_Iterable[_Union[Item, _Mapping]]] = ...) -> None: ...
 
 class Item(_message.Message):
-    __slots__ = ("topic", "gossip", "ihave", "graft", "prune", "pull", "ping", "pong", "neighbor", "disconnect", "join", "forward_join", "shuffle", "shuffle_reply", "leave", "get_nodes", "nodes", "get_topics", "topics", "get_view", "view")
+    __slots__ = ("topic", "gossip", "ihave", "graft", "prune", "pull", "ping", "pong", "neighbor", "disconnect", "join", "forward_join", "shuffle", "shuffle_reply", "leave", "get_nodes", "nodes", "get_topics", "topics", "get_view", "view", "get_held", "held")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     GOSSIP_FIELD_NUMBER: _ClassVar[int]
     IHAVE_FIELD_NUMBER: _ClassVar[int]
@@ -36,6 +36,8 @@ class Item(_message.Message):
     TOPICS_FIELD_NUMBER: _ClassVar[int]
     GET_VIEW_FIELD_NUMBER: _ClassVar[int]
     VIEW_FIELD_NUMBER: _ClassVar[int]
+    GET_HELD_FIELD_NUMBER: _ClassVar[int]
+    HELD_FIELD_NUMBER: _ClassVar[int]
     topic: str
     gossip: Gossip
     ihave: IHave
@@ -57,7 +59,9 @@ class Item(_message.Message):
     topics: Topics
     get_view: GetView
     view: View
-    def __init__(self, topic: _Optional[str] = ..., gossip: _Optional[_Union[Gossip, _Mapping]] = ..., ihave: _Optional[_Union[IHave, _Mapping]] = ..., graft: _Optional[_Union[Graft, _Mapping]] = ..., prune: _Optional[_Union[Prune, _Mapping]] = ..., pull: _Optional[_Union[Pull, _Mapping]] = ..., ping: _Optional[_Union[Ping, _Mapping]] = ..., pong: _Optional[_Union[Pong, _Mapping]] = ..., neighbor: _Optional[_Union[Neighbor, _Mapping]] = ..., disconnect: _Optional[_Union[Disconnect, _Mapping]] = ..., join: _Optional[_Union[Join, _Mapping]] = ..., forward_join: _Optional[_Union[ForwardJoin, _Mapping]] = ..., shuffle: _Optional[_Union[Shuffle, _Mapping]] = ..., shuffle_reply: _Optional[_Union[ShuffleReply, _Mapping]] = ..., leave: _Optional[_Union[Leave, _Mapping]] = ..., get_nodes: _Optional[_Union[GetNodes, _Mapping]] = ..., nodes: _Optional[_Union[Nodes, _Mapping]] = ..., get_topics: _Optional[_Union[GetTopics, _Mapping]] = ..., topics: _Optional[_Union[Topics, _Mapping]] = ..., get_view: _Optional[_Union[GetView, _Mapping]] = ..., view: _Optional[_Union[View, _Mapping]] = ...) -> None: ...
+    get_held: GetHeld
+    held: Held
+    def __init__(self, topic: _Optional[str] = ..., gossip: _Optional[_Union[Gossip, _Mapping]] = ..., ihave: _Optional[_Union[IHave, _Mapping]] = ..., graft: _Optional[_Union[Graft, _Mapping]] = ..., prune: _Optional[_Union[Prune, _Mapping]] = ..., pull: _Optional[_Union[Pull, _Mapping]] = ..., ping: _Optional[_Union[Ping, _Mapping]] = ..., pong: _Optional[_Union[Pong, _Mapping]] = ..., neighbor: _Optional[_Union[Neighbor, _Mapping]] = ..., disconnect: _Optional[_Union[Disconnect, _Mapping]] = ..., join: _Optional[_Union[Join, _Mapping]] = ..., forward_join: _Optional[_Union[ForwardJoin, _Mapping]] = ..., shuffle: _Optional[_Union[Shuffle, _Mapping]] = ..., shuffle_reply: _Optional[_Union[ShuffleReply, _Mapping]] = ..., leave: _Optional[_Union[Leave, _Mapping]] = ..., get_nodes: _Optional[_Union[GetNodes, _Mapping]] = ..., nodes: _Optional[_Union[Nodes, _Mapping]] = ..., get_topics: _Optional[_Union[GetTopics, _Mapping]] = ..., topics: _Optional[_Union[Topics, _Mapping]] = ..., get_view: _Optional[_Union[GetView, _Mapping]] = ..., view: _Optional[_Union[View, _Mapping]] = ..., get_held: _Optional[_Union[GetHeld, _Mapping]] = ..., held: _Optional[_Union[Held, _Mapping]] = ...) -> None: ...
 
 class GetTopics(_message.Message):
     __slots__ = ()
@@ -92,6 +96,42 @@ class ViewEntry(_message.Message):
     eager: bool
     rtt_seconds: float
     def __init__(self, peer: _Optional[bytes] = ..., near: _Optional[bool] = ..., eager: _Optional[bool] = ..., rtt_seconds: _Optional[float] = ...) -> None: ...
+
+class GetHeld(_message.Message):
+    __slots__ = ("nonce", "spans", "after", "since_ms")
+    NONCE_FIELD_NUMBER: _ClassVar[int]
+    SPANS_FIELD_NUMBER: _ClassVar[int]
+    AFTER_FIELD_NUMBER: _ClassVar[int]
+    SINCE_MS_FIELD_NUMBER: _ClassVar[int]
+    nonce: int
+    spans: _containers.RepeatedCompositeFieldContainer[HeldSpan]
+    after: bytes
+    since_ms: int
+    def __init__(self, nonce: _Optional[int] = ..., spans: _Optional[_Iterable[_Union[HeldSpan, _Mapping]]] = ..., after: _Optional[bytes] = ..., since_ms: _Optional[int] = ...) -> None: ...
+
+class Held(_message.Message):
+    __slots__ = ("nonce", "spans", "more")
+    NONCE_FIELD_NUMBER: _ClassVar[int]
+    SPANS_FIELD_NUMBER: _ClassVar[int]
+    MORE_FIELD_NUMBER: _ClassVar[int]
+    nonce: int
+    spans: _containers.RepeatedCompositeFieldContainer[HeldSpan]
+    more: bool
+    def __init__(self, nonce: _Optional[int] = ..., spans: _Optional[_Iterable[_Union[HeldSpan, _Mapping]]] = ..., more: _Optional[bool] = ...) -> None: ...
+
+class HeldSpan(_message.Message):
+    __slots__ = ("publisher", "first_seq", "last_seq", "count", "since_seq")
+    PUBLISHER_FIELD_NUMBER: _ClassVar[int]
+    FIRST_SEQ_FIELD_NUMBER: _ClassVar[int]
+    LAST_SEQ_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    SINCE_SEQ_FIELD_NUMBER: _ClassVar[int]
+    publisher: bytes
+    first_seq: int
+    last_seq: int
+    count: int
+    since_seq: int
+    def __init__(self, publisher: _Optional[bytes] = ..., first_seq: _Optional[int] = ..., last_seq: _Optional[int] = ..., count: _Optional[int] = ..., since_seq: _Optional[int] = ...) -> None: ...
 
 class GetNodes(_message.Message):
     __slots__ = ()

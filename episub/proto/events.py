@@ -15,6 +15,8 @@ from typing import TypeAlias
 
 from episub.proto.messages import (
     Envelope,
+    GetHeld,
+    Held,
     LinkKind,
     Message,
     MessageId,
@@ -81,8 +83,16 @@ class Publish:
     key: bytes | None = None
     headers: tuple[tuple[str, bytes], ...] = ()
     stream: tuple[PeerId, int] | None = None
+    # A named stream's place may carry the caller's stamp instead of the clock's, so that
+    # a place written twice (a retried Spark task) is the same message, byte for byte.
+    timestamp_ms: int | None = None
 
     def __post_init__(self) -> None:
+        if self.timestamp_ms is not None:
+            if self.stream is None:
+                raise ValueError("only a named stream's place takes a given timestamp_ms")
+            if not isinstance(self.timestamp_ms, int) or not 0 <= self.timestamp_ms < 1 << 63:
+                raise ValueError(f"timestamp_ms must be a 63-bit int, not {self.timestamp_ms!r}")
         if self.stream is not None:
             publisher, seq = self.stream
             if not isinstance(seq, int) or isinstance(seq, bool) or not 0 <= seq < 2**64:
@@ -120,6 +130,44 @@ class AskView:
 
 
 @dataclass(frozen=True, slots=True)
+class AskHeld:
+    """Command: ask `peer` (any node, neighbour or not) what it holds of `topic` (GETHELD);
+    the answer comes out as `HeldReport`."""
+
+    topic: str
+    peer: PeerId
+    query: GetHeld
+
+
+@dataclass(frozen=True, slots=True)
+class AnswerHeld:
+    """Command: send `held`, computed above the core from retention, to `peer`, which asked
+    with a GETHELD (`HeldAsked`)."""
+
+    topic: str
+    peer: PeerId
+    held: Held
+
+
+@dataclass(frozen=True, slots=True)
+class ServeHistory:
+    """Command: send `peer` these messages of `topic` from retention (GOSSIP, one hop), for
+    the seqs of its PULL the cache no longer had (`HistoryAsked`)."""
+
+    topic: str
+    peer: PeerId
+    messages: tuple[tuple[MessageId, Envelope], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class AskTopics:
+    """Command: ask `peer` which topics it is in (GETTOPICS); the answer comes out as
+    `TopicsReport`."""
+
+    peer: PeerId
+
+
+@dataclass(frozen=True, slots=True)
 class RefreshContacts:
     """Command: the peer ids `topic`'s bootstrap addresses answer with now (a contact that
     restarted has a new id), for a node that lost every neighbour (`Isolated`): they
@@ -138,6 +186,10 @@ InEvent: TypeAlias = (
     | Publish
     | Fetch
     | AskView
+    | AskHeld
+    | AnswerHeld
+    | ServeHistory
+    | AskTopics
     | RefreshContacts
 )
 
@@ -261,6 +313,44 @@ class ViewReport:
     view: View
 
 
+@dataclass(frozen=True, slots=True)
+class HeldAsked:
+    """`peer` asked what we hold of `topic` (GETHELD): the answer comes from retention, above
+    the core, as `AnswerHeld`."""
+
+    topic: str
+    peer: PeerId
+    query: GetHeld
+
+
+@dataclass(frozen=True, slots=True)
+class HeldReport:
+    """`peer` answered a GETHELD of `topic` with `held`."""
+
+    topic: str
+    peer: PeerId
+    held: Held
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryAsked:
+    """`peer` PULLed `publisher`'s `seqs` of `topic` and the cache no longer holds them:
+    retention (above the core) may, and answers with `ServeHistory`."""
+
+    topic: str
+    peer: PeerId
+    publisher: PeerId
+    seqs: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class TopicsReport:
+    """`peer` answered a GETTOPICS with the topics it is in."""
+
+    peer: PeerId
+    topics: tuple[str, ...]
+
+
 OutEvent: TypeAlias = (
     Send
     | ScheduleTimer
@@ -275,4 +365,8 @@ OutEvent: TypeAlias = (
     | DataLost
     | PeerMisbehaved
     | ViewReport
+    | HeldAsked
+    | HeldReport
+    | HistoryAsked
+    | TopicsReport
 )

@@ -37,6 +37,11 @@ MAX_PULL_SPAN = 4096  # sequence numbers one PULL may ask for
 MAX_HOPS = 1 << 16
 MAX_HEADERS = 64
 MAX_TOPIC_NAME = 256  # bytes of UTF-8; Kafka caps topic names at 249 characters
+# Publisher spans one GETHELD asks about or one HELD reports: a HELD of 256 spans of 64-byte
+# publishers is ~20 KB, far below any frame limit; more publishers take more pages.
+MAX_HELD_SPANS = 256
+MAX_PUBLISHER_NAME = 64  # = wire.MAX_PEER_ID_SIZE: a publisher travels as a peer id
+MAX_SEQ = (1 << 63) - 1  # sequence numbers are non-negative 63-bit ints (see Envelope)
 
 
 def check_topic_name(topic: str) -> None:
@@ -131,6 +136,74 @@ class View:
             raise ValueError(
                 f"passive_count must be in 0..{MAX_PEERS_PER_MESSAGE}, not {self.passive_count!r}"
             )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HeldSpan:
+    """One publisher's seqs first_seq..last_seq. Asked (GETHELD): the range to report on.
+    Answered (HELD): what the sender holds within it: `count` seqs between first and last
+    (count == last - first + 1: no hole), and `since_seq`, the first of them stamped at or
+    after the asked `since_ms` (last_seq + 1 when none is; first_seq when none was asked)."""
+
+    publisher: PeerId
+    first_seq: int
+    last_seq: int
+    count: int = 0
+    since_seq: int = 0
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.first_seq <= self.last_seq <= MAX_SEQ:
+            raise ValueError(f"bad span {self.first_seq!r}..{self.last_seq!r}")
+        if not 0 <= self.count <= self.last_seq - self.first_seq + 1:
+            raise ValueError(
+                f"count {self.count!r} does not fit span {self.first_seq}..{self.last_seq}"
+            )
+        if not 0 <= self.since_seq <= self.last_seq + 1:
+            raise ValueError(f"since_seq {self.since_seq!r} is past the span's end")
+
+
+def _check_nonce(nonce: int) -> None:
+    if not 0 <= nonce < 1 << 64:
+        raise ValueError(f"nonce must fit in 64 bits, not {nonce!r}")
+
+
+def _check_spans(spans: tuple[HeldSpan, ...]) -> None:
+    if len(spans) > MAX_HELD_SPANS:
+        raise ValueError(f"at most {MAX_HELD_SPANS} spans per message, not {len(spans)}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GetHeld:
+    """What do you hold of this topic (retention, not only the broadcast cache)? `spans`:
+    report on these ranges only; none: on every publisher held, in bytewise order of
+    publisher, from the first after `after` (a page; HELD says if more follow). With
+    `since_ms` > 0 each span also says its first seq stamped at or after it."""
+
+    nonce: int = 0  # echoed by the HELD that answers this one
+    spans: tuple[HeldSpan, ...] = ()
+    after: bytes = b""
+    since_ms: int = 0
+
+    def __post_init__(self) -> None:
+        _check_nonce(self.nonce)
+        _check_spans(self.spans)
+        if len(self.after) > MAX_PUBLISHER_NAME:
+            raise ValueError(f"after is at most {MAX_PUBLISHER_NAME} bytes, not {len(self.after)}")
+        if not 0 <= self.since_ms <= MAX_SEQ:
+            raise ValueError(f"since_ms must be a non-negative 63-bit int, not {self.since_ms!r}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Held:
+    """Answer to GetHeld: the spans held, and whether more publishers follow this page."""
+
+    nonce: int = 0  # the GETHELD's
+    spans: tuple[HeldSpan, ...] = ()
+    more: bool = False
+
+    def __post_init__(self) -> None:
+        _check_nonce(self.nonce)
+        _check_spans(self.spans)
 
 
 # -- membership (HyParView + GoCast) -----------------------------------------------------
@@ -410,4 +483,6 @@ BroadcastMessage: TypeAlias = Gossip | IHave | Prune | Graft | Pull
 TopicMessage: TypeAlias = MembershipMessage | BroadcastMessage
 NodeMessage: TypeAlias = GetTopics | Topics
 ViewMessage: TypeAlias = GetView | View  # topic-level, answered by the node (node.py)
-Message: TypeAlias = TopicMessage | NodeMessage | ViewMessage
+# Topic-level, answered above the core from retention (episub/node.py): no core state.
+HeldMessage: TypeAlias = GetHeld | Held
+Message: TypeAlias = TopicMessage | NodeMessage | ViewMessage | HeldMessage

@@ -17,10 +17,15 @@ from episub.proto import messages as m
 from episub.proto.config import NodeConfig
 from episub.proto.errors import LocalProtocolError
 from episub.proto.events import (
+    AnswerHeld,
+    AskHeld,
+    AskTopics,
     AskView,
     ClosePeer,
     ConnectionLost,
     Fetch,
+    HeldAsked,
+    HeldReport,
     InEvent,
     JoinTopic,
     LeaveTopic,
@@ -31,7 +36,9 @@ from episub.proto.events import (
     Received,
     RefreshContacts,
     Send,
+    ServeHistory,
     TimerFired,
+    TopicsReport,
     ViewReport,
 )
 from episub.proto.messages import LinkKind, PeerId
@@ -40,6 +47,13 @@ from episub.proto.signing import Signer
 from episub.proto.topic import Topic
 
 __all__ = ["NodeState"]
+
+
+def _check_topic(topic: str) -> None:
+    try:
+        m.check_topic_name(topic)
+    except ValueError as exc:
+        raise LocalProtocolError(str(exc)) from None
 
 
 class NodeState:
@@ -87,19 +101,33 @@ class NodeState:
                 self._next_seqs[topic] = t.broadcast.next_seq
             case Fetch(topic=topic, peer=peer, publisher=publisher, first_seq=first, last_seq=last):
                 self._topic_or_raise(topic).broadcast.fetch(peer, publisher, first, last, out)
-            case Publish(topic=topic, payload=payload, key=key, headers=headers, stream=stream):
-                self._topic_or_raise(topic).publish(payload, key, headers, now, out, stream)
+            case Publish(
+                topic=topic,
+                payload=payload,
+                key=key,
+                headers=headers,
+                stream=stream,
+                timestamp_ms=stamp,
+            ):
+                self._topic_or_raise(topic).publish(payload, key, headers, now, out, stream, stamp)
             case RefreshContacts(topic=topic, bootstrap=bootstrap):
                 # The topic may have been left while the runtime dialled: nothing to do.
                 t = self._topics.get(topic)
                 if t is not None:
                     t.membership.refresh_contacts(tuple(bootstrap), out)
             case AskView(topic=topic, peer=peer):
-                try:
-                    m.check_topic_name(topic)
-                except ValueError as exc:
-                    raise LocalProtocolError(str(exc)) from None
+                _check_topic(topic)
                 out.append(Send(peer, topic, m.GetView()))
+            case AskHeld(topic=topic, peer=peer, query=query):
+                _check_topic(topic)
+                out.append(Send(peer, topic, query))
+            case AnswerHeld(topic=topic, peer=peer, held=held):
+                out.append(Send(peer, topic, held))
+            case ServeHistory(topic=topic, peer=peer, messages=messages):
+                for mid, envelope in messages:
+                    out.append(Send(peer, topic, m.Gossip(id=mid, envelope=envelope, hops=1)))
+            case AskTopics(peer=peer):
+                out.append(Send(peer, None, m.GetTopics()))
             case _:
                 raise LocalProtocolError(f"not an input event: {event!r}")
         self._release_unused(out)
@@ -150,8 +178,8 @@ class NodeState:
                 case m.GetTopics():
                     names = tuple(self._topics)[: m.MAX_TOPICS_PER_MESSAGE]
                     out.append(Send(peer, None, m.Topics(topics=names)))
-                case m.Topics():
-                    pass  # answers are read by whoever asked, through the runtime
+                case m.Topics(topics=topics):
+                    out.append(TopicsReport(peer, topics))
                 case _:
                     self._misbehaved(peer, f"{type(message).__name__} needs a topic", out)
             return
@@ -166,6 +194,13 @@ class NodeState:
             return
         if type(message) is m.View:
             out.append(ViewReport(topic, peer, message))
+            return
+        if type(message) is m.GetHeld:
+            # Answered above the core, from retention, joined or not.
+            out.append(HeldAsked(topic, peer, message))
+            return
+        if type(message) is m.Held:
+            out.append(HeldReport(topic, peer, message))
             return
         t = self._topics.get(topic)
         if t is None:

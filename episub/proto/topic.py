@@ -83,8 +83,9 @@ class Topic:
         now: float,
         out: list[OutEvent],
         stream: tuple[PeerId, int] | None = None,
+        timestamp_ms: int | None = None,
     ) -> MessageId | None:
-        return self.broadcast.publish(payload, key, headers, now, out, stream)
+        return self.broadcast.publish(payload, key, headers, now, out, stream, timestamp_ms)
 
     def on_message(
         self, peer: PeerId, msg: m.TopicMessage, now: float, out: list[OutEvent]

@@ -31,11 +31,14 @@ from episub.proto.messages import (
     Disconnect,
     Envelope,
     ForwardJoin,
+    GetHeld,
     GetNodes,
     GetTopics,
     GetView,
     Gossip,
     Graft,
+    Held,
+    HeldSpan,
     IHave,
     Join,
     Leave,
@@ -311,6 +314,45 @@ def _view_from_pb(p: pb.View) -> View:
     return View(entries=entries, passive_count=p.passive_count)
 
 
+def _spans_to_pb(spans: Sequence[HeldSpan], out: Any) -> None:
+    for span in spans:
+        out.add(
+            publisher=_peer_to_pb(span.publisher),
+            first_seq=span.first_seq,
+            last_seq=span.last_seq,
+            count=span.count,
+            since_seq=span.since_seq,
+        )
+
+
+def _spans_from_pb(raw: Sequence[pb.HeldSpan]) -> tuple[HeldSpan, ...]:
+    if len(raw) > _messages.MAX_HELD_SPANS:  # before building any of them
+        raise FrameError(f"at most {_messages.MAX_HELD_SPANS} spans, not {len(raw)}")
+    return tuple(
+        HeldSpan(
+            publisher=_peer_from_pb(s.publisher),
+            first_seq=s.first_seq,
+            last_seq=s.last_seq,
+            count=s.count,
+            since_seq=s.since_seq,
+        )
+        for s in raw
+    )
+
+
+def _get_held_to_pb(m: GetHeld, out: pb.GetHeld) -> None:
+    out.nonce = m.nonce
+    _spans_to_pb(m.spans, out.spans)
+    out.after = m.after
+    out.since_ms = m.since_ms
+
+
+def _held_to_pb(m: Held, out: pb.Held) -> None:
+    out.nonce = m.nonce
+    _spans_to_pb(m.spans, out.spans)
+    out.more = m.more
+
+
 class _Codec:
     """How one message type maps to its `Item.body` field."""
 
@@ -377,6 +419,18 @@ _CODECS: dict[type, _Codec] = {
     Pull: _Codec("pull", _pull_to_pb, _pull_from_pb),
     GetView: _Codec("get_view", _nothing_to_pb, lambda p: GetView()),
     View: _Codec("view", _view_to_pb, _view_from_pb),
+    GetHeld: _Codec(
+        "get_held",
+        _get_held_to_pb,
+        lambda p: GetHeld(
+            nonce=p.nonce, spans=_spans_from_pb(p.spans), after=p.after, since_ms=p.since_ms
+        ),
+    ),
+    Held: _Codec(
+        "held",
+        _held_to_pb,
+        lambda p: Held(nonce=p.nonce, spans=_spans_from_pb(p.spans), more=p.more),
+    ),
 }
 _CODECS_BY_FIELD: dict[str, _Codec] = {codec.field: codec for codec in _CODECS.values()}
 

@@ -1,0 +1,82 @@
+"""A Spark application on local-cluster[2,1,1024] that reads topic `t`, which an `episub
+node` outside Spark publishes into, using only documented options: the key and the outside
+node's address given to `register`, `startingOffsets=earliest`, a file sink with a
+checkpoint. Run twice by tests/test_spark_kills.py on one checkpoint, the first run
+SIGKILLed mid-stream.
+
+    outside_reader.py KEY_HEX BOOTSTRAP OUT CHECKPOINT TOTAL
+
+Prints "read N" lines (distinct seqs in the output so far) and, once N reaches TOTAL, one
+JSON line {"rows": ..., "distinct": ..., "seqs": [min, max], "publishers": ...} read back
+through the file sink's log (so only committed batches count), then exits 0.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+os.environ["PYSPARK_PYTHON"] = sys.executable
+
+from pyspark.sql import SparkSession
+
+import spark_connector
+
+LIMIT = 300.0  # s: the longest the run may take to read everything
+
+
+def main() -> None:
+    key_hex, bootstrap, out, checkpoint, total = sys.argv[1:6]
+    spark = (
+        SparkSession.builder.master("local-cluster[2,1,1024]")
+        .config("spark.ui.enabled", "false")
+        .config("spark.executorEnv.PYSPARK_PYTHON", sys.executable)
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    try:
+        spark_connector.register(spark, key=bytes.fromhex(key_hex), bootstrap=[bootstrap])
+        query = (
+            spark.readStream.format("episub")
+            .option("topic", "t")
+            .option("startingOffsets", "earliest")
+            .load()
+            .writeStream.format("parquet")
+            .option("path", out)
+            .option("checkpointLocation", checkpoint)
+            .trigger(processingTime="500 milliseconds")
+            .start()
+        )
+        deadline = time.monotonic() + LIMIT
+        distinct = 0
+        while distinct < int(total):
+            if time.monotonic() > deadline or query.exception() is not None:
+                raise SystemExit(f"read {distinct} of {total}: {query.exception()}")
+            time.sleep(0.5)  # the next look at what the query wrote
+            if os.path.exists(os.path.join(out, "_spark_metadata")):
+                written = spark.read.schema(spark_connector.SCHEMA).parquet(out)
+                distinct = written.select("seq").distinct().count()
+            print(f"read {distinct}", flush=True)
+        query.stop()
+        rows = spark.read.schema(spark_connector.SCHEMA).parquet(out)
+        rows = rows.select("publisher", "seq").collect()
+        seqs = [r.seq for r in rows]
+        print(
+            json.dumps(
+                {
+                    "rows": len(rows),
+                    "distinct": len(set(seqs)),
+                    "seqs": [min(seqs), max(seqs)],
+                    "publishers": len({r.publisher for r in rows}),
+                }
+            ),
+            flush=True,
+        )
+    finally:
+        spark.stop()
+
+
+if __name__ == "__main__":
+    main()
