@@ -17,6 +17,7 @@ stamp (all processes share one machine clock).
 from __future__ import annotations
 
 import argparse
+import cProfile
 import json
 import os
 import platform
@@ -285,8 +286,14 @@ async def drive(adapter: Adapter, args: argparse.Namespace) -> None:
     stats = Stats(args.index, args.publishers, args.messages)
     state: dict[str, Any] = {"begin": None}
     goal = expected_count(args)
+    # BENCH_PROFILE_DIR=DIR: cProfile the data phase into DIR/node<index>.prof.
+    profile_dir = os.environ.get("BENCH_PROFILE_DIR")
+    profiler = cProfile.Profile() if profile_dir else None
 
     def finish(timed_out: bool) -> None:
+        if profiler is not None:
+            profiler.disable()
+            profiler.dump_stats(os.path.join(profile_dir, f"node{args.index}.prof"))
         result = build_result(adapter, args, stats, state["begin"], timed_out)
         text = json.dumps(result, separators=(",", ":"))
         if args.out:
@@ -307,6 +314,8 @@ async def drive(adapter: Adapter, args: argparse.Namespace) -> None:
                 emit("READY")
                 if await control.expect("START") is not None:
                     state["begin"] = snapshot(adapter)
+                    if profiler is not None:
+                        profiler.enable()
                     await _data_phase(adapter, args, stats, goal, control)
             finish(timed_out=False)
     finish(timed_out=True)
