@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 
 from episub.proto import messages as m
 from episub.proto.config import BroadcastConfig
-from episub.proto.envelope import message_id
+from episub.proto.envelope import IdHasher
 from episub.proto.errors import LocalProtocolError, MessageTooLarge
 from episub.proto.events import (
     AlreadyPublished,
@@ -115,6 +115,7 @@ class Broadcast:
         self.topic = topic
         self.config = config
         self.id_key = id_key
+        self._message_id = IdHasher(topic, id_key)
         self._timer_prefix = timer_prefix
         self.eager: dict[PeerId, None] = {}
         self.lazy: dict[PeerId, None] = {}
@@ -323,7 +324,7 @@ class Broadcast:
             self.counters.republished += 1
             out.append(AlreadyPublished(self.topic, publisher, seq, self.by_seq.get(stream)))
             return None
-        mid = message_id(self.topic, envelope, self.id_key)
+        mid = self._message_id(envelope.raw)
         self.counters.published += 1
         self._remember(mid, envelope, hops=0, sender=None, now=now)
         if stream is None:
@@ -357,12 +358,6 @@ class Broadcast:
                 self._on_pull(peer, publisher, first, last, out)
 
     def _on_gossip(self, peer: PeerId, msg: m.Gossip, now: float, out: list[OutEvent]) -> None:
-        envelope = msg.envelope
-        if envelope.size > self.config.max_message_size:
-            out.append(
-                PeerMisbehaved(peer, f"GOSSIP of {envelope.size} bytes exceeds max_message_size")
-            )
-            return
         mid = msg.id
         if mid in self.seen:
             self.counters.duplicates_received += 1
@@ -405,9 +400,19 @@ class Broadcast:
                 # spared by the same grace as above.
                 self._prune(peer, now, out)
             return
-        if message_id(self.topic, envelope, self.id_key) != mid:
+        if self._message_id(msg.raw) != mid:
             self.counters.bad_ids += 1
             out.append(PeerMisbehaved(peer, "GOSSIP id does not match its envelope"))
+            return
+        try:
+            envelope = msg.envelope
+        except ValueError as exc:
+            out.append(PeerMisbehaved(peer, f"GOSSIP envelope is not canonical: {exc}"))
+            return
+        if envelope.size > self.config.max_message_size:
+            out.append(
+                PeerMisbehaved(peer, f"GOSSIP of {envelope.size} bytes exceeds max_message_size")
+            )
             return
         self.counters.gossip_received += 1
         self._remember(mid, envelope, hops=msg.hops, sender=peer, now=now)
@@ -448,7 +453,7 @@ class Broadcast:
                 self.graft_answers[mid] = asked
                 if len(self.graft_answers) > self.config.max_missing:
                     self.graft_answers.popitem(last=False)
-        forward = m.Gossip(id=mid, envelope=envelope, hops=msg.hops + 1)
+        forward = msg.forwarded(min(msg.hops + 1, m.MAX_HOPS))
         for eager_peer in self.eager:
             if eager_peer != peer and eager_peer not in holders:
                 out.append(Send(eager_peer, self.topic, forward))
@@ -538,7 +543,9 @@ class Broadcast:
         """Answer a GRAFT or PULL from the cache; an id we no longer hold is skipped."""
         cached = self.cache.get(mid)
         if cached is not None:
-            gossip = m.Gossip(id=mid, envelope=cached.envelope, hops=cached.hops + 1)
+            gossip = m.Gossip(
+                id=mid, envelope=cached.envelope, hops=min(cached.hops + 1, m.MAX_HOPS)
+            )
             out.append(Send(peer, self.topic, gossip))
 
     # -- timers -------------------------------------------------------------------------
