@@ -198,7 +198,8 @@ class Node:
         self._subscriptions: dict[str, list[Subscription]] = {}
         self._listeners: dict[str, list[Callable[[Message | Lost], None]]] = {}
         self._listener_errors = 0
-        self._first_neighbor: dict[str, trio.Event] = {}
+        # join() waiting for the topic's first neighbour: the event, and who it was.
+        self._first_neighbor: dict[str, tuple[trio.Event, list[bytes]]] = {}
         # Fetches in progress, per (topic, publisher): the seqs each waits for, and an event
         # set when one of those arrives (live messages of the publisher do not count).
         self._fetching: dict[tuple[str, bytes], list[_FetchWaiter]] = {}
@@ -323,12 +324,15 @@ class Node:
             contacts = await self._reach(runtime, addresses)
         else:
             await trio.lowlevel.checkpoint()
-        up = self._first_neighbor[topic] = trio.Event()
+        up, who = self._first_neighbor[topic] = (trio.Event(), [])
         runtime.input(JoinTopic(topic, tuple(dict.fromkeys(contacts))))
         if not contacts:
             return
         with trio.move_on_after(timeout):
             await up.wait()
+            # Our answer that made the link is on its way before we return, so that the
+            # neighbour holds the link too by the time the caller's next step reaches it.
+            await runtime.network.flushed(who[0])
             return
         raise TimeoutError(
             f"joined topic {topic!r} through {', '.join(map(str, addresses))} but no "
@@ -489,9 +493,10 @@ class Node:
             if message.topic in self._listeners:
                 self._tell_listeners(message.topic, message)
         elif kind is NeighborUp:
-            up = self._first_neighbor.get(event.topic)  # type: ignore[union-attr]
-            if up is not None:
-                up.set()
+            waiting = self._first_neighbor.get(event.topic)  # type: ignore[union-attr]
+            if waiting is not None and not waiting[0].is_set():
+                waiting[1].append(event.peer)  # type: ignore[union-attr]
+                waiting[0].set()
         elif kind is ViewReport:
             for waiter in self._view_waiters.pop((event.topic, event.peer), ()):  # type: ignore[union-attr]
                 waiter.view = event.view  # type: ignore[union-attr]

@@ -17,7 +17,11 @@ from tests.test_net_hostile import config
 pytestmark = pytest.mark.timeout(120)
 
 # More messages than a send queue holds: without flow control the burst overflows it.
-BURST = SEND_QUEUE_CAP + SEND_QUEUE_CAP // 2
+BURST = 2 * SEND_QUEUE_CAP
+# And more bytes than the kernel's socket buffers take (Linux autotunes a TCP send buffer
+# up to 4 MiB): the node writes a burst in big writes, so small messages would all fit there
+# and never wait in the queue at all. 8,192 x 900 B is 7.4 MB.
+FILLER = b"x" * 900
 
 
 async def read_slowly(raw: RawPeer, want: int, got: list[int]) -> None:
@@ -41,7 +45,7 @@ def test_a_burst_waits_for_a_slow_live_neighbour_instead_of_dropping_it() -> Non
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(read_slowly, raw, BURST, got)
                 for i in range(BURST):
-                    await a.publish(TOPIC, b"%d." % i + b"x" * 64)
+                    await a.publish(TOPIC, b"%d." % i + FILLER)
                 await wait_until(lambda: got[0] == BURST, what="every message read")
             stats = a.stats()
             assert stats["queue_overflows"] == 0

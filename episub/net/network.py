@@ -2,7 +2,7 @@
 
 `Network` knows nothing of the protocol. The runtime hands it encoded items to send,
 asks it to close peers, and learns through three callbacks what it must tell the core:
-frames that arrived (`on_frame`), peers that became unreachable (`on_lost`), and it
+frames that arrived (`on_frames`), peers that became unreachable (`on_lost`), and it
 answers one question for it (`uses`: is this peer still a neighbour in some topic?).
 
 Rules:
@@ -41,6 +41,7 @@ from functools import partial
 import trio
 
 from episub.net.connection import Connection, FrameItems, Peer, show_peer
+from episub.net.framing import PIGGYBACK_BUDGET
 from episub.net.handshake import (
     FAILURE_REASONS,
     HandshakeError,
@@ -136,7 +137,7 @@ class Network:
         key: bytes,
         me: bytes,
         counters: NetCounters,
-        on_frame: Callable[[Connection, FrameItems], None],
+        on_frames: Callable[[Connection, list[FrameItems]], None],
         on_lost: Callable[[bytes], None],
         uses: Callable[[bytes], bool],
         max_frame_size: int,
@@ -156,7 +157,7 @@ class Network:
         self.me = me
         self._address = _address_of(me)
         self.counters = counters
-        self._on_frame = on_frame
+        self._on_frames = on_frames
         self._on_lost = on_lost
         self._uses = uses
         self._max_frame_size = max_frame_size
@@ -215,13 +216,16 @@ class Network:
         ):
             self._overflow(peer)
             return
+        was_empty = not peer.queue
         peer.queue.append(item)
         peer.queued_bytes += len(item)
         peer.close_requested = False
         if peer.conn is None and peer.dial_scope is None:
             self._start_dial(peer)
-        else:
-            peer.notify()
+        elif was_empty:
+            peer.notify()  # a writer waits only on an empty queue
+        elif peer.queued_bytes >= PIGGYBACK_BUDGET:
+            peer.hurry()
 
     def close_peer(self, peer_id: bytes) -> None:
         """Close the peer's connection once its queue is drained (the core's ClosePeer)."""
@@ -251,9 +255,27 @@ class Network:
         for peer in crowded:
             self._overflow(peer, f"over half full for {max_wait:g} s while a publish waited")
 
+    async def flushed(self, peer_id: bytes) -> None:
+        """Return once nothing is queued or being written for `peer_id` (at once when it
+        is not connected); bound it from outside."""
+        while True:
+            progress = self._progress
+            peer = self.peers.get(peer_id)
+            conn = None if peer is None else peer.conn
+            if conn is None or (not peer.queue and conn.in_flight == 0):  # type: ignore[union-attr]
+                await trio.lowlevel.checkpoint()
+                return
+            await progress.wait()
+
     def _crowded(self) -> list[Peer]:
         items, size = self._queue_cap // 2, self._queue_max_bytes // 2
-        return [p for p in self.peers.values() if len(p.queue) > items or p.queued_bytes > size]
+        # Items taken into a write that has not completed count: they still wait on the peer.
+        return [
+            p
+            for p in self.peers.values()
+            if len(p.queue) + (p.conn.in_flight if p.conn is not None else 0) > items
+            or p.queued_bytes > size
+        ]
 
     def _overflow(self, peer: Peer, how: str = "overflowed") -> None:
         self.counters.queue_overflows += 1
@@ -432,7 +454,7 @@ class Network:
             sealed=self._encrypt,
             max_frame_size=self._max_frame_size,
             delay=None if link_delay is None else partial(link_delay, self.me, peer_id),
-            on_frame=self._on_frame,
+            on_frames=self._on_frames,
             on_written=self._on_written,
         )
         peer.conns.append(conn)

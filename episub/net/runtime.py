@@ -115,7 +115,7 @@ class Runtime:
             key=check_key(key),
             me=my_id,
             counters=self.counters,
-            on_frame=self._on_frame,
+            on_frames=self._on_frames,
             on_lost=self._on_lost,
             uses=self.state.uses,
             max_frame_size=self.max_frame_size,
@@ -185,15 +185,19 @@ class Runtime:
         if self._pumping:
             self._deferred.append(event)
             return []
+        outputs = self.state.handle(event, self.now())
+        self._pump(outputs)
+        return outputs
+
+    def _pump(self, outputs: list[OutEvent]) -> None:
+        """Carry out `outputs`, then any input that arose meanwhile."""
         self._pumping = True
         try:
-            outputs = self.state.handle(event, self.now())
             self._carry_out(outputs)
             while self._deferred:
                 self._carry_out(self.state.handle(self._deferred.popleft(), self.now()))
         finally:
             self._pumping = False
-        return outputs
 
     def _carry_out(self, outputs: list[OutEvent]) -> None:
         encoded: dict[tuple[str | None, int], bytes] = {}  # one encoding per message object
@@ -239,21 +243,24 @@ class Runtime:
             return
         self.network.send(out.peer, item)
 
-    def _on_frame(self, conn: Connection, items: FrameItems) -> None:
+    def _on_frames(self, conn: Connection, frames: list[FrameItems]) -> None:
+        """Every frame of one read goes into the core as one input."""
         counters = self.counters
-        counters.frames_in += 1
+        counters.frames_in += len(frames)
+        items = frames[0] if len(frames) == 1 else [item for frame in frames for item in frame]
         counters.messages_in += len(items)
         counters.bytes_in += conn.take_bytes_in()
         peer_id = conn.peer.id
-        for topic, message in items:
-            try:
-                self.input(Received(peer_id, topic, message))
-            except Exception:
-                # A core bug met by a peer's input: the peer is cut off, the node carries on.
-                counters.core_errors += 1
-                log.exception("core failed on %r from %s", message, show_peer(peer_id))
-                conn.abort("core error")
-                return
+        if self._pumping:
+            self._deferred.extend(Received(peer_id, topic, message) for topic, message in items)
+            return
+        try:
+            self._pump(self.state.handle_received(peer_id, items, self.now()))
+        except Exception:
+            # A core bug met by a peer's input: the peer is cut off, the node carries on.
+            counters.core_errors += 1
+            log.exception("core failed on a frame from %s", show_peer(peer_id))
+            conn.abort("core error")
 
     def _on_lost(self, peer_id: bytes) -> None:
         self.input(ConnectionLost(peer_id))

@@ -91,6 +91,17 @@ class NodeState:
         self._release_unused(out)
         return out
 
+    def handle_received(
+        self, peer: PeerId, items: list[tuple[str | None, m.Message]], now: float
+    ) -> list[OutEvent]:
+        """`Received(peer, topic, message)` for each item, in order, as one input: the items
+        of the frames of one read from `peer`. Returns all their outputs together."""
+        out: list[OutEvent] = []
+        for topic, message in items:
+            self._on_received(peer, topic, message, now, out)
+        self._release_unused(out)
+        return out
+
     # -- commands -----------------------------------------------------------------------
 
     def _join(
