@@ -354,6 +354,13 @@ class IHave:
             if not 0 <= hops <= MAX_HOPS:
                 raise ValueError(f"hops must be in 0..{MAX_HOPS}, not {hops!r}")
 
+    @classmethod
+    def from_wire(cls, summaries: tuple[tuple[MessageId, int], ...]) -> IHave:
+        """Summaries the wire decoder has checked (count, id sizes, hop bounds)."""
+        ihave = object.__new__(cls)
+        object.__setattr__(ihave, "summaries", summaries)
+        return ihave
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Prune:
