@@ -121,8 +121,13 @@ class IrohAdapter:
     async def publish(self, data: bytes) -> None:
         await _on_asyncio(self.sender.broadcast(data))
 
-    async def receive(self) -> bytes:
-        return await self._inbox.receive()
+    async def receive_batch(self) -> list[bytes]:
+        batch = [await self._inbox.receive()]  # iroh's callback hands them over one at a time
+        while True:
+            try:
+                batch.append(self._inbox.receive_nowait())
+            except trio.WouldBlock:
+                return batch
 
     def config(self) -> dict[str, Any]:
         return {

@@ -83,8 +83,9 @@ class Adapter(Protocol):
 
     async def publish(self, data: bytes) -> None: ...
 
-    async def receive(self) -> bytes:
-        """Next payload delivered to the application (own publications included or not)."""
+    async def receive_batch(self) -> list[bytes]:
+        """The payloads delivered to the application since the last call, at least one
+        (own publications included or not), as the system's API hands them over."""
         ...
 
     def config(self) -> dict[str, Any]:
@@ -219,8 +220,10 @@ async def receive_loop(adapter: Adapter, stats: Stats, goal: int, done: trio.Eve
     if goal == 0:
         done.set()
     while True:
-        data = await adapter.receive()
-        stats.record(data, time.time_ns())
+        batch = await adapter.receive_batch()
+        now = time.time_ns()
+        for data in batch:
+            stats.record(data, now)
         if stats.distinct >= goal and not done.is_set():
             done.set()
 

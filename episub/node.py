@@ -239,7 +239,7 @@ class Node:
                 my_id=my_id,
                 config=self._config,
                 rng=Random(self._seed),
-                on_event=self._on_event,
+                on_events=self._on_events,
                 link_delay=self._link_delay,
                 handshake_timeout=self._handshake_timeout,
                 dial_timeout=self._dial_timeout,
@@ -478,34 +478,42 @@ class Node:
         if not subs:
             self._subscriptions.pop(sub.topic, None)
 
-    def _on_event(self, event: OutEvent) -> None:
-        kind = type(event)
-        if kind is Deliver or kind is Published or kind is Recovered:
-            message = _message(event.topic, event.id, event.envelope)  # type: ignore[union-attr]
-            self._retention.add(message, trio.current_time())
-            for waiter in self._fetching.get((message.topic, message.publisher), ()):
-                if waiter.low <= message.seq <= waiter.high:
+    def _on_events(self, events: list[OutEvent]) -> None:
+        """The core's events of one input, in order: messages and losses go to retention,
+        then to each subscription of their topic as one batch, and to listeners."""
+        now = trio.current_time()
+        retain = self._retention.add
+        fetching = self._fetching
+        batches: dict[str, list[Message | Lost]] = {}
+        for event in events:
+            kind = type(event)
+            if kind is Deliver or kind is Published or kind is Recovered:
+                message = _message(event.topic, event.id, event.envelope)  # type: ignore[union-attr]
+                retain(message, now)
+                if fetching:
+                    for waiter in fetching.get((message.topic, message.publisher), ()):
+                        if waiter.low <= message.seq <= waiter.high:
+                            waiter.arrived.set()
+                if kind is not Recovered:  # history: for retention, not news for subscribers
+                    batches.setdefault(message.topic, []).append(message)
+            elif kind is DataLost:
+                lost = Lost(event.publisher, event.first_seq, event.last_seq)  # type: ignore[union-attr]
+                batches.setdefault(event.topic, []).append(lost)  # type: ignore[union-attr]
+            elif kind is NeighborUp:
+                waiting = self._first_neighbor.get(event.topic)  # type: ignore[union-attr]
+                if waiting is not None and not waiting[0].is_set():
+                    waiting[1].append(event.peer)  # type: ignore[union-attr]
+                    waiting[0].set()
+            elif kind is ViewReport:
+                for waiter in self._view_waiters.pop((event.topic, event.peer), ()):  # type: ignore[union-attr]
+                    waiter.view = event.view  # type: ignore[union-attr]
                     waiter.arrived.set()
-            if kind is Recovered:
-                return  # history: for retention, not a new message for subscribers
-            for sub in self._subscriptions.get(message.topic, ()):
-                sub.offer(message)
-            if message.topic in self._listeners:
-                self._tell_listeners(message.topic, message)
-        elif kind is NeighborUp:
-            waiting = self._first_neighbor.get(event.topic)  # type: ignore[union-attr]
-            if waiting is not None and not waiting[0].is_set():
-                waiting[1].append(event.peer)  # type: ignore[union-attr]
-                waiting[0].set()
-        elif kind is ViewReport:
-            for waiter in self._view_waiters.pop((event.topic, event.peer), ()):  # type: ignore[union-attr]
-                waiter.view = event.view  # type: ignore[union-attr]
-                waiter.arrived.set()
-        elif kind is DataLost:
-            lost = Lost(event.publisher, event.first_seq, event.last_seq)  # type: ignore[union-attr]
-            for sub in self._subscriptions.get(event.topic, ()):  # type: ignore[union-attr]
-                sub.offer(lost)
-            self._tell_listeners(event.topic, lost)  # type: ignore[union-attr]
+        for topic, items in batches.items():
+            for sub in self._subscriptions.get(topic, ()):
+                sub.offer_many(items)
+            if topic in self._listeners:
+                for item in items:
+                    self._tell_listeners(topic, item)
 
     # -- queries ----------------------------------------------------------------------------
 

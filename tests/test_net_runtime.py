@@ -40,7 +40,7 @@ async def bare_runtime(**options: object) -> AsyncIterator[Runtime]:
         my_id=make_peer_id("127.0.0.1", port),
         config=NodeConfig(),
         rng=random.Random(1),
-        on_event=events.append,
+        on_events=events.extend,
         **options,  # type: ignore[arg-type]
     )
     async with trio.open_nursery() as nursery:

@@ -8,7 +8,8 @@ carries out the outputs, and re-arms the timer task. What each output becomes:
 - ScheduleTimer: (deadline, seq, token) on a heap; one task sleeps until the earliest.
 - ClosePeer: the network closes that connection once its queue is drained.
 - PeerMisbehaved: logged (logger "episub.net") and counted.
-- Deliver, Published, DataLost, NeighborUp, NeighborDown: handed to `on_event` (the API).
+- Deliver, Published, DataLost, NeighborUp, NeighborDown: handed to `on_events` (the API),
+  all of one input's together, in order.
 
 Inputs come from the listener and connections (Received, ConnectionLost), the timer task
 (TimerFired) and the API (JoinTopic, LeaveTopic, Publish). The core is called from one
@@ -81,7 +82,7 @@ class Runtime:
         my_id: bytes,
         config: NodeConfig,
         rng: Random,
-        on_event: Callable[[OutEvent], None],
+        on_events: Callable[[list[OutEvent]], None],
         link_delay: LinkDelay | None = None,
         handshake_timeout: float = HANDSHAKE_TIMEOUT,
         dial_timeout: float = DIAL_TIMEOUT,
@@ -102,7 +103,7 @@ class Runtime:
             raise ValueError(f"send_queue_cap must be >= 1, not {send_queue_cap!r}")
         self.me = my_id
         self.state = NodeState(my_id, config, rng)
-        self._on_event = on_event
+        self._on_events = on_events
         self.max_frame_size = max_frame_size(config.broadcast.max_message_size)
         ping = config.membership
         # An active neighbour answers our pings every ping_interval (+ jitter): three
@@ -201,10 +202,11 @@ class Runtime:
 
     def _carry_out(self, outputs: list[OutEvent]) -> None:
         encoded: dict[tuple[str | None, int], bytes] = {}  # one encoding per message object
+        events: list[OutEvent] = []
         for out in outputs:
             kind = type(out)
             if kind is Send:
-                self._send(out, encoded)
+                self._send(out, encoded)  # type: ignore[arg-type]
             elif kind is ScheduleTimer:
                 self._schedule(out.delay, out.token)
             elif kind is ClosePeer:
@@ -213,7 +215,9 @@ class Runtime:
                 self.counters.peer_misbehaved += 1
                 log.warning("peer %s misbehaved: %s", _show(out.peer), out.reason)
             else:
-                self._on_event(out)
+                events.append(out)
+        if events:
+            self._on_events(events)
 
     def _send(self, out: Send, encoded: dict[tuple[str | None, int], bytes]) -> None:
         dropped = self.counters.dropped
