@@ -123,6 +123,8 @@ class Broadcast:
         self.cache_bytes = 0
         self.by_seq: dict[tuple[PeerId, int], MessageId] = {}
         self.seen: OrderedDict[MessageId, float] = OrderedDict()  # id -> when first seen
+        self._seen_due = math.inf  # when the oldest of `seen` ages out
+        self._cache_due = math.inf  # when the oldest of `cache` ages out
         self.lazy_queue: list[tuple[MessageId, int, PeerId | None]] = []
         # queued id -> neighbours known to hold it (they sent it or announced it to us):
         # the flush does not announce it to them. Emptied by each flush.
@@ -625,24 +627,40 @@ class Broadcast:
         self, mid: MessageId, envelope: Envelope, *, hops: int, sender: PeerId | None, now: float
     ) -> None:
         c = self.config
-        self.seen[mid] = now
-        while self.seen and (
-            len(self.seen) > c.seen_max or next(iter(self.seen.values())) + c.seen_ttl <= now
-        ):
-            self.seen.popitem(last=False)
+        seen = self.seen
+        seen[mid] = now
+        if len(seen) == 1:
+            self._seen_due = now + c.seen_ttl
+        # The age bounds are checked against the oldest entry's deadline, kept aside, so
+        # that a message costs one comparison here while nothing is due.
+        if len(seen) > c.seen_max or now >= self._seen_due:
+            while seen and (
+                len(seen) > c.seen_max or next(iter(seen.values())) + c.seen_ttl <= now
+            ):
+                seen.popitem(last=False)
+            self._seen_due = next(iter(seen.values())) + c.seen_ttl if seen else math.inf
         size = envelope.size
-        self.cache[mid] = Cached(
-            envelope=envelope, hops=hops, received_at=now, sender=sender, size=size
-        )
+        cache = self.cache
+        cache[mid] = Cached(envelope, hops, now, sender, size)
+        if len(cache) == 1:
+            self._cache_due = now + c.cache_ttl
         self.cache_bytes += size
         self.by_seq[(envelope.publisher, envelope.seq)] = mid
-        while self.cache and (
-            len(self.cache) > c.cache_max_messages
+        if (
+            len(cache) > c.cache_max_messages
             or self.cache_bytes > c.cache_max_bytes
-            or next(iter(self.cache.values())).received_at + c.cache_ttl <= now
+            or now >= self._cache_due
         ):
-            old_id, old = self.cache.popitem(last=False)
-            self.cache_bytes -= old.size
-            key = (old.envelope.publisher, old.envelope.seq)
-            if self.by_seq.get(key) == old_id:
-                del self.by_seq[key]
+            while cache and (
+                len(cache) > c.cache_max_messages
+                or self.cache_bytes > c.cache_max_bytes
+                or next(iter(cache.values())).received_at + c.cache_ttl <= now
+            ):
+                old_id, old = cache.popitem(last=False)
+                self.cache_bytes -= old.size
+                key = (old.envelope.publisher, old.envelope.seq)
+                if self.by_seq.get(key) == old_id:
+                    del self.by_seq[key]
+            self._cache_due = (
+                next(iter(cache.values())).received_at + c.cache_ttl if cache else math.inf
+            )

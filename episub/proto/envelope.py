@@ -59,16 +59,24 @@ def encode_peer_id(peer: PeerId) -> bytes:
     raise TypeError(f"peer id must be bytes or a non-negative int, not {peer!r}")
 
 
-def varint(value: int) -> bytes:
-    """`value` (0 <= value < 2**64) as a protobuf varint."""
-    if value < 0x80:
-        return bytes((value,))
+def _varint(value: int) -> bytes:
     out = bytearray()
     while value >= 0x80:
         out.append((value & 0x7F) | 0x80)
         value >>= 7
     out.append(value)
     return bytes(out)
+
+
+# Varints of the lengths and counts that nearly every message has, made once.
+_SMALL_VARINTS = tuple(_varint(value) for value in range(1 << 14))
+
+
+def varint(value: int) -> bytes:
+    """`value` (0 <= value < 2**64) as a protobuf varint."""
+    if value < 16384:
+        return _SMALL_VARINTS[value]
+    return _varint(value)
 
 
 def read_varint(data: bytes, pos: int) -> tuple[int, int]:

@@ -121,8 +121,23 @@ class OrderedDelivery:
         """Hand over a first copy (or our own publish at a named stream's place): the
         application gets it now if it is next, later if a gap comes before it, or never
         if its place is taken already."""
+        streams = self.streams
+        publisher = envelope.publisher
+        seq = envelope.seq
+        stream = streams.pop(publisher, None)
+        if (
+            stream is not None
+            and seq == stream.next_seq
+            and not stream.held
+            and stream.settling_until is None
+        ):
+            # The next in sequence, nothing held: what nearly every message is.
+            streams[publisher] = stream
+            stream.next_seq = seq + 1
+            self.counters.delivered += 1
+            out.append(Deliver(self.topic, mid, envelope, hops))
+            return
         c = self.config
-        stream = self.streams.pop(envelope.publisher, None)
         if stream is None:
             if len(self.streams) >= c.max_publishers and not self._evict_idle_stream():
                 out.append(PeerMisbehaved(envelope.publisher, "too many publishers on this topic"))
@@ -137,8 +152,7 @@ class OrderedDelivery:
             if settles:
                 out.append(ScheduleTimer(c.stream_settle, (*self._timer_prefix, "settle")))
         # Re-inserted on every message: `streams` runs from least to most recently active.
-        self.streams[envelope.publisher] = stream
-        seq = envelope.seq
+        streams[publisher] = stream
         if stream.settling_until is not None:
             if seq not in stream.held and seq >= stream.next_seq - c.max_gap:
                 stream.held[seq] = (mid, envelope, hops)
@@ -146,7 +160,6 @@ class OrderedDelivery:
             return
         if seq < stream.next_seq or seq in stream.held:
             return  # delivered already, or from before we joined
-        publisher = envelope.publisher
         if seq - stream.next_seq > c.max_gap:
             # Too far ahead to pull what lies between: report it lost and resynchronise.
             self._give_up(publisher, stream, seq - c.max_gap, out)
