@@ -41,11 +41,9 @@ from __future__ import annotations
 import argparse
 import bisect
 import json
-import math
 import os
 import platform
 import queue
-import resource
 import shlex
 import socket
 import subprocess
@@ -57,6 +55,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from _common import free_port, percentile, process_cpu_s
+from _common import self_cpu_s as cpu_s
+
 ROOT = Path(__file__).resolve().parent.parent
 SYSTEMS = ("episub", "redis", "spark-episub", "spark-broadcast")
 ROLES = ("episub-writer", "episub-reader", "redis-writer", "redis-reader")
@@ -67,15 +68,6 @@ MS = 1_000_000  # ns
 
 
 # -- figures ----------------------------------------------------------------------------------
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    """Nearest-rank percentile (q in 0..100) of a non-empty sample: a value it holds."""
-    if not values:
-        raise ValueError("percentile of an empty sample")
-    ordered = sorted(values)
-    rank = max(1, math.ceil(q / 100 * len(ordered)))
-    return ordered[rank - 1]
 
 
 def first_seen(seen: Sequence[tuple[int, int]], version: int) -> int | None:
@@ -175,17 +167,6 @@ def say(word: str, rest: str = "") -> None:
     print(f"{word} {rest}".rstrip(), flush=True)
 
 
-def cpu_s() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 # -- episub and redis: processes ----------------------------------------------------------------
 
 
@@ -254,13 +235,6 @@ def wait_for_port(port: int, deadline: float) -> None:
         except OSError:
             time.sleep(0.05)  # the server is starting: there is nothing to await
     raise SystemExit(f"redis-server did not listen on {port} before the deadline")
-
-
-def process_cpu_s(pid: int) -> float:
-    """User + system CPU seconds of process `pid` so far (/proc/PID/stat)."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def redis_server_version() -> str:

@@ -23,8 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-# This directory is on sys.path when a script of it runs (as peer_common for the peers).
-from config_broadcast import free_port, process_cpu_s
+from _common import free_port, process_cpu_s
 
 ROOT = Path(__file__).resolve().parent.parent
 TOPIC = "idle"

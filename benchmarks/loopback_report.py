@@ -9,12 +9,12 @@ import argparse
 import statistics
 from typing import Any
 
+from _common import percentile
 
-def pct(sorted_values: list[float], q: float) -> float | None:
-    if not sorted_values:
-        return None
-    k = max(0, min(len(sorted_values) - 1, round(q * len(sorted_values) + 0.5) - 1))
-    return sorted_values[k]
+
+def pct(values: list[float], q: float) -> float | None:
+    """Nearest-rank percentile, q in 0..1; None for no values."""
+    return percentile(values, q * 100) if values else None
 
 
 def _ratio(num: float | None, den: float) -> float | None:
