@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _common import free_port, process_cpu_s
+from _common import free_ports, process_cpu_s
 
 ROOT = Path(__file__).resolve().parent.parent
 TOPIC = "idle"
@@ -34,9 +34,9 @@ def measure(nodes: int, settle: float, window: float) -> dict[str, Any]:
     env = {**os.environ, "EPISUB_KEY": "00" * 32, "PYTHONPATH": str(ROOT)}
     procs: list[subprocess.Popen[bytes]] = []
     try:
-        first = free_port()
-        for i in range(nodes):
-            port = first if i == 0 else free_port()
+        ports = free_ports(nodes)  # distinct: ports picked one by one can repeat
+        first = ports[0]
+        for i, port in enumerate(ports):
             argv = [sys.executable, "-m", "episub.cli", "node", "--listen",
                     f"127.0.0.1:{port}", "--topic", TOPIC]  # fmt: skip
             if i:
