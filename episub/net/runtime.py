@@ -72,9 +72,10 @@ __all__ = ["DIAL_TIMEOUT", "LIVENESS_PINGS", "TIMER_TICK", "Runtime"]
 log = logging.getLogger("episub.net")
 
 LIVENESS_PINGS = 3  # missed pings before a silent neighbour is declared lost (guess)
-# Timers of a second or more are rounded up to a whole tick of the epoch clock. A wakeup of
-# an idle process costs 100-300 us of CPU here whatever it does (trio, cold caches, the VM),
-# so upkeep costs what its wakeups cost. Guess: 1 s, a small part of any upkeep period.
+# Coalescible timers (ScheduleTimer.coalesce: pings, probes) are rounded up to a whole tick
+# of the epoch clock. A wakeup of an idle process costs 100-300 us of CPU here whatever it
+# does (trio, cold caches, the VM), so upkeep costs what its wakeups cost. Guess: 2 s, a
+# small part of the ping and probe periods.
 TIMER_TICK = 2.0
 
 
@@ -212,7 +213,7 @@ class Runtime:
             if kind is Send:
                 self._send(out, encoded)  # type: ignore[arg-type]
             elif kind is ScheduleTimer:
-                self._schedule(out.delay, out.token)
+                self._schedule(out.delay, out.token, out.coalesce)  # type: ignore[union-attr]
             elif kind is ClosePeer:
                 self.network.close_peer(out.peer)
             elif kind is PeerMisbehaved:
@@ -275,12 +276,12 @@ class Runtime:
 
     # -- timers ---------------------------------------------------------------------------
 
-    def _schedule(self, delay: float, token: Hashable) -> None:
+    def _schedule(self, delay: float, token: Hashable, coalesce: bool = False) -> None:
         deadline = trio.current_time() + delay
-        if delay >= TIMER_TICK:
+        if coalesce:
             # Upkeep timers fire on whole ticks of the shared (epoch) clock: a node's own
-            # timers, and its neighbours' pings and probes, then come together, and a
-            # process wakes for them once instead of once each.
+            # pings and probes, and its neighbours', then come together, and a process
+            # wakes for them once instead of once each.
             deadline = math.ceil((deadline + self._epoch) / TIMER_TICK) * TIMER_TICK - self._epoch
         if not self._timers or deadline < self._timers[0][0]:
             self._timers_changed.set()  # the sleeper wakes to re-arm for the new head

@@ -33,15 +33,18 @@ class MembershipConfig:
     shuffle_passive: int = 4  # HyParView: k_p = 4
     leave_ttl: int = 2  # guess: two rings of eager diffusion reach ~A^2 nodes
     shuffle_interval: float = 60.0  # iroh: 60 s (each shuffle wakes ~7 nodes on its walk)
-    stabilize_interval: float = (
-        4.0  # guess: GoCast maintains every second or so; halved for idle CPU
-    )
+    stabilize_interval: float = 4.0  # guess; half as often as GoCast's "every second or so"
+    # ... while the active view is not at its size (thin or oversubscribed).
+    stabilize_interval_unsettled: float = 2.0  # guess: GoCast maintains every second or so
     optimize_interval: float = 5.0  # guess: slower than stabilisation so swaps settle
     # Pings are most of the control traffic (the simulator shows 60%), so they are sparse:
     ping_interval: float = 10.0  # guess: an RTT sample and view refresh per neighbour per 10 s
     # An idle node's CPU goes to wakeups (100-300 us each on a VM, whatever the work), so
-    # upkeep is sparse: 42 passive peers measured in ~4 min; near links improve as slowly.
+    # upkeep is sparse once the passive view is measured: a peer re-measured every ~4 min.
     passive_probe_interval: float = 6.0  # guess
+    # ... and as often as before while some passive peer or near candidate has no RTT yet,
+    # so that a new overlay finds its near links as fast as it did.
+    passive_probe_interval_unmeasured: float = 2.0  # guess: 42 passive peers in ~90 s
     passive_probes_per_tick: int = 1  # guess
     ping_timeout: float = 5.0  # guess: far above any RTT we serve
     neighbor_request_timeout: float = 2.0  # guess: iroh waits 500 ms; we allow slow links
@@ -80,6 +83,8 @@ class MembershipConfig:
             "optimize_interval",
             "ping_interval",
             "passive_probe_interval",
+            "passive_probe_interval_unmeasured",
+            "stabilize_interval_unsettled",
             "ping_timeout",
             "neighbor_request_timeout",
             "join_retry_interval",

@@ -10,7 +10,7 @@ runtime or the simulator) carries out the outputs: sends, timers, deliveries.
 from __future__ import annotations
 
 from collections.abc import Hashable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TypeAlias
 
 from episub.proto.messages import (
@@ -138,10 +138,17 @@ class Send:
 @dataclass(frozen=True, slots=True)
 class ScheduleTimer:
     """Call `handle(TimerFired(token))` after `delay` seconds. Timers are never cancelled:
-    a stale one finds nothing to do when it fires."""
+    a stale one finds nothing to do when it fires.
+
+    `coalesce`: the timer may fire a little late, together with other such timers of this
+    node and of other nodes (the runtime rounds it up to a shared tick). For upkeep whose
+    timing does not matter to the protocol (pings, probes); never for timers whose
+    decisions must not line up across nodes (optimisation, stabilisation, shuffles). A
+    hint to the runtime, not part of what the timer is: it does not take part in equality."""
 
     delay: float
     token: Hashable
+    coalesce: bool = field(default=False, compare=False)
 
 
 @dataclass(frozen=True, slots=True)

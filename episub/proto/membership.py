@@ -86,6 +86,9 @@ class PendingRequest:
     replaces: PeerId | None = None  # optimisation: the near neighbour this one displaces
 
 
+_COALESCED_TIMERS = frozenset({"ping", "probe"})
+
+
 @dataclass(slots=True)
 class MembershipCounters:
     joins_accepted: int = 0
@@ -241,10 +244,19 @@ class Membership:
             "ping": c.ping_interval,
             "probe": c.passive_probe_interval,
         }[name]
+        # Upkeep is sparse once the view is settled and measured (an idle node's CPU goes
+        # to wakeups), as frequent as it was before that.
+        if name == "probe" and self.passive_view.has_unmeasured():
+            base = min(base, c.passive_probe_interval_unmeasured)
+        elif name == "stabilize" and len(self.active) != self.active_size:
+            base = min(base, c.stabilize_interval_unsettled)
         return jittered(self.rng, base, c.timer_jitter)
 
     def _schedule(self, name: str, delay: float, out: list[OutEvent]) -> None:
-        out.append(ScheduleTimer(delay, (*self._timer_prefix, name)))
+        # Pings and probes may share wakeups with other nodes' (ScheduleTimer.coalesce):
+        # their answers then come while the node is awake anyway.
+        coalesce = name in _COALESCED_TIMERS
+        out.append(ScheduleTimer(delay, (*self._timer_prefix, name), coalesce))
 
     # -- messages -----------------------------------------------------------------------
 

@@ -186,6 +186,11 @@ class PassiveView:
         for p in sample(self.rng, list(self.passive), self.config.initial_probes):
             self.send_ping(p, want_view=False, now=now, out=out)
 
+    def has_unmeasured(self) -> bool:
+        """Is there a passive peer or near candidate with no RTT yet? (A query.)"""
+        get_rtt = self.rtts.get
+        return any(get_rtt(p) is None for p in (*self.near_candidates, *self.passive))
+
     def probe(self, now: float, out: list[OutEvent]) -> None:
         """Liveness, membership and RTT of known but unconnected peers (draft: passive view
         management). Peers with no RTT yet go first: proximity needs them measured."""
