@@ -289,10 +289,14 @@ async def drive(adapter: Adapter, args: argparse.Namespace) -> None:
     stats = Stats(args.index, args.publishers, args.messages)
     state: dict[str, Any] = {"begin": None}
     goal = expected_count(args)
-    # BENCH_PROFILE_DIR=DIR: cProfile the data phase into DIR/node<index>.prof, in CPU time
-    # (wall time would count the time a process waits for a core, 8 processes sharing 2).
+    # BENCH_PROFILE_DIR=DIR: cProfile the data phase into DIR/node<index>.prof; in wall time,
+    # or with BENCH_PROFILE_TIMER=cpu in CPU time (slower to take, but it leaves out the time
+    # a process waits for a core, 8 processes sharing 2).
     profile_dir = os.environ.get("BENCH_PROFILE_DIR")
-    profiler = cProfile.Profile(time.process_time) if profile_dir else None
+    cpu_timer = os.environ.get("BENCH_PROFILE_TIMER") == "cpu"
+    profiler = None
+    if profile_dir:
+        profiler = cProfile.Profile(time.process_time) if cpu_timer else cProfile.Profile()
 
     def finish(timed_out: bool) -> None:
         if profiler is not None:
