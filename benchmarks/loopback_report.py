@@ -55,6 +55,10 @@ def aggregate(results: list[dict[str, Any]]) -> tuple[dict[str, Any], list[dict[
         "msgs_per_s_per_receiver_max": max(rates) if rates else None,
         "latency_p50_ms": pct(latencies, 0.5),
         "latency_p99_ms": pct(latencies, 0.99),
+        # The pooled latency distribution at each whole percent (0..100), for a CDF.
+        "latency_quantiles_ms": [pct(latencies, q / 100) for q in range(101)]
+        if latencies
+        else None,
         "latency_max_ms": latencies[-1] if latencies else None,
         "payload_copies_per_delivered": _ratio(None if None in copies else sum(copies), delivered),
         "wire_bytes_per_delivered": _ratio(None if None in wire else sum(wire), delivered),

@@ -60,6 +60,7 @@ from episub.proto.events import (
 )
 from episub.proto.messages import Envelope, MessageId, PeerId
 from episub.proto.ordering import OrderedDelivery, PublisherStream
+from episub.proto.tables import BroadcastCounters
 
 
 @dataclass(slots=True)
@@ -78,27 +79,6 @@ class Missing:
     announcers: list[tuple[PeerId, int]]  # (peer, hops it announced), first come first
     ticks: int = 0
     grafted_from: list[PeerId] = field(default_factory=list)  # whom we GRAFTed it from
-
-
-@dataclass(slots=True)
-class BroadcastCounters:
-    published: int = 0
-    gossip_received: int = 0
-    duplicates_received: int = 0
-    delivered: int = 0
-    prunes_sent: int = 0
-    grafts_sent: int = 0
-    graft_ids_sent: int = 0
-    ihave_ids_sent: int = 0
-    pulls_sent: int = 0
-    bad_ids: int = 0
-    data_lost: int = 0
-    optimizations: int = 0
-    recovered: int = 0  # messages pulled from behind a stream's position (history)
-    republished: int = 0  # publishes at a named stream place that was taken already
-    streams_evicted: int = 0  # idle publisher streams forgotten to make room (max_publishers)
-    crossed_prunes: int = 0  # PRUNEs that crossed our GRAFT, answered by GRAFT again
-    regrafts: int = 0  # empty GRAFTs sent because a PRUNE took our last eager link
 
 
 class Broadcast:

@@ -44,7 +44,7 @@ Rules from the draft, in the order a node meets them:
 from __future__ import annotations
 
 from collections.abc import Hashable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from episub.proto import messages as m
 from episub.proto.config import MembershipConfig
@@ -60,23 +60,10 @@ from episub.proto.messages import LinkKind, NeighborOp, PeerId
 from episub.proto.passive import PassiveView
 from episub.proto.peers import Rng, RttTable, choice, jittered, sample
 from episub.proto.proximity import Proximity
+from episub.proto.tables import Link, MembershipCounters
 
 # Periodic timers; each re-arms itself when it fires.
 PERIODIC_TIMERS = ("stabilize", "optimize", "shuffle", "ping", "probe")
-
-
-@dataclass(slots=True)
-class Link:
-    """One active link and what we last heard of the peer's own view."""
-
-    kind: LinkKind
-    since: float
-    peer_active: int = 0
-    peer_rand: int = 0
-    peer_view: tuple[PeerId, ...] = ()
-    relabel: LinkKind | None = None  # the kind we asked the peer to give this link
-    relabel_at: float = 0.0
-    serial: int = 0  # tells this link from an earlier one to the same peer
 
 
 @dataclass(slots=True)
@@ -87,23 +74,6 @@ class PendingRequest:
 
 
 _COALESCED_TIMERS = frozenset({"ping", "probe"})
-
-
-@dataclass(slots=True)
-class MembershipCounters:
-    joins_accepted: int = 0
-    joins_forwarded: int = 0
-    neighbor_accepted: int = 0
-    neighbor_refused: int = 0
-    evictions: int = 0
-    stabilize_drops: int = 0
-    optimize_swaps: int = 0
-    shuffles: int = 0
-    passive_expired: int = 0
-    revived: int = 0
-    relabels: int = 0
-    one_sided_dropped: int = 0
-    extra: dict[str, int] = field(default_factory=dict)
 
 
 class Membership:

@@ -27,16 +27,12 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Hashable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from episub.proto import messages as m
 from episub.proto.config import BroadcastConfig
 from episub.proto.events import DataLost, Deliver, OutEvent, PeerMisbehaved, ScheduleTimer, Send
 from episub.proto.messages import Envelope, MessageId, PeerId
-
-if TYPE_CHECKING:
-    # Only for annotations: broadcast.py imports this module.
-    from episub.proto.broadcast import BroadcastCounters
+from episub.proto.tables import BroadcastCounters
 
 
 @dataclass(slots=True)

@@ -37,17 +37,14 @@ Rules from the draft and HyParView:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
 from episub.proto import messages as m
 from episub.proto.config import MembershipConfig
 from episub.proto.events import OutEvent, PeerMisbehaved, Send
 from episub.proto.messages import PeerId
 from episub.proto.peers import Rng, RttTable, choice, sample
-
-if TYPE_CHECKING:
-    # Only for annotations: membership.py imports this module.
-    from episub.proto.membership import Link, MembershipCounters
+from episub.proto.tables import Link, MembershipCounters
 
 
 @dataclass(slots=True)
