@@ -111,7 +111,7 @@ class FrameReader:
 def take_frames(queue: deque[bytes], *, budget: int = WRITE_BUDGET) -> tuple[bytes, int, int]:
     """Pop queued items into back-to-back frames, up to `budget` bytes in all (the first
     frame always goes): (their bytes, number of items, number of frames)."""
-    frame, count = take_frame(queue)
+    frame, count = take_frame(queue, budget=min(PIGGYBACK_BUDGET, budget))
     if not queue or len(frame) >= budget:
         return frame, count, 1
     frames = [frame]
