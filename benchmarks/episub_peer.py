@@ -8,13 +8,15 @@ overlay through the first BOOTSTRAP address (HyParView needs one contact), repor
 once a few links are up, publish bytes, hand delivered payloads to ``receive`` and keep the
 three counters: ``payload_copies`` (GOSSIP frames received, first copies plus duplicates),
 ``wire_read`` / ``wire_written`` (frame bytes on the node's connections, from
-``node.stats()``). Every node runs episub's defaults, sealed frames included.
+``node.stats()``). Every node runs episub's defaults, sealed frames included; with
+EPISUB_BENCH_SIGNED=1 in its environment (loopback.py --signed), signed publishing too.
 """
 
 from __future__ import annotations
 
 import importlib
 import importlib.metadata
+import os
 import sys
 from typing import Any
 
@@ -34,6 +36,7 @@ def load_node_class() -> type | None:
 
 
 KEY = bytes(range(32))  # one deployment key for the whole run
+SIGNED = os.environ.get("EPISUB_BENCH_SIGNED") == "1"  # loopback.py --signed
 READY_TIMEOUT = 60.0  # s a node waits for its view to fill; the driver's --deadline bounds all
 SUBSCRIPTION_SLACK = 1024  # items beyond the run's total, so the benchmark never lags
 
@@ -76,7 +79,7 @@ class EpisubAdapter:
         ready = trio.Event()
 
         async def run() -> None:
-            node = self.node_cls(key=KEY, listen=f"127.0.0.1:{self.args.port}")
+            node = self.node_cls(key=KEY, listen=f"127.0.0.1:{self.args.port}", sign=SIGNED)
             async with node:
                 self.node = node
                 buffer = self.args.publishers * self.args.messages + SUBSCRIPTION_SLACK
@@ -117,6 +120,7 @@ class EpisubAdapter:
             "active_view": f"C_rand={config.membership.c_rand} C_near={config.membership.c_near}",
             "ihave_interval_s": config.broadcast.ihave_interval,
             "sealed_frames": True,
+            "signed": SIGNED,
             "note": "defaults throughout; own publications are delivered to own subscribers",
             "node_stats": self.node.stats() if self.node is not None else None,
         }

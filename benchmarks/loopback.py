@@ -6,6 +6,9 @@
         --wait-quiet 60 --out benchmarks/results/gossipsub_n8_256B_burst.json
     # episub, same workload (node script: benchmarks/episub_peer.py)
     .venv/bin/python benchmarks/loopback.py --system episub --nodes 8 --size 256 --messages 600
+    # the same with signed publishing: every node signs and verifies (its CPU cost)
+    .venv/bin/python benchmarks/loopback.py --system episub --signed --nodes 8 --size 256 \
+        --messages 600
 
 Each JSON in benchmarks/results/ records the exact command that produced it ("command").
 py-libp2p needs ~10-25 ms of CPU per delivered message, so its runs use a few hundred
@@ -93,6 +96,7 @@ PEERS = {
 # network namespace with nothing but loopback (--isolate, on for them whatever is asked).
 NEEDS_ISOLATION = frozenset({"iroh"})
 RESULTS_TIMEOUT_S = 60.0
+SIGNED_ENV = "EPISUB_BENCH_SIGNED"  # --signed: episub_peer.py runs Node(sign=True)
 
 
 class RunFailed(Exception):
@@ -188,6 +192,8 @@ def run(args: argparse.Namespace, logdir: Path, machine: dict[str, Any]) -> list
     children: list[Child] = []
     env = dict(os.environ)
     env.update(kv.split("=", 1) for kv in args.peer_env)
+    if args.signed:
+        env[SIGNED_ENV] = "1"
     try:
         for i in range(args.nodes):
             role = "publisher" if i < args.publishers else "receiver"
@@ -282,11 +288,18 @@ def main() -> int:
         "for " + ", ".join(sorted(NEEDS_ISOLATION)) + ")",
     )
     p.add_argument("--keep-logs", action="store_true", help="keep node stderr logs")
+    p.add_argument(
+        "--signed",
+        action="store_true",
+        help="episub only: signed publishing on every node (Node(sign=True))",
+    )
     args = p.parse_args()
     if not 1 <= args.publishers <= args.nodes or args.nodes < 2 or args.size < 16:
         p.error("need 2 <= N, 1 <= K <= N and --size >= 16")
     if any("=" not in kv for kv in args.peer_env):
         p.error("--peer-env takes KEY=VALUE")
+    if args.signed and args.system != "episub":
+        p.error("--signed is episub's signed publishing; gossipsub and iroh sign by default")
     if (args.isolate or args.system in NEEDS_ISOLATION) and not only_loopback():
         try:
             enter_loopback_namespace()

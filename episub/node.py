@@ -67,6 +67,7 @@ from episub.proto.events import (
     ViewReport,
 )
 from episub.proto.messages import MAX_HEADERS, Envelope, LinkKind, View, check_topic_name
+from episub.proto.signing import Signer
 from episub.proto.wire import MAX_PEER_ID_SIZE
 from episub.retention import RetentionConfig, RetentionStore
 from episub.subscription import Lost, Message, Subscription
@@ -159,6 +160,10 @@ class Node:
         default on). Off only on a trusted network; all nodes must agree.
     max_connections: authenticated connections held at once (default 512); past it an
         inbound connection is refused after its handshake, and counted.
+    sign: signed publishing (episub.proto.signing; default off): the node draws an
+        Ed25519 identity, its id is bound to it, it signs what it publishes and drops
+        (and counts, `bad_signatures`) any message not signed by its publisher. All
+        nodes must agree; a signing and a non-signing node fail their handshake.
     """
 
     def __init__(
@@ -175,8 +180,12 @@ class Node:
         seed: int | None = None,
         encrypt: bool = True,
         max_connections: int = MAX_CONNECTIONS,
+        sign: bool = False,
     ) -> None:
         self._key = check_key(key)
+        if not isinstance(sign, bool):
+            raise TypeError(f"sign must be True or False, not {sign!r}")
+        self._sign = sign
         self._listen = parse_address(listen, allow_port_zero=True)
         host = advertise if advertise is not None else self._listen.host
         if host in _WILDCARD_HOSTS:
@@ -232,7 +241,9 @@ class Node:
         async with trio.open_nursery() as nursery:
             listeners = await self._open_listeners()
             port = listeners[0].socket.getsockname()[1]
-            my_id = make_peer_id(self._advertise, port)
+            signer = Signer.generate() if self._sign else None
+            tag = None if signer is None else signer.tag.decode("ascii")
+            my_id = make_peer_id(self._advertise, port, tag)
             self._address = format_address(self._advertise, port)
             runtime = Runtime(
                 key=self._key,
@@ -245,6 +256,7 @@ class Node:
                 dial_timeout=self._dial_timeout,
                 encrypt=self._encrypt,
                 max_connections=self._max_connections,
+                signer=signer,
             )
             await nursery.start(runtime.run, listeners)
             self._runtime = runtime
@@ -582,6 +594,7 @@ class Node:
         out["subscribers_lagged"] = sum(1 for s in subs if s.dropped)
         out["listeners"] = sum(len(group) for group in self._listeners.values())
         out["listener_errors"] = self._listener_errors
+        out["signed"] = int(self._sign)  # signed publishing on (1) or off (0)
         out["retained_messages"] = len(self._retention)
         out["retained_bytes"] = self._retention.bytes
         bounds = self._retention.config  # what this node was started with, for operators

@@ -20,16 +20,21 @@ Reads come from this process's copy of its node's replica, kept current by a thr
 (config_follower.py), so `config.get` costs microseconds and can run once a row.
 
 Which agent a call uses: inside a Spark task, its executor's (found through the deployment
-`cluster_config` put in the job's local properties, or through the executor's running
-agent); outside a task, the driver's (the deployment `register` returned).
+`cluster_config` put in the job's local properties, or, under Spark Connect, the public
+deployment `register` put in the session's configuration, or through the executor's
+running agent); outside a task, the driver's (the deployment `register` returned).
+
+Under Spark Connect the client process has no node and cannot reach one: outside tasks,
+reads and writes run as small Spark jobs beside the driver's node (connect.py), so a
+write takes a job's time (tens of milliseconds to a second) and `watch` is not offered
+there; tasks read as in classic Spark.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import logging
 import os
+import re
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -37,6 +42,14 @@ from typing import Any
 
 from episub.agent import AgentClient, AgentError, AgentUnavailable, ConfigView
 from spark_connector.config_follower import REATTACH_WAIT, WATCH_POLL, Follower
+from spark_connector.connect import (
+    SESSION_CONF,
+    is_connect,
+    reach_nodes,
+    read_config,
+    spark_error_line,
+    write_config,
+)
 from spark_connector.deployment import (
     AGENT_TIMEOUT,
     Deployment,
@@ -55,6 +68,7 @@ __all__ = [
     "Watch",
     "cluster_config",
     "get",
+    "registered_deployment",
     "snapshot",
     "version",
     "wait_for",
@@ -64,39 +78,45 @@ __all__ = [
 log = logging.getLogger("spark_connector.config")
 
 DEFAULT_NAME = "default"
-# Spark job local property carrying the deployment to tasks (as the pickled reader does).
-DEPLOYMENT_PROPERTY = "episub.deployment"
+# Spark job local property carrying the deployment to tasks (as the pickled reader does),
+# classic Spark. Spark writes job properties to its event log (what the UI and the history
+# server show), redacting those whose name matches spark.redaction.regex ("secret" does by
+# default) and is a key of the SparkConf: `_redact_in_event_log` puts it there.
+DEPLOYMENT_PROPERTY = "episub.deployment.secret"
+# Spark's default spark.redaction.regex, for when the application has not set its own.
+_SPARK_REDACTION_REGEX = "(?i)secret|password|token|access[.]?key"
 _driver_deployment: Deployment | None = None  # set by register(), for code outside tasks
+_connect_session: Any = None  # the Spark Connect session register() was given, if any
 
 
 class ConfigError(RuntimeError):
     """The configuration cannot be reached or refused a write; the message says why."""
 
 
-def remember_driver_deployment(deployment: Deployment) -> None:
-    global _driver_deployment
+def registered_deployment() -> Deployment | None:
+    """The deployment `register()` returned last in this process."""
+    return _driver_deployment
+
+
+def remember_driver_deployment(deployment: Deployment, spark: Any = None) -> None:
+    global _driver_deployment, _connect_session
     _driver_deployment = deployment
-
-
-def deployment_to_json(deployment: Deployment) -> str:
-    return json.dumps(dataclasses.asdict(deployment))
-
-
-def deployment_from_json(text: str) -> Deployment:
-    fields = json.loads(text)
-    fields["bootstrap"] = tuple(fields["bootstrap"])
-    return Deployment(**fields)
+    _connect_session = spark if spark is not None and is_connect(spark) else None
 
 
 # -- driver -----------------------------------------------------------------------------------
 
 
 class ClusterConfig:
-    """The driver's handle on configuration `name`; writes return the new version."""
+    """The driver's handle on configuration `name`; writes return the new version.
 
-    def __init__(self, deployment: Deployment, name: str = DEFAULT_NAME) -> None:
+    spark: a Spark Connect session, through which reads and writes go (connect.py); for a
+    classic one (or None) they go to the driver's agent directly."""
+
+    def __init__(self, deployment: Deployment, name: str = DEFAULT_NAME, spark: Any = None):
         self.deployment = deployment
         self.name = name
+        self._connect = spark if spark is not None and is_connect(spark) else None
 
     def set(self, key: str, value: object) -> int:
         return self._write({key: value}, ())
@@ -117,9 +137,24 @@ class ClusterConfig:
         return self._read().version
 
     def _read(self) -> ConfigView:
+        if self._connect is not None:
+            return _connect_read(self._connect, self.name)  # type: ignore[return-value]
         return _current(self.name, _driver_factory(self.deployment))
 
     def _write(self, values: Mapping[str, object], deleted: tuple[str, ...]) -> int:
+        if self._connect is not None:
+            try:
+                write_config(self._connect, self.name, values, deleted)
+            except TypeError:
+                raise  # a value that is neither bytes nor JSON, refused before any job
+            except Exception as exc:
+                raise ConfigError(
+                    f"the configuration write failed on the Spark Connect server: "
+                    f"{spark_error_line(exc)}"
+                ) from exc
+            # The driver's replica after the write: this write's version, or a later one
+            # if another writer came in between (either way, one that includes this write).
+            return self.version()
         with driver_client(self.deployment) as client:
             view = _agent_call(lambda: client.config_write(self.name, values, deleted))
         # Reads on the driver (here or config.get) see the write once set() has returned.
@@ -133,19 +168,59 @@ class ClusterConfig:
 def cluster_config(
     spark: Any, name: str = DEFAULT_NAME, deployment: Deployment | None = None
 ) -> ClusterConfig:
-    """The configuration `name` of this application, for the driver to write.
+    """The configuration `name` of this application, for the driver (or a Spark Connect
+    client) to write.
 
     Call it before starting the jobs or queries whose tasks read it: it starts the driver's
-    replica (executors join the configuration through it) and puts the deployment in this
-    thread's job properties, so tasks find their executor's agent even when no episub query
-    started it."""
+    replica (executors join the configuration through it), and makes sure tasks find their
+    executor's agent even when no episub query started it: classic Spark, by putting the
+    deployment in this thread's job properties; Spark Connect, by a job that starts an
+    agent and its replica on every executor (the session's configuration, which reaches
+    every task, may not carry the key: connect.py)."""
     deployment = deployment or _driver_deployment
     if deployment is None:
         raise ConfigError("no episub deployment: call spark_connector.register(spark) first")
-    spark.sparkContext.setLocalProperty(DEPLOYMENT_PROPERTY, deployment_to_json(deployment))
-    config = ClusterConfig(deployment, name)
-    config.version()  # starts the driver's replica
+    config = ClusterConfig(deployment, name, spark)
+    if is_connect(spark):
+        config.version()  # the driver's replica first: executors' replicas sync from it
+        reach_nodes(spark, driver=False, config=name)
+    else:
+        _redact_in_event_log(spark.sparkContext)
+        spark.sparkContext.setLocalProperty(DEPLOYMENT_PROPERTY, deployment.to_json())
+        config.version()  # starts the driver's replica
     return config
+
+
+def _redact_in_event_log(sc: Any) -> None:
+    """Make Spark redact DEPLOYMENT_PROPERTY in the event log: it redacts a job property
+    only if the SparkConf has its key (EventLoggingListener.redactProperties), so the key
+    goes into the running context's own SparkConf (`sc._conf` wraps it, not a copy), empty."""
+    conf = sc._conf
+    if not conf.contains(DEPLOYMENT_PROPERTY):
+        conf.set(DEPLOYMENT_PROPERTY, "")
+    pattern = conf.get("spark.redaction.regex", _SPARK_REDACTION_REGEX)
+    try:
+        redacted = re.search(pattern, DEPLOYMENT_PROPERTY) is not None
+    except re.error:
+        redacted = True  # Java regex syntax Python cannot read: trust it
+    if not redacted:
+        log.warning(
+            "spark.redaction.regex (%s) does not match %r: Spark's event log will show the "
+            "episub deployment key in the properties of jobs that read live configuration",
+            pattern, DEPLOYMENT_PROPERTY,
+        )  # fmt: skip
+
+
+def _connect_read(
+    spark: Any, name: str, min_version: int = 0, timeout: float = 0.0
+) -> ConfigView | None:
+    try:
+        return read_config(spark, name, min_version, timeout)
+    except Exception as exc:
+        raise ConfigError(
+            f"the configuration cannot be read through the Spark Connect server: "
+            f"{spark_error_line(exc)}"
+        ) from exc
 
 
 # -- anywhere ---------------------------------------------------------------------------------
@@ -172,6 +247,8 @@ def version(name: str = DEFAULT_NAME) -> int:
 def wait_for(version: int, timeout: float, name: str = DEFAULT_NAME) -> bool:
     """Wait until this node's replica reaches `version` (at most `timeout` s); False if not.
     True means `get`, `snapshot` and `version` in this process see that version or later."""
+    if _on_connect_client():
+        return _connect_read(_connect_session, name, version, timeout) is not None
     follower = _follower(name)
     if follower.current() is None:
         _read(name)  # the first read of this process starts its copy
@@ -235,6 +312,11 @@ class Watch:
 
 def watch(callback: Callable[[int, dict[str, object]], None], name: str = DEFAULT_NAME) -> Watch:
     """Call `callback(version, snapshot)` now and on every new version, from a thread."""
+    if _on_connect_client():
+        raise ConfigError(
+            "config.watch follows a node, and a Spark Connect client has none: watch in "
+            "tasks (UDFs, mapInPandas...), or poll cluster_config(spark).version()"
+        )
     return Watch(callback, name, _client_factory())
 
 
@@ -278,9 +360,21 @@ def _driver_factory(deployment: Deployment) -> Callable[[], AgentClient]:
     return _factory("driver", deployment.driver_socket, make)
 
 
+def _on_connect_client() -> bool:
+    """Outside any task, in a Spark Connect client's process (it has no node)."""
+    if _connect_session is None:
+        return False
+    from pyspark import TaskContext
+
+    return TaskContext.get() is None
+
+
 def _current(name: str, factory: Callable[[], AgentClient] | None = None) -> ConfigView:
     """The replica as this process's copy holds it, or as the agent says if the copy is not
-    being kept current (first use, or its agent went away)."""
+    being kept current (first use, or its agent went away); on a Connect client, as the
+    driver's replica says."""
+    if factory is None and _on_connect_client():
+        return _connect_read(_connect_session, name)  # type: ignore[return-value]
     factory = factory or _client_factory()
     view = _follower(name, factory).current()
     return view if view is not None else _read(name, factory=factory)
@@ -329,24 +423,40 @@ def _agent_call(call: Callable[[], ConfigView]) -> ConfigView:
         raise ConfigError(f"the episub agent cannot be reached: {exc}") from exc
 
 
+def _session_deployment() -> Deployment | None:
+    """Outside tasks in a process `register` never ran in: under Spark Connect, a server's
+    foreachBatch process, beside the driver's agent, whose session configuration has the
+    deployment's public form (connect.py). Looked up once per process."""
+    global _driver_deployment
+    from pyspark.sql import SparkSession
+
+    session = SparkSession.getActiveSession()
+    text = session.conf.get(SESSION_CONF, None) if session is not None else None
+    if text:
+        _driver_deployment = Deployment.from_json(text)
+    return _driver_deployment
+
+
 def _client_factory() -> Callable[[], AgentClient]:
     """Makes clients of the agent this code should use (see the module doc)."""
     from pyspark import TaskContext
 
     context = TaskContext.get()
     if context is None:
-        deployment = _driver_deployment
+        deployment = _driver_deployment or _session_deployment()
         if deployment is None:
             raise ConfigError(
                 "no episub deployment in this process: call spark_connector.register(spark) "
                 "on the driver (outside Spark tasks, config calls use the driver's node)"
             )
         return _driver_factory(deployment)
-    text = context.getLocalProperty(DEPLOYMENT_PROPERTY)
+    # Classic: the whole deployment; Connect: its public form (connect.py), which reaches an
+    # agent a keyed task started on this executor.
+    text = context.getLocalProperty(DEPLOYMENT_PROPERTY) or context.getLocalProperty(SESSION_CONF)
     if text is not None:
         # Once per deployment and process, not per call: config.get runs once a row.
         def make_executor() -> Callable[[], AgentClient]:
-            deployment = deployment_from_json(text)
+            deployment = Deployment.from_json(text)
 
             def executor() -> AgentClient:
                 return executor_client(deployment)

@@ -1,10 +1,14 @@
 """The `episub` Python data source, and `register(spark)` which makes it usable.
 
-`register` starts the driver's node (an agent process owned by the driver), draws the
-deployment key unless one is given, and registers a subclass of `EpisubDataSource` that
-carries the `Deployment`: Spark pickles data source classes by value when they are made at
+`register` draws the deployment key unless one is given, starts the driver's node, and
+registers subclasses of `EpisubDataSource` (and of connect.py's `ControlDataSource`) that
+carry the `Deployment`: Spark pickles data source classes by value when they are made at
 run time, so every reader and writer on every executor gets the key and the driver's
 address without either appearing in an option (options show in query plans and the UI).
+
+Classic Spark: the driver's node is an agent process owned by the driver process, started
+here. Spark Connect: this process is only a client; the driver's node is started beside
+the server by a planner process there (connect.py), and this process runs no node.
 """
 
 from __future__ import annotations
@@ -19,7 +23,20 @@ from pyspark.sql.types import StructType
 
 from episub.retention import RetentionConfig
 from spark_connector.config import DEFAULT_NAME, remember_driver_deployment
-from spark_connector.deployment import Deployment, driver_client, start_driver_agent
+from spark_connector.connect import (
+    SESSION_CONF,
+    ControlDataSource,
+    deployment_id,
+    is_connect,
+    place_remotely,
+)
+from spark_connector.deployment import (
+    EXECUTOR_IDLE_TIMEOUT,
+    Deployment,
+    driver_client,
+    place_driver,
+    start_driver_agent,
+)
 from spark_connector.options import OptionError, parse_sink, parse_source
 
 __all__ = ["SCHEMA", "EpisubDataSource", "register"]
@@ -44,14 +61,16 @@ class EpisubDataSource(DataSource):
         return SCHEMA
 
     def _deployment(self, bootstrap: tuple[str, ...]) -> Deployment:
+        """The deployment, its driver's node placed (this runs in a driver-side planner)."""
         deployment = type(self).deployment
         if deployment is None:
             raise OptionError(
                 "the episub data source is not registered with a deployment: call "
                 "spark_connector.register(spark) first"
             )
+        deployment = place_driver(deployment)
         if bootstrap:
-            return Deployment(**{**_fields(deployment), "bootstrap": bootstrap})
+            return dataclasses.replace(deployment, bootstrap=bootstrap)
         return deployment
 
     def streamReader(self, schema: StructType) -> Any:
@@ -79,10 +98,6 @@ class EpisubDataSource(DataSource):
         return EpisubBatchWriter(options, deployment)
 
 
-def _fields(deployment: Deployment) -> dict[str, Any]:
-    return {name: getattr(deployment, name) for name in deployment.__slots__}
-
-
 def _join_on_driver(deployment: Deployment, topics: tuple[str, ...]) -> None:
     """Executors join through the driver's node, which must be in the topic first."""
     with driver_client(deployment) as client:
@@ -96,9 +111,12 @@ def register(
     key: bytes | None = None,
     host: str | None = None,
     retention: RetentionConfig | None = None,
+    signed: bool = False,
 ) -> Deployment:
     """Start the driver's node and register the `episub` format with `spark`.
 
+    spark: a classic SparkSession, or a Spark Connect one (`builder.remote("sc://...")`),
+        whose driver's node is started beside the Connect server, never in this process.
     key: the deployment's 32-byte key (default: a fresh random one, so only this
         application's nodes can join; give one to let outside processes such as
         `episub publish` take part).
@@ -107,6 +125,11 @@ def register(
     retention: what every node of the application (the driver's, each executor's) keeps
         for readers that come back to a range, e.g. a query restarted after a long stop
         (default: RetentionConfig(), ten minutes). Applies to agents this call starts.
+    signed: signed publishing on every node of the application (docs/threat-model.md):
+        each node signs what it publishes on its own stream and drops what its publisher
+        did not sign, so no executor can publish as another. The sink's rows and live
+        configuration writes travel on named streams, which signing does not cover.
+        Outside nodes must use `--signed` too.
     Returns the Deployment: `.bootstrap` is the driver node's address, for outside nodes.
     """
     if key is None:
@@ -120,20 +143,58 @@ def register(
     agent_config = (
         json.dumps({"retention": dataclasses.asdict(retention)}) if retention is not None else ""
     )
-    deployment = start_driver_agent(key, host, agent_config)
-    # The default live configuration's replica starts with the driver's node, so executors
-    # reading it always find it (a topic is joined through a node already in it).
-    remember_driver_deployment(deployment)
-    with driver_client(deployment) as client:
-        client.config_read(DEFAULT_NAME)
-    bound = type("EpisubDataSource", (EpisubDataSource,), {"deployment": deployment})
-    bound.__module__ = "__main__"  # a class made at run time is pickled by value
-    spark.dataSource.register(bound)
+    if not isinstance(signed, bool):
+        raise TypeError(f"signed must be True or False, not {signed!r:.60}")
+    if is_connect(spark):
+        deployment = _register_connect(spark, key, host, agent_config, signed)
+    else:
+        deployment = start_driver_agent(key, host, agent_config, signed)
+        # The default live configuration's replica starts with the driver's node, so
+        # executors reading it always find it (a topic is joined through a node in it).
+        with driver_client(deployment) as client:
+            client.config_read(DEFAULT_NAME)
+        _bind(spark, deployment)
+    remember_driver_deployment(deployment, spark)
     return deployment
 
 
+def _register_connect(
+    spark: Any, key: bytes, host: str, agent_config: str, signed: bool
+) -> Deployment:
+    """The classes go first with the deployment as this client knows it; a control job then
+    places the driver's node beside the server (its replica of the default configuration
+    too), and the classes are registered again with the placed deployment, so every later
+    planner knows the node's address and can start it again there if it retired."""
+    draft = Deployment(
+        key_hex=key.hex(),
+        host=host,
+        bootstrap=(),
+        driver_socket="",
+        driver_pid=0,
+        agent_dir="",
+        agent_config=agent_config,
+        signed=signed,
+        id=deployment_id(),
+        driver_idle_timeout=EXECUTOR_IDLE_TIMEOUT,
+    )
+    _bind(spark, draft)
+    deployment = place_remotely(spark, draft)
+    _bind(spark, deployment)
+    # Tasks of later jobs find the deployment here (connect.py): its public form only.
+    spark.conf.set(SESSION_CONF, deployment.public().to_json())
+    return deployment
+
+
+def _bind(spark: Any, deployment: Deployment) -> None:
+    """Register the data sources with `deployment` in them."""
+    for base in (EpisubDataSource, ControlDataSource):
+        bound = type(base.__name__, (base,), {"deployment": deployment})
+        bound.__module__ = "__main__"  # a class made at run time is pickled by value
+        spark.dataSource.register(bound)
+
+
 def _default_host(spark: Any) -> str:
-    master = spark.sparkContext.master or ""
+    master = spark.conf.get("spark.master", "") or ""
     if master.startswith(("local", "spark://127.", "spark://localhost")):
         return "127.0.0.1"
-    return spark.conf.get("spark.driver.host", "127.0.0.1")
+    return spark.conf.get("spark.driver.host", "127.0.0.1") or "127.0.0.1"

@@ -4,29 +4,44 @@ One node runs beside the driver and one in each executor, each in an agent proce
 (episub.agent) started on first use under a file lock and found over a Unix socket
 (DESIGN.md, "Spark facts": Python workers are short-lived, so a node cannot live in one).
 
-- The driver's agent is started by `register()` in the user's driver process and exits
-  when that process is gone. Spark's driver-side Python planners (the streaming source's
-  `latestOffset`, the sink's `commit`) run in other processes and reach it by its socket.
+- The driver's agent, classic Spark: started by `register()` in the user's driver process
+  and exits when that process is gone. Spark's driver-side Python planners (the streaming
+  source's `latestOffset`, the sink's `commit`) run in other processes and reach it by its
+  socket.
+- The driver's agent, Spark Connect: the client process is not the driver, and cannot reach
+  the server's machine, so the first planner process that needs the node starts it
+  (`place_driver`, on `register()`'s first control job). Planners are children of the
+  server's JVM, which owns the agent: it exits when the server does, or after
+  `EXECUTOR_IDLE_TIMEOUT` unused, and a later planner starts it again on the same address.
 - An executor's agent is started by the first Python worker of that executor that needs
   it; its owner is the executor's JVM (the nearest `java` ancestor of the worker), so it
   exits when the executor does. Its socket is named after that JVM's pid and start time,
-  so every worker of one executor finds the same agent, and a reused pid never does.
+  so every worker of one executor finds the same agent, and a reused pid never does; under
+  Connect also after the deployment's id, since one server's JVMs serve many sessions.
 - Executors join through the driver's node (`Deployment.bootstrap`), the only address
   known before any executor runs; the overlay then links them among themselves, the
   near links by measured RTT.
 
-`Deployment` is plain data, pickled into every reader and writer Spark ships.
+`Deployment` is plain data, pickled into every reader and writer Spark ships; under
+Connect the key travels only inside the data source class the client registers (see
+connect.py for what does and does not show it).
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import hashlib
+import json
+import logging
 import os
+import re
 import socket
 import tempfile
 from dataclasses import dataclass
+from typing import Any
 
-from episub.agent import AgentClient, ensure_agent
+from episub.agent import AgentClient, AgentInfo, AgentUnavailable, ensure_agent
 
 __all__ = [
     "AGENT_TIMEOUT",
@@ -39,7 +54,10 @@ __all__ = [
     "executor_owner",
     "executor_socket_path",
     "local_address_toward",
+    "place_driver",
 ]
+
+log = logging.getLogger("spark_connector.deployment")
 
 # Every node of the application joins this topic as soon as it starts, so the overlay (and
 # its RTT measurements) exists before any query runs; introspection and live configuration
@@ -55,20 +73,41 @@ AGENT_TIMEOUT = 120.0
 
 @dataclass(frozen=True, slots=True)
 class Deployment:
-    """What every node of one application needs to find the others. Picklable."""
+    """What every node of one application needs to find the others. Picklable.
 
-    key_hex: str  # the deployment's 32-byte key; travels only inside pickled tasks
+    Every field travels together (`to_json`, pickling), so a field added here reaches the
+    driver's planners and every executor with no other change."""
+
+    key_hex: str  # the deployment's 32-byte key; "" in the public form (see `public`)
     host: str  # the address nodes listen on and advertise (loopback for local Spark)
     bootstrap: tuple[str, ...]  # the driver node's "host:port"
-    driver_socket: str
-    driver_pid: int  # the user's driver process: the driver agent's owner
+    driver_socket: str  # "" until the driver's node is placed (Connect: `place_driver`)
+    driver_pid: int  # the driver agent's owner: the user's driver process, or Connect's JVM
     agent_dir: str  # where executor agents put their sockets and logs
     # Every agent's --config file, as JSON text (episub.agent.options): "" for the defaults.
     agent_config: str = ""
+    signed: bool = False  # every agent runs with --signed (signed publishing)
+    # Names this deployment's executor agents where one JVM serves many deployments (a Spark
+    # Connect server's sessions): "" for classic Spark, whose executors serve one.
+    id: str = ""
+    driver_address: str = ""  # where the driver's node listens; a restarted one listens there
+    driver_idle_timeout: float | None = None  # None: the driver's agent lives as its owner
 
     @property
     def key(self) -> bytes:
         return bytes.fromhex(self.key_hex)
+
+    def public(self) -> Deployment:
+        """Everything but the key: what may show in a session's configuration and logs."""
+        return dataclasses.replace(self, key_hex="")
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> Deployment:
+        fields: dict[str, Any] = json.loads(text)
+        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in fields.items()})
 
 
 def agent_dir() -> str:
@@ -93,38 +132,87 @@ def agent_config_file(directory: str, config: str) -> str | None:
     return path
 
 
-def start_driver_agent(key: bytes, host: str, agent_config: str = "") -> Deployment:
-    """The driver's agent (started if needed), owned by this process."""
+def start_driver_agent(
+    key: bytes, host: str, agent_config: str = "", signed: bool = False
+) -> Deployment:
+    """The driver's agent (started if needed), owned by this process (classic Spark)."""
     directory = agent_dir()
-    socket_path = os.path.join(directory, f"driver-{os.getpid()}.sock")
-    info = ensure_agent(
-        socket_path, key=key, listen=f"{host}:0", owner_pid=os.getpid(), idle_timeout=None,
-        config_file=agent_config_file(directory, agent_config),
-    )  # fmt: skip
-    with AgentClient(socket_path, timeout=AGENT_TIMEOUT) as client:
-        client.join(CLUSTER_TOPIC)
-    return Deployment(
+    draft = Deployment(
         key_hex=key.hex(),
         host=host,
-        bootstrap=(info.address,),
-        driver_socket=socket_path,
+        bootstrap=(),
+        driver_socket=os.path.join(directory, f"driver-{os.getpid()}.sock"),
         driver_pid=os.getpid(),
         agent_dir=directory,
         agent_config=agent_config,
+        signed=signed,
     )
+    return _joined_driver(draft)
+
+
+def place_driver(deployment: Deployment) -> Deployment:
+    """Spark Connect: the deployment with its driver's node placed beside the server (started
+    if needed), for a planner process, whose nearest `java` ancestor is the server's JVM:
+    the agent's owner. A placed deployment is returned as it is."""
+    if deployment.driver_socket:
+        return deployment
+    owner = executor_jvm_pid()
+    if owner is None:
+        raise RuntimeError(
+            "the episub driver's node can only be placed from a Spark planner process (one "
+            "under the Spark Connect server's JVM); call spark_connector.register(spark)"
+        )
+    directory = agent_dir()
+    draft = dataclasses.replace(
+        deployment,
+        driver_socket=_owned_path(directory, "driver", owner, deployment.id, ".sock"),
+        driver_pid=owner,
+        agent_dir=directory,
+    )
+    return _joined_driver(draft)
+
+
+def _joined_driver(draft: Deployment) -> Deployment:
+    """`draft` with its driver's node started and in CLUSTER_TOPIC, and its address known."""
+    info = _ensure_driver(draft)
+    with AgentClient(draft.driver_socket, timeout=AGENT_TIMEOUT) as client:
+        client.join(CLUSTER_TOPIC)
+    return dataclasses.replace(draft, bootstrap=(info.address,), driver_address=info.address)
 
 
 def driver_client(deployment: Deployment) -> AgentClient:
-    """A client of the driver's agent, for Spark's driver-side planners."""
-    ensure_agent(
-        deployment.driver_socket,
-        key=deployment.key,
-        listen=f"{deployment.host}:0",
-        owner_pid=deployment.driver_pid,
-        idle_timeout=None,
-        config_file=agent_config_file(deployment.agent_dir, deployment.agent_config),
-    )
+    """A client of the driver's agent, for Spark's driver-side planners. A public deployment
+    (no key: a Connect server's foreachBatch process, see config.py) only attaches to it."""
+    if not deployment.key_hex:
+        return _running_agent(
+            deployment.driver_socket, "the driver's", "the planners of this session's queries"
+        )
+    _ensure_driver(deployment)
     return AgentClient(deployment.driver_socket, timeout=AGENT_TIMEOUT)
+
+
+def _ensure_driver(deployment: Deployment) -> AgentInfo:
+    """The driver's agent, started if it is not running: on its old address if it had one,
+    since executors' nodes know it by that address (their bootstrap)."""
+    config_file = agent_config_file(deployment.agent_dir, deployment.agent_config)
+
+    def ensure(listen: str) -> AgentInfo:
+        return ensure_agent(
+            deployment.driver_socket, key=deployment.key, listen=listen,
+            owner_pid=deployment.driver_pid, idle_timeout=deployment.driver_idle_timeout,
+            config_file=config_file, sign=deployment.signed,
+        )  # fmt: skip
+
+    if deployment.driver_address:
+        try:
+            return ensure(deployment.driver_address)
+        except AgentUnavailable as exc:
+            log.warning(
+                "the driver's episub node cannot listen on %s again (%s); it starts on a new "
+                "port, which executors' nodes learn only from the next query's plan",
+                deployment.driver_address, exc,
+            )  # fmt: skip
+    return ensure(f"{_bracketed(deployment.host)}:0")
 
 
 def executor_owner() -> int:
@@ -133,11 +221,17 @@ def executor_owner() -> int:
     return jvm if jvm is not None else os.getppid()
 
 
-def executor_socket_path(directory: str, owner: int) -> str:
-    """Named after the owner's pid and start time, so a reused pid never finds it."""
+def executor_socket_path(directory: str, owner: int, deployment_id: str = "") -> str:
+    """Named after the owner's pid and start time, so a reused pid never finds it, and the
+    deployment's id when it has one (Connect)."""
+    return _owned_path(directory, "exec", owner, deployment_id, ".sock")
+
+
+def _owned_path(directory: str, role: str, owner: int, deployment_id: str, suffix: str) -> str:
     stat = _proc_stat(owner)
     start_time = stat[2] if stat is not None else 0
-    return os.path.join(directory, f"exec-{owner}-{start_time}.sock")
+    name = f"{role}-{owner}-{start_time}" + (f"-{deployment_id}" if deployment_id else "")
+    return os.path.join(directory, name + suffix)
 
 
 def local_address_toward(host: str) -> str:
@@ -157,18 +251,32 @@ def local_address_toward(host: str) -> str:
 
 
 def executor_client(deployment: Deployment) -> AgentClient:
-    """A client of this executor's agent, started if it is not running yet."""
+    """A client of this executor's agent, started if it is not running yet.
+
+    A public deployment (no key: what a Connect session's tasks find in their job
+    properties, see connect.py) can start one only from the copy a keyed task left here."""
     owner = executor_owner()
-    socket_path = executor_socket_path(deployment.agent_dir, owner)
+    socket_path = executor_socket_path(deployment.agent_dir, owner, deployment.id)
     os.makedirs(deployment.agent_dir, mode=0o700, exist_ok=True)
+    if not deployment.key_hex:
+        kept = _kept_deployment(socket_path)
+        if kept is None:
+            return _running_agent(
+                socket_path, "this executor's", "tasks of an episub query or of cluster_config"
+            )
+        deployment = kept
+    elif deployment.id:
+        _keep_deployment(socket_path, deployment)
     ensure_agent(
         socket_path,
         key=deployment.key,
         listen=f"{_bracketed(local_address_toward(deployment.host))}:0",
         bootstrap=deployment.bootstrap,
         owner_pid=owner,
+        owner_files=(_kept_path(socket_path),) if deployment.id else (),
         idle_timeout=EXECUTOR_IDLE_TIMEOUT,
         config_file=agent_config_file(deployment.agent_dir, deployment.agent_config),
+        sign=deployment.signed,
     )
     client = AgentClient(socket_path, timeout=AGENT_TIMEOUT)
     try:
@@ -177,6 +285,65 @@ def executor_client(deployment: Deployment) -> AgentClient:
         client.close()
         raise
     return client
+
+
+# Under Connect a task's only trace of its deployment that reaches every task (a UDF's too)
+# is the session's configuration, which Spark writes unredacted to its event log, so it
+# carries the public form. A task that has the key (a reader, a writer, a control job)
+# leaves the deployment beside the agent it starts, in a file only this user can read, as
+# safe as the agent's socket next to it (which gives the node's powers to whoever opens
+# it): a UDF's `config.get` can then start the agent again after it retired or died. The
+# agent removes it when its executor is gone; a copy left by a killed agent goes the next
+# time a copy is kept in that directory.
+_KEPT_SUFFIX = ".deployment"
+_KEPT_NAME = re.compile(r"exec-(\d+)-(\d+)-[0-9a-f]+\.deployment")
+
+
+def _kept_path(socket_path: str) -> str:
+    return socket_path.removesuffix(".sock") + _KEPT_SUFFIX
+
+
+def _kept_deployment(socket_path: str) -> Deployment | None:
+    try:
+        with open(_kept_path(socket_path)) as f:
+            return Deployment.from_json(f.read())
+    except FileNotFoundError:
+        return None
+
+
+def _keep_deployment(socket_path: str, deployment: Deployment) -> None:
+    path = _kept_path(socket_path)
+    if os.path.exists(path):
+        return
+    directory = os.path.dirname(path)
+    fd, temporary = tempfile.mkstemp(dir=directory, suffix=".tmp")  # mode 0600
+    with os.fdopen(fd, "w") as f:
+        f.write(deployment.to_json())
+    os.replace(temporary, path)
+    _forget_dead_owners(directory)
+
+
+def _forget_dead_owners(directory: str) -> None:
+    """Remove kept deployments of executors that are gone (pid gone, or reused)."""
+    for name in os.listdir(directory):
+        match = _KEPT_NAME.fullmatch(name)
+        if match is None:
+            continue
+        stat = _proc_stat(int(match[1]))
+        if stat is None or stat[2] != int(match[2]):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(os.path.join(directory, name))
+
+
+def _running_agent(socket_path: str, whose: str, keyed: str) -> AgentClient:
+    """The agent at `socket_path`, for code that has no key to start one."""
+    if not os.path.exists(socket_path):
+        raise AgentUnavailable(
+            f"{whose} episub agent is not running ({socket_path} is missing), and this "
+            f"process cannot start one: only {keyed} carry the key. Call "
+            "spark_connector.cluster_config(spark) before starting the job"
+        )
+    return AgentClient(socket_path, timeout=AGENT_TIMEOUT)
 
 
 def executor_jvm_pid() -> int | None:

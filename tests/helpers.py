@@ -38,6 +38,7 @@ from episub.proto.events import InEvent, JoinTopic, OutEvent, Received, Send, Ti
 from episub.proto.membership import Membership
 from episub.proto.messages import LinkKind, PeerId
 from episub.proto.node import NodeState
+from episub.proto.signing import Signer
 
 TOPIC = "t"
 ME = 0
@@ -219,6 +220,7 @@ def make_node(
     seed: int = 0,
     topic: str = TOPIC,
     now: float = 0.0,
+    signer: Signer | None = None,
 ) -> NodeState:
     """A node joined to `topic` with these neighbours, built by real messages (see above).
 
@@ -228,7 +230,7 @@ def make_node(
     All set-up outputs are discarded; the node's timers are not fired.
     """
     cfg = config if config is not None else node_config()
-    node = NodeState(me, cfg, random.Random(seed))
+    node = NodeState(me, cfg, random.Random(seed), signer=signer)
     node.handle(JoinTopic(topic), now)
     if not isinstance(active, Mapping):
         active = dict.fromkeys(active, RAND)

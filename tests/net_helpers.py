@@ -27,6 +27,7 @@ from episub.net.peer_id import make_peer_id, parse_address
 from episub.net.sealing import SealedStream, direction_keys
 from episub.proto.config import BroadcastConfig, MembershipConfig, NodeConfig
 from episub.proto.messages import Message
+from episub.proto.signing import Signer
 from episub.proto.wire import encode_frame
 
 KEY = bytes(range(32))
@@ -105,21 +106,24 @@ class RawPeer:
         receive_buffer: int | None = None,
         max_frame_size: int = 1 << 24,
         encrypt: bool = True,
+        signer: Signer | None = None,
     ) -> RawPeer:
         """Connect to `address`; handshake with `key` unless it is None. After the
         handshake, `send`/`send_items` and `reader` go through sealed records (as a node's
-        do) unless encrypt is False; `transport` is the bare TCP stream."""
+        do) unless encrypt is False; `transport` is the bare TCP stream. With `signer`, the
+        peer has that signing identity (and the id bound to it), for signing nodes."""
         target = parse_address(address)
         sock = trio.socket.socket(trio.socket.AF_INET, trio.socket.SOCK_STREAM)
         if receive_buffer is not None:  # a small window makes a slow reader quickly
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer)
         await sock.connect((target.host, target.port))
         stream = trio.SocketStream(sock)
-        peer_id = make_peer_id("127.0.0.1", 1)  # nobody listens on port 1: undialable
+        tag = None if signer is None else signer.tag.decode()
+        peer_id = make_peer_id("127.0.0.1", 1, tag)  # nobody listens on port 1: undialable
         raw = cls(stream, peer_id, max_frame_size)
         if key is not None:
             result = await perform_handshake(
-                stream, key=key, my_id=peer_id, initiator=True, encrypt=encrypt
+                stream, key=key, my_id=peer_id, initiator=True, encrypt=encrypt, signer=signer
             )
             raw.node_id = result.peer_id
             if encrypt:

@@ -229,9 +229,12 @@ def start_node(
     link_delay: str | None = None,
     listen: str = "127.0.0.1:0",
     topics: Sequence[str] = (TOPIC,),
+    signed: bool = False,
 ) -> Proc:
     """An `episub node` serving its agent socket at dir/NAME.sock; not waited for."""
     args = ["node", "--listen", listen, "--socket", str(processes.dir / f"{name}.sock")]
+    if signed:
+        args.append("--signed")
     for address in bootstrap:
         args += ["--bootstrap", address]
     for topic in topics:

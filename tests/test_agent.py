@@ -101,6 +101,33 @@ def test_the_agent_exits_when_its_owner_process_dies(processes: Processes) -> No
     assert "owner process" in Path(path + ".log").read_text()
 
 
+def test_owner_files_go_when_the_owner_does_and_stay_when_the_agent_retires_idle(
+    processes: Processes,
+) -> None:
+    """A Spark executor's agent is given its deployment's kept copy (spark_connector): a
+    later task may need it to start the agent again after an idle exit, never once the
+    executor is gone."""
+    owner = processes.python("import time; time.sleep(600)")
+    for_owner, for_idle = processes.dir / "owner.kept", processes.dir / "idle.kept"
+    for path in (for_owner, for_idle):
+        path.write_text("kept")
+    first = ensure_agent(
+        str(processes.dir / "a.sock"), key=KEY, owner_pid=owner.pid, idle_timeout=60.0,
+        owner_files=[str(for_owner)],
+    )  # fmt: skip
+    idle = ensure_agent(
+        str(processes.dir / "b.sock"), key=KEY, owner_pid=os.getpid(), idle_timeout=0.5,
+        owner_files=[str(for_idle)],
+    )  # fmt: skip
+    processes.pids += [first.pid, idle.pid]
+    wait_process_gone(idle.pid)
+    assert for_idle.exists(), "an idle exit removed a file kept for the owner"
+    owner.popen.kill()
+    owner.wait()
+    wait_process_gone(first.pid)
+    assert not for_owner.exists(), "the owner is gone and its file was left behind"
+
+
 def test_an_idle_agent_exits_and_removes_its_socket(processes: Processes) -> None:
     path, pid = start_agent(processes, idle_timeout=0.5)
     wait_process_gone(pid)

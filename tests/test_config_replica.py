@@ -85,6 +85,34 @@ def test_a_late_replica_gets_the_snapshot_from_a_neighbour() -> None:
     run(main)
 
 
+def test_two_replicas_starting_together_after_a_write_both_catch_up() -> None:
+    """Two executors' replicas started at once (a Spark job's first tasks on both, after
+    the driver wrote) each ask the nearest non-seed neighbour first: the other newcomer.
+    It answered at once with its own empty state, and both stayed at version 0 until the
+    next write. A replica answers sync requests only once it has caught up itself."""
+
+    async def main() -> None:
+        async with AsyncExitStack() as stack:
+            nodes = await open_nodes(stack, 3)
+            async with trio.open_nursery() as nursery:
+                [seed] = await start_replicas(nursery, nodes[:1])
+                await seed.write({"a": 1})
+                newcomers = [
+                    ConfigReplica(node, "default", bootstrap=[seed.node.address])
+                    for node in nodes[1:]
+                ]
+                async with trio.open_nursery() as starting:
+                    for replica in newcomers:
+                        starting.start_soon(nursery.start, replica.run)
+                for replica in newcomers:
+                    with trio.fail_after(20):
+                        await replica.synced.wait()
+                assert [(r.state.version, snapshot(r)) for r in newcomers] == [(1, {"a": 1})] * 2
+                nursery.cancel_scope.cancel()
+
+    run(main)
+
+
 def test_two_writers_racing_on_one_key_converge_everywhere() -> None:
     async def main() -> None:
         async with AsyncExitStack() as stack:

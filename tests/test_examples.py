@@ -33,6 +33,12 @@ def test_the_live_config_example_sees_every_change_in_the_running_query() -> Non
     assert "every change reached the running query" in out
 
 
+def test_the_signed_publishing_example_delivers_and_keeps_an_unsigned_node_out() -> None:
+    out = run_example("signed_publishing.py")
+    assert "b got b'pay 10'" in out and "signed=1, bad_signatures=0" in out
+    assert "a node that does not sign cannot join: peer signs its messages" in out
+
+
 def test_every_example_has_a_smoke_test() -> None:
-    tested = {"quickstart.py", "live_config.py"}
+    tested = {"quickstart.py", "live_config.py", "signed_publishing.py"}
     assert {p.name for p in EXAMPLES.glob("*.py")} == tested

@@ -39,8 +39,8 @@ def test_host_names_are_allowed() -> None:
     ("bad", "shown"),
     [
         (b"127.0.0.1:7000", "host:port/tag"),
-        (b"127.0.0.1:7000/xyz", "16 lowercase hex"),
-        (b"127.0.0.1:7000/0123456789ABCDEF", "16 lowercase hex"),
+        (b"127.0.0.1:7000/xyz", "16 or 32 lowercase hex"),
+        (b"127.0.0.1:7000/0123456789ABCDEF", "16 or 32 lowercase hex"),
         (b"127.0.0.1/0123456789abcdef", "host:port"),
         (b"127.0.0.1:0/0123456789abcdef", "1..65535"),
         (b"127.0.0.1:70000/0123456789abcdef", "1..65535"),

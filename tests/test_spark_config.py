@@ -69,3 +69,18 @@ def test_register_gives_its_retention_to_the_driver_and_every_executor_agent(
 ) -> None:
     assert report["driver_retention"] == [1234, 4321]
     assert [r["retention"] for r in report["reads"]] == [[1234, 4321]] * 2
+
+
+def test_register_signed_makes_every_agent_sign_and_verify(report: dict) -> None:
+    """register(signed=True) reaches the driver's and every executor's agent through the
+    Deployment; sections 1-3 ran signed (the external `episub config set --signed` too)."""
+    assert report["driver_signed"] == 1
+    assert [r["signed"] for r in report["reads"]] == [1, 1]
+    assert report["driver_bad_signatures"] == 0
+
+
+def test_the_key_cluster_config_gives_tasks_is_redacted_from_the_event_log(report: dict) -> None:
+    """cluster_config puts the deployment in the job's properties, which Spark writes to its
+    event log: only under a name Spark redacts there."""
+    assert report["event_log_bytes"] > 0
+    assert report["key_in_event_log"] is False

@@ -83,6 +83,13 @@ def add_node_arguments(parser: argparse.ArgumentParser) -> None:
         help="send frames in the clear after the handshake (trusted networks only; every "
         "node of the deployment must agree)",
     )
+    add(
+        "--signed",
+        dest="sign",
+        action="store_true",
+        help="signed publishing: sign what this node publishes and drop messages not signed "
+        "by their publisher (every node of the deployment must agree; docs/threat-model.md)",
+    )
 
 
 def add_metrics_argument(parser: argparse.ArgumentParser) -> None:
@@ -139,6 +146,13 @@ def add_parsers(subparsers: Any) -> None:
     agent.add_argument("--topic", action="append", default=[], help="join at start (repeatable)")
     agent.add_argument("--link-delay", metavar="FILE", help="emulated zone latencies (JSON)")
     agent.add_argument("--owner-pid", type=PID, help="exit once this process is gone")
+    agent.add_argument(
+        "--owner-file",
+        metavar="PATH",
+        action="append",
+        default=[],
+        help="remove this file when exiting because the owner is gone (repeatable)",
+    )
     agent.add_argument(
         "--idle-timeout",
         type=POSITIVE,
@@ -202,6 +216,7 @@ def _node_options(args: argparse.Namespace, **extra: Any) -> NodeOptions:
         link_delay=load_link_delay(args.link_delay),
         socket_path=args.socket,
         encrypt=args.encrypt,
+        sign=args.sign,
         metrics_port=args.metrics_port,
         **extra,
     )
@@ -220,7 +235,14 @@ def run_node_command(args: argparse.Namespace) -> int:
 
 
 def run_agent_command(args: argparse.Namespace) -> int:
-    options = _node_options(args, owner_pid=args.owner_pid, idle_timeout=args.idle_timeout)
+    if args.owner_file and args.owner_pid is None:
+        raise UsageError("--owner-file needs --owner-pid")
+    options = _node_options(
+        args,
+        owner_pid=args.owner_pid,
+        owner_files=args.owner_file,
+        idle_timeout=args.idle_timeout,
+    )
     if args.detach:
         sys.stdout.flush()
         sys.stderr.flush()

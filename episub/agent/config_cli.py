@@ -112,6 +112,7 @@ async def _alone(
             advertise=args.advertise,
             config=config,
             encrypt=args.encrypt,
+            sign=args.sign,
         ) as node,
         trio.open_nursery() as nursery,
     ):

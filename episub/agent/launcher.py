@@ -70,17 +70,22 @@ def ensure_agent(
     advertise: str | None = None,
     bootstrap: Sequence[str] = (),
     owner_pid: int | None = None,
+    owner_files: Sequence[str] = (),
     idle_timeout: float | None = DEFAULT_IDLE_TIMEOUT,
     config_file: str | None = None,
     python: str = sys.executable,
     start_timeout: float = START_TIMEOUT,
     encrypt: bool = True,
+    sign: bool = False,
 ) -> AgentInfo:
     """The agent serving `socket_path`, started if none is there; see the module doc.
 
     key: the deployment's 32-byte key. listen/advertise/bootstrap/config_file: the agent's
-    node, as for `episub agent`. owner_pid: the agent exits when that process is gone.
+    node, as for `episub agent`. owner_pid: the agent exits when that process is gone, and
+    removes `owner_files` then.
     idle_timeout: seconds without client or request before it exits (None: never).
+    encrypt, sign: `--no-encryption` unless encrypt, `--signed` if sign (an agent already
+    running keeps the settings it was started with).
     """
     if not isinstance(key, bytes) or len(key) != KEY_SIZE:
         raise ValueError(f"key must be {KEY_SIZE} bytes, not {key!r:.20}")
@@ -91,7 +96,7 @@ def ensure_agent(
     fd = os.open(lock_path_for(socket_path), os.O_RDWR | os.O_CREAT, 0o600)
     try:
         _lock(fd, socket_path)
-        info = _attach(socket_path)
+        info = _attach(socket_path, sign)
         if info is not None:
             return info
         with contextlib.suppress(FileNotFoundError):
@@ -104,14 +109,18 @@ def ensure_agent(
             command += ["--bootstrap", address]
         if owner_pid is not None:
             command += ["--owner-pid", str(owner_pid)]
+        for path in owner_files:
+            command += ["--owner-file", path]
         if idle_timeout is not None:
             command += ["--idle-timeout", repr(float(idle_timeout))]
         if config_file is not None:
             command += ["--config", config_file]
         if not encrypt:
             command.append("--no-encryption")
+        if sign:
+            command.append("--signed")
         _start(command, socket_path, key, start_timeout)
-        info = _attach(socket_path)
+        info = _attach(socket_path, sign)
         if info is None:
             raise AgentUnavailable(f"the agent started for {socket_path!r} does not answer")
         return info
@@ -134,7 +143,7 @@ def _lock(fd: int, socket_path: str) -> None:
             time.sleep(LOCK_POLL)
 
 
-def _attach(socket_path: str) -> AgentInfo | None:
+def _attach(socket_path: str, sign: bool) -> AgentInfo | None:
     """The agent answering on `socket_path`; None when nothing listens there."""
     try:
         with AgentClient(socket_path, timeout=PROBE_TIMEOUT) as client:
@@ -143,6 +152,12 @@ def _attach(socket_path: str) -> AgentInfo | None:
         raise  # an agent is there but does not answer: not ours to replace
     except AgentUnavailable:
         return None
+    if bool(status.stats.get("signed", 0)) != sign:
+        # Its node could not talk to the deployment's others (their handshakes fail).
+        raise AgentUnavailable(
+            f"the agent at {socket_path!r} (pid {status.pid}) runs with signed publishing "
+            f"{'on' if not sign else 'off'}, and this deployment has it {'on' if sign else 'off'}"
+        )
     return AgentInfo(pid=status.pid, socket_path=socket_path, address=status.address)
 
 

@@ -8,7 +8,9 @@ connects to a process on its way out; then every topic left, LEAVE flushed by th
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import signal
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -41,9 +43,14 @@ class NodeOptions:
     link_delay: LinkDelay | None = None
     socket_path: str | None = None
     owner_pid: int | None = None
+    # Files that exist for the owner's sake (a Spark executor's copy of its deployment):
+    # removed when the owner is gone, kept when the agent retires idle (a later client of
+    # the same owner may need them to start it again).
+    owner_files: Sequence[str] = ()
     idle_timeout: float | None = None  # seconds; needs socket_path (idle = no client)
     limits: AgentLimits = field(default_factory=AgentLimits)
     encrypt: bool = True  # seal frames after the handshake (episub.net.sealing)
+    sign: bool = False  # signed publishing (episub.proto.signing)
     metrics_port: int | None = None  # serve Prometheus metrics here (episub.metrics)
 
 
@@ -86,6 +93,7 @@ async def _serve(
         retention=options.retention,
         link_delay=options.link_delay,
         encrypt=options.encrypt,
+        sign=options.sign,
     )
     async with node, trio.open_nursery() as nursery:
         service = AgentService(
@@ -117,4 +125,9 @@ async def _serve(
         on_ready(node)
         if server is None:
             await trio.sleep_forever()  # until a signal
-        stop(await server.wait_retired(idle_timeout=options.idle_timeout, owner=owner))
+        reason = await server.wait_retired(idle_timeout=options.idle_timeout, owner=owner)
+        if owner is not None and not owner.alive():
+            for path in options.owner_files:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(path)
+        stop(reason)

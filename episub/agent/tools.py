@@ -178,6 +178,7 @@ async def _publish_alone(
         advertise=args.advertise,
         config=config,
         encrypt=args.encrypt,
+        sign=args.sign,
     ) as node:
         await _joined_node(args, node)
         for seq, record in enumerate(records):  # a fresh node's first join numbers from 0
@@ -218,6 +219,7 @@ async def _subscribe_alone(
         advertise=args.advertise,
         config=config,
         encrypt=args.encrypt,
+        sign=args.sign,
     )
     async with node, node.subscribe(args.topic, args.buffer) as sub:
         await _joined_node(args, node)

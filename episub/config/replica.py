@@ -23,7 +23,9 @@ How a replica catches up without any writer resending (the snapshot's owner is e
   neighbour publishes its snapshot, which every replica merges (harmless: the same
   highest-stamp rule as updates). With no answer within SYNC_TIMEOUT it names the next
   neighbour; with no neighbour at all it is the first node and has nothing to learn.
-- A replica answers sync requests naming it, at most one snapshot per SNAPSHOT_INTERVAL
+- A replica answers sync requests naming it once it has caught up itself (a newcomer
+  asking another newcomer then times out and names the next neighbour, instead of taking
+  an empty answer for the truth), at most one snapshot per SNAPSHOT_INTERVAL
   (requests arriving meanwhile are answered together by the next one), so a peer naming
   it in a loop costs one bounded message per interval.
 """
@@ -271,6 +273,10 @@ class ConfigReplica:
         return False
 
     async def _answerer(self) -> None:
+        # A replica that has not caught up yet has nothing to tell: were it to answer, a
+        # newcomer asking it (two starting together ask each other first) would take its
+        # empty state for the overlay's and stop asking. Requests wait here until it has.
+        await self.synced.wait()
         while True:
             await self._answer_wanted.wait()
             self._answer_wanted = trio.Event()

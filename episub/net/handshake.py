@@ -17,6 +17,10 @@ Why this shape:
 - A session key (blake3 derive_key of the deployment key and both nonces) is derived; the
   sealing layer (sealing.py) keys its records with it. Both Hellos say whether the frames
   after the handshake are sealed; ends that disagree fail here, with the reason.
+- With signed publishing (episub/proto/signing.py) each Hello also carries the sender's
+  Ed25519 public key, its peer id's tag must be derived from that key, and each Proof
+  adds a signature of the same transcript as the mac: a member cannot connect under
+  another member's id. A signing and a non-signing end fail here, with the reason.
 
 Frames are a 4-byte big-endian length and a protobuf `Handshake` (episub.proto), at most
 `MAX_HANDSHAKE_FRAME` bytes, so a stranger cannot make us buffer more than that.
@@ -39,6 +43,7 @@ from google.protobuf.message import DecodeError
 
 from episub.net.peer_id import PeerIdError, parse_peer_id
 from episub.proto import episub_pb2 as pb
+from episub.proto.signing import PUBLIC_KEY_SIZE, Signer, bound_tag, claimed_tag, verify
 
 __all__ = [
     "DOMAIN",
@@ -59,8 +64,10 @@ KEY_SIZE = 32  # blake3's keyed mode takes exactly 32 bytes
 NONCE_SIZE = 32  # 256 random bits: never repeats
 MAC_SIZE = 32  # blake3's default output
 DOMAIN = b"episub handshake v1"
+SIGNATURE_DOMAIN = b"episub handshake signature v1"  # the Proof's signature (signing on)
 SESSION_KEY_CONTEXT = "episub 2025 connection session key v1"  # blake3 derive_key context
-# A Hello is ~110 bytes (version, a 64-byte id at most, the nonce), a Proof 34.
+# A Hello is ~110 bytes (version, a 64-byte id at most, the nonce; +34 with a signing
+# key), a Proof 34 (+66 with a signature).
 MAX_HANDSHAKE_FRAME = 256
 HANDSHAKE_TIMEOUT = 5.0  # brief: a connection that has not proven itself in 5 s is dropped
 _READ_CHUNK = 4096  # handshake reads are small; what follows the Proof is handed on
@@ -69,13 +76,15 @@ _LENGTH = struct.Struct(">I")
 
 # Why a handshake failed, one word each; NetCounters counts failures by these.
 FAILURE_REASONS = (
-    "timeout",  # no complete handshake within the timeout
+    "timeout",  # no complete handshake within the timeout (shorter under pressure)
+    "evicted",  # cut to give its slot to a newer connection (admission.py)
     "closed",  # the peer closed the connection before its proof
     "broken",  # the connection failed (reset, refused write, ...)
     "self",  # the peer's hello carried our own id: we dialled ourselves
     "wrong_key",  # the peer's proof does not match: another deployment key
     "version",  # another protocol version
     "encryption",  # the two ends disagree on sealing frames
+    "signing",  # the two ends disagree on signing, or the peer's id or signature is not its key's
     "malformed",  # anything else: not an episub peer, or a broken one
 )
 
@@ -115,13 +124,16 @@ def _frame(message: pb.Handshake) -> tuple[bytes, bytes]:
     return _LENGTH.pack(len(body)) + body, body
 
 
+def _transcript(domain: bytes, initiator_hello: bytes, responder_hello: bytes, role: Role) -> bytes:
+    """What a Proof proves: each part length-prefixed, then the prover's role."""
+    parts = (domain, initiator_hello, responder_hello)
+    return b"".join(_LENGTH.pack(len(part)) + part for part in parts) + role.value
+
+
 def _mac(key: bytes, initiator_hello: bytes, responder_hello: bytes, role: Role) -> bytes:
-    hasher = blake3.blake3(key=key)
-    for part in (DOMAIN, initiator_hello, responder_hello):
-        hasher.update(_LENGTH.pack(len(part)))
-        hasher.update(part)
-    hasher.update(role.value)
-    return hasher.digest()
+    return blake3.blake3(
+        _transcript(DOMAIN, initiator_hello, responder_hello, role), key=key
+    ).digest()
 
 
 def check_key(key: object) -> bytes:
@@ -140,11 +152,22 @@ class Handshake:
     """
 
     def __init__(
-        self, *, key: bytes, my_id: bytes, initiator: bool, nonce: bytes, encrypt: bool = True
+        self,
+        *,
+        key: bytes,
+        my_id: bytes,
+        initiator: bool,
+        nonce: bytes,
+        encrypt: bool = True,
+        signer: Signer | None = None,
     ) -> None:
         self._key = check_key(key)
         if len(nonce) != NONCE_SIZE:
             raise ValueError(f"nonce must be {NONCE_SIZE} bytes, not {len(nonce)}")
+        if signer is not None and not signer.binds(my_id):
+            raise ValueError(f"peer id {my_id!r} is not bound to {signer!r}")
+        self._signer = signer
+        self._peer_signing_key = b""
         self._my_id = my_id
         self._role = Role.INITIATOR if initiator else Role.RESPONDER
         self._nonce = nonce
@@ -153,6 +176,8 @@ class Handshake:
         hello.hello.peer_id = my_id
         hello.hello.nonce = nonce
         hello.hello.plaintext = not encrypt
+        if signer is not None:
+            hello.hello.signing_key = signer.public_key
         self._encrypt = encrypt
         frame, self._my_hello = _frame(hello)
         self._outgoing = bytearray(frame)
@@ -234,7 +259,7 @@ class Handshake:
                 reason="malformed",
             )
         else:
-            self._on_proof(message.proof.mac)
+            self._on_proof(message.proof)
 
     def _on_hello(self, hello: pb.Hello, body: bytes) -> None:
         if hello.version != PROTOCOL_VERSION:
@@ -259,24 +284,62 @@ class Handshake:
                 "deployment must use the same setting",
                 reason="encryption",
             )
+        self._check_signing_key(hello)
         if hello.peer_id == self._my_id:
             raise HandshakeError(f"connected to ourselves ({self._my_id!r})", reason="self")
         if hello.nonce == self._nonce:
             raise HandshakeError("peer echoed our nonce (a reflected hello)", reason="malformed")
         self._peer_hello, self._peer_nonce, self._peer_id = body, hello.nonce, hello.peer_id
         proof = pb.Handshake()
-        proof.proof.mac = _mac(self._key, *self._transcript(), self._role)
+        proof.proof.mac = _mac(self._key, *self._hellos(), self._role)
+        if self._signer is not None:
+            proof.proof.signature = self._signer.sign(
+                _transcript(SIGNATURE_DOMAIN, *self._hellos(), self._role)
+            )
         self._outgoing += _frame(proof)[0]
         self._state = _State.AWAIT_PROOF
 
-    def _on_proof(self, mac: bytes) -> None:
+    def _check_signing_key(self, hello: pb.Hello) -> None:
+        key = hello.signing_key
+        if bool(key) != (self._signer is not None):
+            theirs, ours = ("signs", "does not") if key else ("does not sign", "signs")
+            raise HandshakeError(
+                f"peer {theirs} its messages, this node {ours}: every node of a deployment "
+                "must use the same setting (--signed)",
+                reason="signing",
+            )
+        if not key:
+            return
+        if len(key) != PUBLIC_KEY_SIZE:
+            raise HandshakeError(
+                f"malformed hello: signing key of {len(key)} bytes, not {PUBLIC_KEY_SIZE}",
+                reason="malformed",
+            )
+        if claimed_tag(hello.peer_id) != bound_tag(key):
+            raise HandshakeError(
+                f"peer id {hello.peer_id!r} is not bound to the signing key it presented",
+                reason="signing",
+            )
+        self._peer_signing_key = key
+
+    def _on_proof(self, proof: pb.Proof) -> None:
         peer_role = Role.RESPONDER if self._role is Role.INITIATOR else Role.INITIATOR
-        expected = _mac(self._key, *self._transcript(), peer_role)
-        if not hmac.compare_digest(mac, expected):
+        expected = _mac(self._key, *self._hellos(), peer_role)
+        if not hmac.compare_digest(proof.mac, expected):
             raise HandshakeError(
                 f"peer {self._peer_id!r} failed to prove the deployment key "
                 "(a different key, or not an episub peer)",
                 reason="wrong_key",
+            )
+        if self._signer is not None and not verify(
+            self._peer_signing_key,
+            proof.signature,
+            _transcript(SIGNATURE_DOMAIN, *self._hellos(), peer_role),
+        ):
+            raise HandshakeError(
+                f"peer {self._peer_id!r} failed to prove it holds the signing key its id is "
+                "bound to",
+                reason="signing",
             )
         initiator_nonce, responder_nonce = (
             (self._nonce, self._peer_nonce)
@@ -293,7 +356,7 @@ class Handshake:
         self._buffer.clear()
         self._state = _State.DONE
 
-    def _transcript(self) -> tuple[bytes, bytes]:
+    def _hellos(self) -> tuple[bytes, bytes]:
         if self._role is Role.INITIATOR:
             return self._my_hello, self._peer_hello
         return self._peer_hello, self._my_hello
@@ -307,6 +370,7 @@ async def perform_handshake(
     initiator: bool,
     timeout: float = HANDSHAKE_TIMEOUT,
     encrypt: bool = True,
+    signer: Signer | None = None,
 ) -> HandshakeResult:
     """Run the handshake on `stream`; HandshakeError if it fails or takes over `timeout`.
 
@@ -318,6 +382,7 @@ async def perform_handshake(
         initiator=initiator,
         nonce=secrets.token_bytes(NONCE_SIZE),
         encrypt=encrypt,
+        signer=signer,
     )
     try:
         with trio.fail_after(timeout):

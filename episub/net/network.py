@@ -26,6 +26,9 @@ Rules:
   cap, a publish waits for it to drain, so that a burst paces itself to its slowest live
   neighbour instead of overflowing its queue and losing the link. A peer that stays over
   half full for the whole wait is too slow, and is lost as on overflow.
+- Inbound connections hold a slot until their handshake ends; an outsider cannot take them
+  all (admission.py), and the failures it causes are logged at most once a minute per
+  reason (log_limit.py), counted in full.
 - Connections the core does not use that carried nothing for `idle_timeout` are closed;
   a neighbour silent for `liveness_timeout` is lost, since TCP alone may take many
   minutes to notice a vanished host.
@@ -34,12 +37,14 @@ Rules:
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from functools import partial
 
 import trio
 
+from episub.net.admission import MAX_PENDING_HANDSHAKES, HandshakeSlots, source_of
 from episub.net.connection import Connection, FrameItems, Peer, show_peer
 from episub.net.framing import PIGGYBACK_BUDGET
 from episub.net.handshake import (
@@ -49,7 +54,9 @@ from episub.net.handshake import (
     perform_handshake,
 )
 from episub.net.link_delay import LinkDelay
+from episub.net.log_limit import LogLimiter
 from episub.net.peer_id import Address, PeerIdError, parse_peer_id
+from episub.proto.signing import Signer
 
 __all__ = [
     "DIAL_TIMEOUT",
@@ -69,7 +76,6 @@ log = logging.getLogger("episub.net")
 SEND_QUEUE_CAP = 4096  # guess: messages
 SEND_QUEUE_MAX_BYTES = 16 * 1024 * 1024  # guess; raised to 2 frames if max frames are larger
 DIAL_TIMEOUT = 10.0  # Kafka's socket.connection.setup.timeout.ms default (10 s)
-MAX_PENDING_HANDSHAKES = 64  # guess: unauthenticated inbound connections held at once
 # Authenticated connections held at once. A peer holding the key can claim any id, so it
 # could otherwise open connections without end. Guess: a node's links are its views in
 # each topic (7 active + probes of a 42-entry passive view) and a few bootstrap contacts.
@@ -150,8 +156,10 @@ class Network:
         idle_timeout: float,
         encrypt: bool = True,
         max_connections: int = MAX_CONNECTIONS,
+        signer: Signer | None = None,
     ) -> None:
         self._key = key
+        self._signer = signer
         self._max_connections = max_connections
         self._encrypt = encrypt
         self.me = me
@@ -172,7 +180,8 @@ class Network:
         self._progress = trio.Event()  # set whenever bytes go out or a connection ends
         self._nursery: trio.Nursery | None = None
         self._listener_scope = trio.CancelScope()
-        self._handshakes = 0
+        self._handshakes = HandshakeSlots(timeout=handshake_timeout)
+        self._strangers_log = LogLimiter(log)  # what inbound connections can cause, many times over
         self.closing = False
 
     async def run(
@@ -335,20 +344,26 @@ class Network:
             self.counters.dial_failures += 1
             raise
         try:
-            result = await perform_handshake(
-                stream,
-                key=self._key,
-                my_id=self.me,
-                initiator=True,
-                timeout=self._handshake_timeout,
-                encrypt=self._encrypt,
-            )
+            result = await self._handshake(stream, initiator=True, timeout=self._handshake_timeout)
         except BaseException as exc:
             if isinstance(exc, HandshakeError):
                 self.counters.count_handshake_failure(exc)
             await trio.aclose_forcefully(stream)
             raise
         return stream, result
+
+    async def _handshake(
+        self, stream: trio.SocketStream, *, initiator: bool, timeout: float
+    ) -> HandshakeResult:
+        return await perform_handshake(
+            stream,
+            key=self._key,
+            my_id=self.me,
+            initiator=initiator,
+            timeout=timeout,
+            encrypt=self._encrypt,
+            signer=self._signer,
+        )
 
     async def _dial(self, peer: Peer, scope: trio.CancelScope) -> None:
         opened: tuple[trio.SocketStream, HandshakeResult] | None = None
@@ -401,32 +416,39 @@ class Network:
 
     async def _on_inbound(self, stream: trio.SocketStream) -> None:
         """The listener's handler: authenticate, then serve until the connection ends."""
-        where = _remote(stream)
-        if self._handshakes >= MAX_PENDING_HANDSHAKES or self.closing:
-            log.warning("refusing connection from %s: too many handshakes in progress", where)
+        host, where = _remote(stream)
+        if self.closing:
             return  # serve_listeners closes the stream
-        self._handshakes += 1
+        pending = self._handshakes.open(source_of(host), trio.current_time())
+        result: HandshakeResult | None = None
         try:
-            result = await perform_handshake(
-                stream,
-                key=self._key,
-                my_id=self.me,
-                initiator=False,
-                timeout=self._handshake_timeout,
-                encrypt=self._encrypt,
-            )
+            with pending.scope:
+                # The slot's scope holds the deadline (shorter under pressure), so the
+                # handshake's own timeout never fires first.
+                result = await self._handshake(stream, initiator=False, timeout=math.inf)
         except HandshakeError as exc:
-            self.counters.count_handshake_failure(exc)
-            log.warning("handshake with %s (it dialled) failed (%s): %s", where, exc.reason, exc)
+            self._inbound_failed(where, exc)
             return
         finally:
-            self._handshakes -= 1
+            self._handshakes.close(pending)
+        if result is None:  # the slot's scope was cancelled
+            if pending.evicted:
+                why = "its slot went to a newer connection (all taken; its source held the most)"
+                self._inbound_failed(where, HandshakeError(why, reason="evicted"))
+            else:
+                limit = pending.scope.deadline - pending.started  # shorter under pressure
+                why = f"no complete handshake within {limit:g} s"
+                self._inbound_failed(where, HandshakeError(why, reason="timeout"))
+            return
         if self.closing:
             return
         held = sum(len(peer.conns) for peer in self.peers.values())
         if held >= self._max_connections:
             self.counters.connections_refused += 1
-            log.warning(
+            self._strangers_log.log(
+                "max_connections",
+                trio.current_time(),
+                logging.WARNING,
                 "refusing %s from %s: %d connections held already (max_connections)",
                 show_peer(result.peer_id),
                 where,
@@ -434,6 +456,18 @@ class Network:
             )
             return
         await self._serve(self._register(stream, result, outbound=False))
+
+    def _inbound_failed(self, where: str, exc: HandshakeError) -> None:
+        self.counters.count_handshake_failure(exc)
+        self._strangers_log.log(
+            exc.reason,
+            trio.current_time(),
+            logging.WARNING,
+            "handshake with %s (it dialled) failed (%s): %s",
+            where,
+            exc.reason,
+            exc,
+        )
 
     # -- connections ----------------------------------------------------------------------
 
@@ -569,9 +603,10 @@ def _address_of(peer_id: bytes) -> Address | None:
         return None
 
 
-def _remote(stream: trio.SocketStream) -> str:
+def _remote(stream: trio.SocketStream) -> tuple[str, str]:
+    """The peer's host, and "host:port" for logs."""
     try:
         host, port = stream.socket.getpeername()[:2]
     except OSError:
-        return "an unknown address"
-    return f"{host}:{port}"
+        return "", "an unknown address"
+    return host, f"{host}:{port}"

@@ -4,10 +4,13 @@ The core passes peer ids around in NODES, SHUFFLE, FORWARDJOIN and friends, and 
 addresses. Putting the listening address inside the id means any node that learns an id
 can dial it, with no address book to keep in sync. The random tag makes the id unique to
 one run of a process: a node restarted on the same address is a new peer, which it must
-be, because its publisher sequence numbers start again at 0.
+be, because its publisher sequence numbers start again at 0. A node that signs its
+messages (episub/proto/signing.py) carries a 32-hex-character tag derived from its
+signing key instead of 16 random ones: the key is new on every start, and so is the tag.
 
 IPv6 hosts are written in brackets (`[::1]:7000/...`), as in URLs. Ids are at most
-`MAX_PEER_ID_SIZE` (64) bytes, the wire's bound, which leaves 41 characters for the host.
+`MAX_PEER_ID_SIZE` (64) bytes, the wire's bound, which leaves 41 characters for the host
+(25 with a signing node's longer tag).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import ipaddress
 import secrets
 from dataclasses import dataclass
 
+from episub.proto.signing import BOUND_TAG_HEX_CHARS
 from episub.proto.wire import MAX_PEER_ID_SIZE
 
 __all__ = [
@@ -29,6 +33,7 @@ __all__ = [
 ]
 
 TAG_HEX_CHARS = 16  # 64 random bits: two runs of one address never collide in practice
+_TAG_SIZES = (TAG_HEX_CHARS, BOUND_TAG_HEX_CHARS)  # random, or a signing key's (signing.py)
 _HEX = frozenset("0123456789abcdef")
 # Characters a host name may not contain: the id's separators, and anything a resolver
 # would not take anyway.
@@ -102,13 +107,17 @@ def parse_address(text: str, *, allow_port_zero: bool = False) -> Address:
 
 
 def make_peer_id(host: str, port: int, tag: str | None = None) -> bytes:
-    """A new peer id for a node listening at host:port; `tag` defaults to fresh randomness."""
+    """A new peer id for a node listening at host:port; `tag` defaults to fresh randomness
+    (a signing node passes its `Signer.tag`)."""
     _check_host(host, host)
     _check_port(port, port)
     if tag is None:
         tag = secrets.token_hex(TAG_HEX_CHARS // 2)
-    if len(tag) != TAG_HEX_CHARS or not set(tag) <= _HEX:
-        raise PeerIdError(f"tag must be {TAG_HEX_CHARS} lowercase hex characters, not {tag!r}")
+    if len(tag) not in _TAG_SIZES or not set(tag) <= _HEX:
+        raise PeerIdError(
+            f"tag must be {TAG_HEX_CHARS} or {BOUND_TAG_HEX_CHARS} lowercase hex characters, "
+            f"not {tag!r}"
+        )
     peer_id = f"{format_address(host, port)}/{tag}".encode("ascii")
     if len(peer_id) > MAX_PEER_ID_SIZE:
         raise PeerIdError(
@@ -131,9 +140,10 @@ def parse_peer_id(peer_id: object) -> Address:
     address, sep, tag = text.rpartition("/")
     if not sep:
         raise PeerIdError(f"peer id must be 'host:port/tag', not {peer_id!r}")
-    if len(tag) != TAG_HEX_CHARS or not set(tag) <= _HEX:
+    if len(tag) not in _TAG_SIZES or not set(tag) <= _HEX:
         raise PeerIdError(
-            f"peer id tag must be {TAG_HEX_CHARS} lowercase hex characters: {peer_id!r}"
+            f"peer id tag must be {TAG_HEX_CHARS} or {BOUND_TAG_HEX_CHARS} lowercase hex "
+            f"characters: {peer_id!r}"
         )
     try:
         return parse_address(address)

@@ -65,6 +65,7 @@ from episub.proto.events import (
     TimerFired,
 )
 from episub.proto.node import NodeState
+from episub.proto.signing import Signer
 from episub.proto.wire import encode_item
 
 __all__ = ["DIAL_TIMEOUT", "LIVENESS_PINGS", "TIMER_TICK", "Runtime"]
@@ -96,6 +97,7 @@ class Runtime:
         idle_timeout: float = IDLE_TIMEOUT,
         encrypt: bool = True,
         max_connections: int = MAX_CONNECTIONS,
+        signer: Signer | None = None,
     ) -> None:
         for name, value in (
             ("handshake_timeout", handshake_timeout),
@@ -107,7 +109,7 @@ class Runtime:
         if send_queue_cap < 1:
             raise ValueError(f"send_queue_cap must be >= 1, not {send_queue_cap!r}")
         self.me = my_id
-        self.state = NodeState(my_id, config, rng)
+        self.state = NodeState(my_id, config, rng, signer=signer)
         self._on_events = on_events
         self.max_frame_size = max_frame_size(config.broadcast.max_message_size)
         ping = config.membership
@@ -134,6 +136,7 @@ class Runtime:
             idle_timeout=idle_timeout,
             encrypt=encrypt,
             max_connections=max_connections,
+            signer=signer,
         )
         self._timers: list[tuple[float, int, Hashable]] = []
         self._timer_seq = itertools.count()

@@ -4,6 +4,10 @@ Rules this machine keeps:
 - `eager` and `lazy` are disjoint and their union is exactly the active view that
   membership reported through neighbor_up/neighbor_down.
 - A message id is accepted once (the `seen` cache); its id must be blake3 of its envelope.
+- With signing on (a `signer`), we sign what we publish on our own stream, and a first
+  copy of a node's stream must carry a valid signature bound to its publisher
+  (signing.py) before it enters seen, cache or ordering; else it is dropped and counted
+  (`bad_signatures`). Named streams are bound to no key: neither signed nor checked.
 - Each first copy of a message (and our own publish at a named stream's place) goes to
   `ordering` (ordering.py), which gives the application each publisher's messages in
   sequence order, each once, and repairs gaps; its rules are at the top of that module.
@@ -60,6 +64,7 @@ from episub.proto.events import (
 )
 from episub.proto.messages import Envelope, MessageId, PeerId
 from episub.proto.ordering import OrderedDelivery, PublisherStream
+from episub.proto.signing import Signer, check_message
 from episub.proto.tables import BroadcastCounters
 
 
@@ -90,11 +95,13 @@ class Broadcast:
         config: BroadcastConfig,
         timer_prefix: tuple[Hashable, ...],
         id_key: bytes | None = None,
+        signer: Signer | None = None,
     ) -> None:
         self.me = me
         self.topic = topic
         self.config = config
         self.id_key = id_key
+        self.signer = signer
         self._message_id = IdHasher(topic, id_key)
         self._timer_prefix = timer_prefix
         self.eager: dict[PeerId, None] = {}
@@ -306,7 +313,9 @@ class Broadcast:
             self.counters.republished += 1
             out.append(AlreadyPublished(self.topic, publisher, seq, self.by_seq.get(stream)))
             return None
-        mid = self._message_id(envelope.raw)
+        mid = self._message_id(envelope.unsigned)
+        if self.signer is not None:
+            envelope = self.signer.sign_message(mid, envelope)
         self.counters.published += 1
         self._remember(mid, envelope, hops=0, sender=None, now=now)
         if stream is None:
@@ -382,19 +391,23 @@ class Broadcast:
                 # spared by the same grace as above.
                 self._prune(peer, now, out)
             return
-        if self._message_id(msg.raw) != mid:
-            self.counters.bad_ids += 1
-            out.append(PeerMisbehaved(peer, "GOSSIP id does not match its envelope"))
-            return
         try:
             envelope = msg.envelope
         except ValueError as exc:
             out.append(PeerMisbehaved(peer, f"GOSSIP envelope is not canonical: {exc}"))
             return
+        if self._message_id(envelope.unsigned) != mid:
+            self.counters.bad_ids += 1
+            out.append(PeerMisbehaved(peer, "GOSSIP id does not match its envelope"))
+            return
         if envelope.size > self.config.max_message_size:
             out.append(
                 PeerMisbehaved(peer, f"GOSSIP of {envelope.size} bytes exceeds max_message_size")
             )
+            return
+        if self.signer is not None and (problem := check_message(mid, envelope)) is not None:
+            self.counters.bad_signatures += 1
+            out.append(PeerMisbehaved(peer, f"GOSSIP of {envelope.publisher!r} {problem}"))
             return
         self.counters.gossip_received += 1
         self._remember(mid, envelope, hops=msg.hops, sender=peer, now=now)

@@ -9,9 +9,11 @@ to one. Hence:
 
 - A GOSSIP carries the envelope's bytes as they were stamped, and every node forwards,
   caches and stores those very bytes (no re-encoding on the way).
-- The message id is blake3 over a topic prefix and those bytes (`message_id`, keyed with
-  the deployment's id key when it has one): a receiver checks it on the bytes it got,
-  without encoding anything, and the id names the fields as well as the bytes.
+- The message id is blake3 over a topic prefix and those bytes up to the signature
+  (`message_id`; keyed only where a NodeConfig sets `id_key`): a receiver checks it on
+  the bytes it got, without encoding anything, and the id names the fields as well as the
+  bytes. Signed publishing (signing.py) appends fields 7 and 8, the signer's public key
+  and its signature of the id: they come last and are not part of the id.
 
 Bounds checked once, where an envelope is made: by the constructor (the API's publish) or
 by `decode` (the wire). Decoding raises ValueError for anything else; the caller (a GOSSIP's
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Hashable
+from dataclasses import dataclass
 from typing import TypeAlias
 
 import blake3
@@ -29,8 +32,11 @@ import blake3
 __all__ = [
     "ID_VERSION",
     "MAX_HEADERS",
+    "PUBLIC_KEY_SIZE",
+    "SIGNATURE_SIZE",
     "Envelope",
     "IdHasher",
+    "Signature",
     "encode_peer_id",
     "message_id",
 ]
@@ -39,6 +45,8 @@ PeerId: TypeAlias = Hashable
 MessageId: TypeAlias = bytes
 
 MAX_HEADERS = 64  # Kafka-style record headers one message may carry
+PUBLIC_KEY_SIZE = 32  # Ed25519's (signing.py)
+SIGNATURE_SIZE = 64  # Ed25519's
 MAX_SEQ = 1 << 63  # seq and timestamp_ms are below this (signed 64-bit in most consumers)
 # The version of the id's layout: blake3(ID_VERSION, u32 topic length, topic, envelope bytes).
 ID_VERSION = b"\x02"
@@ -47,6 +55,7 @@ _U64 = struct.Struct(">Q")
 
 # Tags (field number << 3 | wire type) of the Envelope and Header messages (episub.proto).
 _PUBLISHER, _SEQ, _TIMESTAMP, _PAYLOAD, _KEY, _HEADER = 0x0A, 0x10, 0x18, 0x22, 0x2A, 0x32
+_SIGNER, _SIGNATURE = 0x3A, 0x42
 _NAME, _VALUE = 0x0A, 0x12
 
 
@@ -106,20 +115,39 @@ def _field(tag: int, data: bytes) -> bytes:
     return bytes((tag,)) + varint(len(data)) + data
 
 
-class Envelope:
-    """A publisher's message: publisher, seq, timestamp_ms, payload, key, headers.
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Signature:
+    """A message's signature (signing.py): the signer's Ed25519 public key, and its
+    signature of the message id."""
 
-    Immutable by convention (slots, no setters). `raw` is the canonical encoding, `size` the
-    application's bytes (payload, key, headers): what size limits apply to. Two envelopes
-    are equal when their bytes are."""
+    signer: bytes
+    value: bytes
+
+    def __post_init__(self) -> None:
+        if len(self.signer) != PUBLIC_KEY_SIZE:
+            raise ValueError(f"signer key must be {PUBLIC_KEY_SIZE} bytes, not {len(self.signer)}")
+        if len(self.value) != SIGNATURE_SIZE:
+            raise ValueError(f"signature must be {SIGNATURE_SIZE} bytes, not {len(self.value)}")
+
+
+class Envelope:
+    """A publisher's message: publisher, seq, timestamp_ms, payload, key, headers, and with
+    signed publishing its `signature` of the id.
+
+    Immutable by convention (slots, no setters). `raw` is the canonical encoding, `unsigned`
+    its part before the signature (what the id is over), `size` the application's bytes
+    (payload, key, headers): what size limits apply to. Two envelopes are equal when their
+    bytes are."""
 
     __slots__ = (
         "_payload_span",
+        "_unsigned_end",
         "headers",
         "key",
         "publisher",
         "raw",
         "seq",
+        "signature",
         "size",
         "timestamp_ms",
     )
@@ -131,7 +159,9 @@ class Envelope:
     headers: tuple[tuple[str, bytes], ...]
     raw: bytes
     size: int
+    signature: Signature | None
     _payload_span: tuple[int, int]
+    _unsigned_end: int
 
     def __init__(
         self,
@@ -142,6 +172,7 @@ class Envelope:
         payload: bytes,
         key: bytes | None = None,
         headers: tuple[tuple[str, bytes], ...] = (),
+        signature: Signature | None = None,
     ) -> None:
         if not isinstance(seq, int) or not 0 <= seq < MAX_SEQ:
             raise ValueError(f"seq must be a non-negative 63-bit int, not {seq!r}")
@@ -182,14 +213,40 @@ class Envelope:
             )
             parts.append(_field(_HEADER, body))
             size += len(name) + len(value)
+        unsigned_end = sum(map(len, parts))
+        if signature is not None:
+            parts.append(_field(_SIGNER, signature.signer) + _field(_SIGNATURE, signature.value))
         self.publisher = publisher
         self.seq = seq
         self.timestamp_ms = timestamp_ms
         self.key = key
         self.headers = headers
+        self.signature = signature
         self.raw = b"".join(parts)
         self.size = size
         self._payload_span = span
+        self._unsigned_end = unsigned_end
+
+    @property
+    def unsigned(self) -> memoryview:
+        """The bytes before the signature: what the message id is over."""
+        return memoryview(self.raw)[: self._unsigned_end]
+
+    def signed(self, signature: Signature) -> Envelope:
+        """This envelope with `signature` (signing.py), in place of any it had."""
+        return self.replace(signature=signature)
+
+    def replace(self, **changes: object) -> Envelope:
+        """A new envelope with `changes` to its fields (as dataclasses.replace does)."""
+        fields: dict[str, object] = {
+            "publisher": self.publisher, "seq": self.seq, "timestamp_ms": self.timestamp_ms,
+            "payload": self.payload, "key": self.key, "headers": self.headers,
+            "signature": self.signature,
+        }  # fmt: skip
+        unknown = set(changes) - set(fields)
+        if unknown:
+            raise TypeError(f"Envelope has no field {sorted(unknown)[0]!r}")
+        return Envelope(**{**fields, **changes})  # type: ignore[arg-type]
 
     @property
     def payload(self) -> bytes:
@@ -271,6 +328,17 @@ class Envelope:
             headers.append((name, value))
             app_size += len(name) + len(value)
             tag = raw[pos] if pos < end else -1
+        unsigned_end = pos
+        signature = None
+        if tag == _SIGNER:
+            size, pos = read_varint(raw, pos + 1)
+            signer = raw[pos : pos + size]
+            pos += size
+            if pos >= end or raw[pos] != _SIGNATURE:
+                raise ValueError("envelope has a signer but no signature")
+            size, pos = read_varint(raw, pos + 1)
+            signature = Signature(signer=signer, value=raw[pos : pos + size])  # checks sizes
+            pos += size
         if pos != end:
             raise ValueError("envelope carries fields out of order, repeated or unknown")
         envelope = cls.__new__(cls)
@@ -279,9 +347,11 @@ class Envelope:
         envelope.timestamp_ms = timestamp_ms
         envelope.key = key
         envelope.headers = tuple(headers)
+        envelope.signature = signature
         envelope.raw = raw
         envelope.size = app_size
         envelope._payload_span = span
+        envelope._unsigned_end = unsigned_end
         return envelope
 
     def __eq__(self, other: object) -> bool:
@@ -296,12 +366,12 @@ class Envelope:
         return (
             f"Envelope(publisher={self.publisher!r}, seq={self.seq!r}, "
             f"timestamp_ms={self.timestamp_ms!r}, payload={self.payload!r:.60}, "
-            f"key={self.key!r}, headers={self.headers!r})"
+            f"key={self.key!r}, headers={self.headers!r}, signature={self.signature!r})"
         )
 
     def __reduce__(self) -> tuple[object, ...]:
-        fields = (self.publisher, self.seq, self.timestamp_ms, self.payload, self.key, self.headers)
-        return (_rebuild, fields)
+        fields = (self.publisher, self.seq, self.timestamp_ms, self.payload, self.key)
+        return (_rebuild, (*fields, self.headers, self.signature))
 
 
 def _rebuild(
@@ -311,10 +381,11 @@ def _rebuild(
     payload: bytes,
     key: bytes | None,
     headers: tuple[tuple[str, bytes], ...],
+    signature: Signature | None,
 ) -> Envelope:
     return Envelope(
         publisher=publisher, seq=seq, timestamp_ms=timestamp_ms, payload=payload, key=key,
-        headers=headers,
+        headers=headers, signature=signature,
     )  # fmt: skip
 
 
@@ -329,12 +400,13 @@ class IdHasher:
         prefix = ID_VERSION + _U32.pack(len(encoded)) + encoded
         self._base = blake3.blake3(prefix, key=key) if key is not None else blake3.blake3(prefix)
 
-    def __call__(self, raw: bytes) -> MessageId:
+    def __call__(self, unsigned: bytes | memoryview) -> MessageId:
+        """The id of the envelope whose bytes before the signature are `unsigned`."""
         hasher = self._base.copy()
-        hasher.update(raw)
+        hasher.update(unsigned)
         return hasher.digest()
 
 
 def message_id(topic: str, envelope: Envelope, key: bytes | None = None) -> MessageId:
     """The id of `envelope` on `topic` (see the module docstring)."""
-    return IdHasher(topic, key)(envelope.raw)
+    return IdHasher(topic, key)(envelope.unsigned)

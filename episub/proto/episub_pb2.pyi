@@ -202,7 +202,7 @@ class Pong(_message.Message):
     def __init__(self, nonce: _Optional[int] = ..., subscribed: _Optional[bool] = ..., active_count: _Optional[int] = ..., rand_count: _Optional[int] = ..., active: _Optional[_Iterable[bytes]] = ..., not_neighbor: _Optional[bool] = ...) -> None: ...
 
 class Envelope(_message.Message):
-    __slots__ = ("publisher", "seq", "timestamp_ms", "payload", "key", "headers")
+    __slots__ = ("publisher", "seq", "timestamp_ms", "payload", "key", "headers", "signer", "signature")
     class Header(_message.Message):
         __slots__ = ("name", "value")
         NAME_FIELD_NUMBER: _ClassVar[int]
@@ -216,13 +216,17 @@ class Envelope(_message.Message):
     PAYLOAD_FIELD_NUMBER: _ClassVar[int]
     KEY_FIELD_NUMBER: _ClassVar[int]
     HEADERS_FIELD_NUMBER: _ClassVar[int]
+    SIGNER_FIELD_NUMBER: _ClassVar[int]
+    SIGNATURE_FIELD_NUMBER: _ClassVar[int]
     publisher: bytes
     seq: int
     timestamp_ms: int
     payload: bytes
     key: bytes
     headers: _containers.RepeatedCompositeFieldContainer[Envelope.Header]
-    def __init__(self, publisher: _Optional[bytes] = ..., seq: _Optional[int] = ..., timestamp_ms: _Optional[int] = ..., payload: _Optional[bytes] = ..., key: _Optional[bytes] = ..., headers: _Optional[_Iterable[_Union[Envelope.Header, _Mapping]]] = ...) -> None: ...
+    signer: bytes
+    signature: bytes
+    def __init__(self, publisher: _Optional[bytes] = ..., seq: _Optional[int] = ..., timestamp_ms: _Optional[int] = ..., payload: _Optional[bytes] = ..., key: _Optional[bytes] = ..., headers: _Optional[_Iterable[_Union[Envelope.Header, _Mapping]]] = ..., signer: _Optional[bytes] = ..., signature: _Optional[bytes] = ...) -> None: ...
 
 class Gossip(_message.Message):
     __slots__ = ("id", "envelope", "hops")
@@ -276,19 +280,23 @@ class Handshake(_message.Message):
     def __init__(self, hello: _Optional[_Union[Hello, _Mapping]] = ..., proof: _Optional[_Union[Proof, _Mapping]] = ...) -> None: ...
 
 class Hello(_message.Message):
-    __slots__ = ("version", "peer_id", "nonce", "plaintext")
+    __slots__ = ("version", "peer_id", "nonce", "plaintext", "signing_key")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     PEER_ID_FIELD_NUMBER: _ClassVar[int]
     NONCE_FIELD_NUMBER: _ClassVar[int]
     PLAINTEXT_FIELD_NUMBER: _ClassVar[int]
+    SIGNING_KEY_FIELD_NUMBER: _ClassVar[int]
     version: int
     peer_id: bytes
     nonce: bytes
     plaintext: bool
-    def __init__(self, version: _Optional[int] = ..., peer_id: _Optional[bytes] = ..., nonce: _Optional[bytes] = ..., plaintext: _Optional[bool] = ...) -> None: ...
+    signing_key: bytes
+    def __init__(self, version: _Optional[int] = ..., peer_id: _Optional[bytes] = ..., nonce: _Optional[bytes] = ..., plaintext: _Optional[bool] = ..., signing_key: _Optional[bytes] = ...) -> None: ...
 
 class Proof(_message.Message):
-    __slots__ = ("mac",)
+    __slots__ = ("mac", "signature")
     MAC_FIELD_NUMBER: _ClassVar[int]
+    SIGNATURE_FIELD_NUMBER: _ClassVar[int]
     mac: bytes
-    def __init__(self, mac: _Optional[bytes] = ...) -> None: ...
+    signature: bytes
+    def __init__(self, mac: _Optional[bytes] = ..., signature: _Optional[bytes] = ...) -> None: ...

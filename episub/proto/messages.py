@@ -20,7 +20,10 @@ from dataclasses import dataclass
 from typing import TypeAlias
 
 from episub.proto.envelope import MAX_HEADERS as MAX_HEADERS
+from episub.proto.envelope import PUBLIC_KEY_SIZE as PUBLIC_KEY_SIZE
+from episub.proto.envelope import SIGNATURE_SIZE as SIGNATURE_SIZE
 from episub.proto.envelope import Envelope
+from episub.proto.envelope import Signature as Signature
 
 PeerId: TypeAlias = Hashable
 MessageId: TypeAlias = bytes

@@ -35,14 +35,22 @@ from episub.proto.events import (
 )
 from episub.proto.messages import LinkKind, PeerId
 from episub.proto.peers import Rng, RttTable
+from episub.proto.signing import Signer
 from episub.proto.topic import Topic
 
 __all__ = ["NodeState"]
 
 
 class NodeState:
-    def __init__(self, peer_id: PeerId, config: NodeConfig, rng: Rng) -> None:
+    def __init__(
+        self, peer_id: PeerId, config: NodeConfig, rng: Rng, *, signer: Signer | None = None
+    ) -> None:
+        """`signer`: sign what we publish and verify what we receive (signing.py); our id
+        must be bound to it."""
+        if signer is not None and not signer.binds(peer_id):
+            raise LocalProtocolError(f"peer id {peer_id!r} is not bound to {signer!r}")
         self.me = peer_id
+        self.signer = signer
         self.config = config
         self.rng = rng
         self.rtts = RttTable(
@@ -125,6 +133,7 @@ class NodeState:
             rng=self.rng,
             rtts=self.rtts,
             timer_prefix=(topic, generation),
+            signer=self.signer,
         )
         t.broadcast.next_seq = self._next_seqs.pop(topic, 0)
         self._topics[topic] = t

@@ -57,6 +57,7 @@ class BroadcastCounters:
     ihave_ids_sent: int = 0
     pulls_sent: int = 0
     bad_ids: int = 0
+    bad_signatures: int = 0  # signing on: unsigned, unbound or forged first copies dropped
     data_lost: int = 0
     optimizations: int = 0
     recovered: int = 0  # messages pulled from behind a stream's position (history)

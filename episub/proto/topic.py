@@ -16,6 +16,7 @@ from episub.proto.events import NeighborDown, NeighborUp, OutEvent
 from episub.proto.membership import Membership
 from episub.proto.messages import MessageId, PeerId
 from episub.proto.peers import Rng, RttTable
+from episub.proto.signing import Signer
 
 MEMBERSHIP_MESSAGES = (
     m.GetNodes,
@@ -44,6 +45,7 @@ class Topic:
         rng: Rng,
         rtts: RttTable,
         timer_prefix: tuple[Hashable, ...],
+        signer: Signer | None = None,
     ) -> None:
         self.name = name
         self.membership = Membership(
@@ -60,6 +62,7 @@ class Topic:
             config=config.broadcast,
             timer_prefix=timer_prefix,
             id_key=config.id_key,
+            signer=signer,
         )
 
     def join(self, bootstrap: tuple[PeerId, ...], now: float, out: list[OutEvent]) -> None:

@@ -6,7 +6,11 @@ own OS process; prints its findings as JSON on stdout's last line.
    replica gets the current snapshot from a neighbour, the driver sending nothing.
 3. The driver and an external `episub config set` race on one key; every node converges.
 4. A task calls config.get 1,000 times; its executor's agent counts the requests it got,
-   and says the retention `register` gave it.
+   and says the retention and the signing `register` gave it.
+5. After the application: whether the key shows in Spark's event log (what the UI and the
+   history server show), where job properties, cluster_config's among them, are written.
+
+Every node signs what it publishes (register(signed=True)), the external process too.
 """
 
 from __future__ import annotations
@@ -16,8 +20,10 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
+from pathlib import Path
 
 os.environ["PYSPARK_PYTHON"] = sys.executable
 
@@ -51,22 +57,30 @@ def driver_stats(deployment: spark_connector.Deployment) -> dict[str, int]:
 
 
 def main() -> None:
-    spark = (
-        SparkSession.builder.master("local-cluster[2,1,1024]")
-        .config("spark.ui.enabled", "false")
-        .config("spark.executorEnv.PYSPARK_PYTHON", sys.executable)
-        .config("spark.locality.wait", "0")  # two tasks, two executors: no waiting for one
-        .getOrCreate()
-    )
-    try:
-        run(spark)
-    finally:
-        spark.stop()
+    with tempfile.TemporaryDirectory() as events:
+        spark = (
+            SparkSession.builder.master("local-cluster[2,1,1024]")
+            .config("spark.ui.enabled", "false")
+            .config("spark.executorEnv.PYSPARK_PYTHON", sys.executable)
+            .config("spark.locality.wait", "0")  # two tasks, two executors: no waiting
+            .config("spark.eventLog.enabled", "true")
+            .config("spark.eventLog.dir", events)
+            .config("spark.eventLog.compress", "false")
+            .getOrCreate()
+        )
+        try:
+            out = run(spark)
+        finally:
+            spark.stop()
+        logs = [p.read_bytes() for p in Path(events).rglob("*") if p.is_file()]
+        out["event_log_bytes"] = sum(map(len, logs))
+        out["key_in_event_log"] = any(KEY.hex().encode() in log for log in logs)
+    print(json.dumps(out))
 
 
-def run(spark: SparkSession) -> None:
-    # A retention of our own (section 4 checks every agent started with it).
-    deployment = spark_connector.register(spark, key=KEY, retention=RETENTION)
+def run(spark: SparkSession) -> dict[str, object]:
+    # A retention of our own, and signed publishing (section 4 checks every agent has both).
+    deployment = spark_connector.register(spark, key=KEY, retention=RETENTION, signed=True)
     cfg = cluster_config(spark)
     sc = spark.sparkContext
     wait(lambda: sc._jsc.sc().getExecutorMemoryStatus().size() == 3, "two executors")
@@ -149,7 +163,7 @@ def run(spark: SparkSession) -> None:
     # 3. The driver and an external process race on one key.
     external = subprocess.Popen(
         [sys.executable, "-m", "episub.cli", "config", "set", "--bootstrap",
-         deployment.bootstrap[0], "race=external", "--repeat", "30"],
+         deployment.bootstrap[0], "race=external", "--repeat", "30", "--signed"],
         env={**os.environ, "EPISUB_KEY": KEY.hex()}, stdout=subprocess.PIPE,
         stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
@@ -187,13 +201,15 @@ def run(spark: SparkSession) -> None:
         retention = [stats["retention_max_age_s"], stats["retention_max_messages"]]
         return json.dumps({"owner": executor_owner(), "values": sorted(values),
                            "requests": stats["agent_requests"] - before,
-                           "retention": retention})  # fmt: skip
+                           "retention": retention, "signed": stats["signed"]})  # fmt: skip
 
     rows = spark.range(0, 2, 1, 2).select(read_per_row(col("id")).alias("r")).collect()
     out["reads"] = [json.loads(r.r) for r in rows]
     driver = driver_stats(deployment)
     out["driver_retention"] = [driver["retention_max_age_s"], driver["retention_max_messages"]]
-    print(json.dumps(out))
+    out["driver_signed"] = driver["signed"]
+    out["driver_bad_signatures"] = driver["bad_signatures"]
+    return out
 
 
 if __name__ == "__main__":
