@@ -44,7 +44,7 @@ def loopback_row(name: str, path: Path) -> tuple[str, dict[str, Any]] | None:
         f"| {name} | {fmt(s['msgs_per_s_per_receiver_median'], 0)} | {s['delivery_ratio']:.4f} | "
         f"{fmt(s['latency_p50_ms'])} / {fmt(s['latency_p99_ms'])} | "
         f"{fmt(1000 * s['cpu_s_per_delivered'], 3) if s.get('cpu_s_per_delivered') else '-'} | "
-        f"`{rel(path)}` |"
+        f"{fmt(run['machine'].get('other_cpu_s'))} | `{rel(path)}` |"
     )
     return row, s
 
@@ -166,7 +166,8 @@ def main() -> None:
     burst: list[tuple[str, dict[str, Any]]] = []
     lines += ["### Throughput: one publisher, back to back (burst)", "",
               "| run | msgs/s per receiver (median) | delivery | p50 / p99 ms | "
-              "CPU ms per delivered | JSON |", "|---|---|---|---|---|---|"]  # fmt: skip
+              "CPU ms per delivered | other processes' CPU s | JSON |",
+              "|---|---|---|---|---|---|---|"]  # fmt: skip
     for name, path in (
         ("episub, 8 nodes, 256 B x 20,000", SITTING / "episub_n8_256B_burst20000.json"),
         ("episub before the fast path, same", BEFORE / "episub_n8_256B_burst20000.json"),
@@ -180,7 +181,7 @@ def main() -> None:
     paced_quantiles: dict[str, list[float]] = {}
     lines += ["", "### Latency: one publisher, 100 msgs/s, 8 nodes, 256 B", "",
               "| run | msgs/s per receiver | delivery | p50 / p99 ms | CPU ms per delivered "
-              "| JSON |", "|---|---|---|---|---|---|"]  # fmt: skip
+              "| other processes' CPU s | JSON |", "|---|---|---|---|---|---|---|"]  # fmt: skip
     for system in ("episub", "iroh"):
         for path in sorted(SITTING.glob(f"{system}_n8_256B_paced100_run*.json")):
             found = loopback_row(f"{system} ({path.stem.rsplit('_', 1)[1]})", path)
@@ -192,8 +193,8 @@ def main() -> None:
                 paced_quantiles[f"{system} ({path.stem.rsplit('_', 1)[1]})"] = quantiles
     config = {system: config_runs(system) for system in ("episub", "redis")}
     lines += ["", "### Live configuration: 32 readers, one update every 20 ms, runs interleaved",
-              "", "| system | run | p50 ms | p99 ms | max ms | CPU ms per update | JSON |",
-              "|---|---|---|---|---|---|---|"]  # fmt: skip
+              "", "| system | run | p50 ms | p99 ms | max ms | CPU ms per update | load avg "
+              "before | JSON |", "|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for run_index in range(3):
         for system, runs in config.items():
             if run_index < len(runs):
@@ -202,13 +203,13 @@ def main() -> None:
                 lines.append(
                     f"| {system} | {run_index + 1} | {fmt(lat['p50_ms'])} | {fmt(lat['p99_ms'])} | "
                     f"{fmt(lat['max_ms'])} | {fmt(r['cpu_ms_per_update'])} | "
-                    f"`{rel(r['_path'])}` |"
+                    f"{r['machine']['loadavg_before_after'][0][0]:.1f} | `{rel(r['_path'])}` |"
                 )
     for system, runs in config.items():
         if runs:
             p99 = statistics.median(r["latency"]["p99_ms"] for r in runs)
             cpu = statistics.median(r["cpu_ms_per_update"] for r in runs)
-            lines.append(f"| {system} | median | | {fmt(p99)} | | {fmt(cpu)} | |")
+            lines.append(f"| {system} | median | | {fmt(p99)} | | {fmt(cpu)} | | |")
     lines += profile_lines()
     idle = load(SITTING / "idle_cpu_n16.json")
     memory = load(SITTING / "retention_memory.json")
