@@ -30,6 +30,7 @@ __all__ = [
     "rss_kib",
     "self_cpu_s",
     "wait_quiet",
+    "wakeups",
 ]
 
 
@@ -81,6 +82,21 @@ def rss_kib(pid: int) -> int | None:
         with open(f"/proc/{pid}/status", encoding="ascii") as fh:
             for line in fh:
                 if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+def wakeups(pid: int | str = "self") -> int | None:
+    """How many times process `pid` has blocked and been woken so far: its voluntary
+    context switches (/proc/PID/status; None where that is missing). A wakeup costs a
+    process tens of microseconds of CPU on a busy VM whatever it then does, so these
+    counts, per message or per second, say where much of the CPU goes."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("voluntary_ctxt_switches:"):
                     return int(line.split()[1])
     except (OSError, ValueError):
         return None

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import trio
+from _common import wakeups
 
 HEADER = "!IIQ"
 HEADER_SIZE = 16  # struct.calcsize(HEADER)
@@ -231,6 +232,7 @@ async def receive_loop(adapter: Adapter, stats: Stats, goal: int, done: trio.Eve
 def snapshot(adapter: Adapter) -> dict[str, Any]:
     return {
         "cpu": time.process_time(),
+        "wakeups": wakeups(),
         "read": adapter.wire_read,
         "written": adapter.wire_written,
         "copies": adapter.payload_copies,
@@ -271,6 +273,7 @@ def build_result(
         "wire_bytes_written": _delta(end["written"], begin["written"]),
         "wire_bytes_written_total": end["written"],
         "cpu_s": end["cpu"] - begin["cpu"],
+        "wakeups": _delta(end["wakeups"], begin["wakeups"]),
         "cpu_total_s": end["cpu"],
         "maxrss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
         "timed_out": timed_out,
