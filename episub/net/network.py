@@ -46,7 +46,6 @@ import trio
 
 from episub.net.admission import MAX_PENDING_HANDSHAKES, HandshakeSlots, source_of
 from episub.net.connection import Connection, FrameItems, Peer, show_peer
-from episub.net.framing import PIGGYBACK_BUDGET
 from episub.net.handshake import (
     FAILURE_REASONS,
     HandshakeError,
@@ -177,6 +176,7 @@ class Network:
         self._queue_max_bytes = max(send_queue_max_bytes, 2 * max_frame_size)
         self._idle_timeout = idle_timeout
         self.peers: dict[bytes, Peer] = {}
+        self._unflushed: dict[bytes, Peer] = {}  # peers sent to since the last flush()
         self._progress = trio.Event()  # set whenever bytes go out or a connection ends
         self._nursery: trio.Nursery | None = None
         self._listener_scope = trio.CancelScope()
@@ -213,7 +213,8 @@ class Network:
     # -- sending --------------------------------------------------------------------------
 
     def send(self, peer_id: bytes, item: bytes) -> None:
-        """Queue an encoded item (wire.encode_item) for `peer_id`; dial if need be."""
+        """Queue an encoded item (wire.encode_item) for `peer_id`; dial if need be. It goes
+        out at the next `flush()`."""
         if self.closing:
             self.counters.dropped["shutdown"] += 1
             return
@@ -225,16 +226,26 @@ class Network:
         ):
             self._overflow(peer)
             return
-        was_empty = not peer.queue
         peer.queue.append(item)
         peer.queued_bytes += len(item)
         peer.close_requested = False
+        self._unflushed[peer_id] = peer
         if peer.conn is None and peer.dial_scope is None:
             self._start_dial(peer)
-        elif was_empty:
-            peer.notify()  # a writer waits only on an empty queue
-        elif peer.queued_bytes >= PIGGYBACK_BUDGET:
-            peer.hurry()
+
+    def flush(self, *, gather: bool = False) -> None:
+        """Write what `send` queued since the last flush to the peers' sockets now, from
+        the calling task (connection.py: one wakeup per burst received, no task switch);
+        `gather`: for the application's publishes (Nagle's rule, connection.GATHER_WAIT).
+        A peer still being dialled gets its queue when its connection comes up."""
+        unflushed = self._unflushed
+        if not unflushed:
+            return
+        self._unflushed = {}
+        for peer in unflushed.values():
+            conn = peer.conn
+            if conn is not None:
+                conn.flush(gather=gather)
 
     def close_peer(self, peer_id: bytes) -> None:
         """Close the peer's connection once its queue is drained (the core's ClosePeer)."""

@@ -4,7 +4,10 @@ The runtime only pumps (aioquic's protocol.py): it feeds the core an input with 
 carries out the outputs, and re-arms the timer task. What each output becomes:
 
 - Send: the message is encoded once (wire.encode_item; a GOSSIP to seven peers is one
-  encoding) and handed to the network, which queues it for the peer (network.py).
+  encoding) and handed to the network, which queues it for the peer (network.py); once
+  all of an input's outputs are carried out, the network writes every peer's queue from
+  the task that fed the input (network.flush): a received burst is read, processed and
+  forwarded in one wakeup.
 - ScheduleTimer: (deadline, seq, token) on a heap; one task sleeps until the earliest.
 - ClosePeer: the network closes that connection once its queue is drained.
 - PeerMisbehaved: logged (logger "episub.net") and counted.
@@ -190,16 +193,18 @@ class Runtime:
     # -- the pump -------------------------------------------------------------------------
 
     def input(self, event: InEvent) -> list[OutEvent]:
-        """Feed the core one event and carry out its outputs; returns them."""
+        """Feed the core one event (the application's) and carry out its outputs; returns
+        them. What it sends goes out gathered with the application's burst, if any."""
         if self._pumping:
             self._deferred.append(event)
             return []
         outputs = self.state.handle(event, self.now())
-        self._pump(outputs)
+        self._pump(outputs, gather=True)
         return outputs
 
-    def _pump(self, outputs: list[OutEvent]) -> None:
-        """Carry out `outputs`, then any input that arose meanwhile."""
+    def _pump(self, outputs: list[OutEvent], *, gather: bool = False) -> None:
+        """Carry out `outputs`, then any input that arose meanwhile; then write what they
+        sent, from this task (network.flush)."""
         self._pumping = True
         try:
             self._carry_out(outputs)
@@ -207,6 +212,7 @@ class Runtime:
                 self._carry_out(self.state.handle(self._deferred.popleft(), self.now()))
         finally:
             self._pumping = False
+        self.network.flush(gather=gather)
 
     def _carry_out(self, outputs: list[OutEvent]) -> None:
         encoded: dict[tuple[str | None, int], bytes] = {}  # one encoding per message object
@@ -275,7 +281,10 @@ class Runtime:
             conn.abort("core error")
 
     def _on_lost(self, peer_id: bytes) -> None:
-        self.input(ConnectionLost(peer_id))
+        if self._pumping:  # a queue overflow while outputs are carried out
+            self._deferred.append(ConnectionLost(peer_id))
+            return
+        self._pump(self.state.handle(ConnectionLost(peer_id), self.now()))
 
     # -- timers ---------------------------------------------------------------------------
 
@@ -297,7 +306,7 @@ class Runtime:
             now = trio.current_time()
             while self._timers and self._timers[0][0] <= now:
                 _, _, token = heapq.heappop(self._timers)
-                self.input(TimerFired(token))
+                self._pump(self.state.handle(TimerFired(token), self.now()))
             deadline = self._timers[0][0] if self._timers else math.inf
             with trio.move_on_at(deadline):
                 await changed.wait()
