@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _common import free_ports, process_cpu_s
+from _common import free_ports, process_cpu_s, wakeups
 
 ROOT = Path(__file__).resolve().parent.parent
 TOPIC = "idle"
@@ -50,13 +50,19 @@ def measure(nodes: int, settle: float, window: float) -> dict[str, Any]:
         if dead:
             raise SystemExit(f"nodes exited during the settle: {dead}")
         before = [process_cpu_s(p.pid) for p in procs]
+        woken_before = [wakeups(p.pid) for p in procs]
         time.sleep(window)
         after = [process_cpu_s(p.pid) for p in procs]
+        woken_after = [wakeups(p.pid) for p in procs]
     finally:
         for p in procs:
             p.kill()
             p.wait()
     spent = [b - a for a, b in zip(before, after, strict=True)]
+    woken = [
+        None if a is None or b is None else b - a
+        for a, b in zip(woken_before, woken_after, strict=True)
+    ]
     return {
         "nodes": nodes,
         "settle_s": settle,
@@ -65,6 +71,8 @@ def measure(nodes: int, settle: float, window: float) -> dict[str, Any]:
         "total_core": round(sum(spent) / window, 4),
         "per_node_ms_per_s": round(1000 * sum(spent) / window / nodes, 2),
         "max_node_ms_per_s": round(1000 * max(spent) / window, 2),
+        # Times each process blocked and was woken (voluntary context switches) per second.
+        "wakeups_per_node_per_s": None if None in woken else round(sum(woken) / window / nodes, 2),  # type: ignore[arg-type]
     }
 
 
@@ -82,7 +90,8 @@ def main(argv: list[str] | None = None) -> None:
                                     *(sys.argv[1:] if argv is None else argv)])  # fmt: skip
     print(f"idle nodes={result['nodes']} window={args.window:g} s: "
           f"{result['per_node_ms_per_s']} ms CPU per node per second "
-          f"(max {result['max_node_ms_per_s']}), {result['total_core']} core in all")  # fmt: skip
+          f"(max {result['max_node_ms_per_s']}), {result['total_core']} core in all, "
+          f"{result['wakeups_per_node_per_s']} wakeups per node per second")  # fmt: skip
     if args.out:
         Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
 

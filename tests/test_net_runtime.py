@@ -204,3 +204,16 @@ def test_coalescible_timers_fire_on_shared_ticks_and_others_on_time() -> None:
             )
 
     trio.run(main)
+
+
+def test_upkeep_timers_fire_on_ticks_of_the_nodes_own_phase() -> None:
+    async def main() -> None:
+        async with bare_runtime() as runtime:
+            now = trio.current_time()
+            runtime._schedule(3.3, "upkeep", upkeep=True)
+            (deadline,) = [d for d, _, token in runtime._timers if token == "upkeep"]
+            assert now + 3.3 <= deadline < now + 3.3 + TIMER_TICK
+            ticks = (deadline - runtime._upkeep_phase) / TIMER_TICK
+            assert ticks == pytest.approx(round(ticks), abs=1e-6)
+
+    trio.run(main)

@@ -190,15 +190,19 @@ class Network:
         *,
         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> None:
-        """Serve `listeners`; own the tasks of dials and connections; sweep idle and
-        silent connections. Runs until cancelled."""
+        """Serve `listeners`; own the tasks of dials and connections. Runs until cancelled.
+        The owner calls `sweep()` every `sweep_interval` seconds."""
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             await nursery.start(self._listen, listeners)
             task_status.started()
-            while True:
-                await trio.sleep(min(self._idle_timeout, self._liveness_timeout) / 4)
-                self._sweep()
+            await trio.sleep_forever()
+
+    @property
+    def sweep_interval(self) -> float:
+        """How often `sweep()` must run: idle and silent connections are found within a
+        quarter of their timeouts."""
+        return min(self._idle_timeout, self._liveness_timeout) / 4
 
     async def _listen(
         self, listeners: list[trio.SocketListener], *, task_status: trio.TaskStatus[None]
@@ -557,7 +561,7 @@ class Network:
         self._progress.set()
         self._progress = trio.Event()
 
-    def _sweep(self) -> None:
+    def sweep(self) -> None:
         """Close idle connections nobody uses; declare silent neighbours lost."""
         now = trio.current_time()
         for peer in list(self.peers.values()):

@@ -8,7 +8,11 @@ carries out the outputs, and re-arms the timer task. What each output becomes:
   all of an input's outputs are carried out, the network writes every peer's queue from
   the task that fed the input (network.flush): a received burst is read, processed and
   forwarded in one wakeup.
-- ScheduleTimer: (deadline, seq, token) on a heap; one task sleeps until the earliest.
+- ScheduleTimer: (deadline, seq, token) on a heap; one task sleeps until the earliest
+  (in one cancel scope whose deadline moves: scheduling a timer never wakes the task).
+  Its hints save wakeups: `coalesce` rounds the deadline up to a tick of the shared
+  (epoch) clock, `upkeep` to a tick of the node's own, at a phase of its own (from its
+  id); and timers due within `TIMER_SLACK` of each other fire in one wakeup.
 - ClosePeer: the network closes that connection once its queue is drained.
 - PeerMisbehaved: logged (logger "episub.net") and counted.
 - Deliver, Published, DataLost, NeighborUp, NeighborDown: handed to `on_events` (the API),
@@ -34,6 +38,7 @@ import itertools
 import logging
 import math
 import time
+import zlib
 from collections import deque
 from collections.abc import Callable, Hashable
 from random import Random
@@ -77,10 +82,18 @@ log = logging.getLogger("episub.net")
 
 LIVENESS_PINGS = 3  # missed pings before a silent neighbour is declared lost (guess)
 # Coalescible timers (ScheduleTimer.coalesce: pings, probes) are rounded up to a whole tick
-# of the epoch clock. A wakeup of an idle process costs 100-300 us of CPU here whatever it
-# does (trio, cold caches, the VM), so upkeep costs what its wakeups cost. Guess: 2 s, a
-# small part of the ping and probe periods.
+# of the epoch clock, upkeep timers (ScheduleTimer.upkeep) to a tick of the node's own. A
+# wakeup of an idle process costs 100-300 us of CPU here whatever it does (trio, cold
+# caches, the VM), so upkeep costs what its wakeups cost. Guess: 2 s, a small part of the
+# ping, probe, stabilisation and optimisation periods.
 TIMER_TICK = 2.0
+# Timers due this close together fire in one wakeup (Linux's timer slack does the same
+# for sleeps): ones set for the same instant by arithmetic on different clocks (on_grid)
+# differ by rounding. Guess: far below any protocol period, far above rounding.
+TIMER_SLACK = 0.001
+# The network's sweep (idle and silent connections) rides on the timer heap, on the
+# node's upkeep ticks: a token of the runtime's own, never fed to the core.
+_SWEEP = object()
 
 
 class Runtime:
@@ -141,9 +154,12 @@ class Runtime:
             max_connections=max_connections,
             signer=signer,
         )
-        self._timers: list[tuple[float, int, Hashable]] = []
+        self._timers: list[tuple[float, int, Hashable]] = []  # (deadline, seq, token)
         self._timer_seq = itertools.count()
-        self._timers_changed = trio.Event()
+        self._sleep: trio.CancelScope | None = None  # the timer task's, until the head
+        # The phase of this node's own upkeep ticks: spread over the tick by its id, so
+        # that nodes' upkeep decisions do not line up.
+        self._upkeep_phase = zlib.crc32(my_id) / 2**32 * TIMER_TICK
         self._deferred: deque[InEvent] = deque()
         self._pumping = False
         self._run_scope = trio.CancelScope(shield=True)
@@ -222,7 +238,7 @@ class Runtime:
             if kind is Send:
                 self._send(out, encoded)  # type: ignore[arg-type]
             elif kind is ScheduleTimer:
-                self._schedule(out.delay, out.token, out.coalesce)  # type: ignore[union-attr]
+                self._schedule(out.delay, out.token, out.coalesce, out.upkeep)  # type: ignore[union-attr]
             elif kind is ClosePeer:
                 self.network.close_peer(out.peer)
             elif kind is PeerMisbehaved:
@@ -288,28 +304,37 @@ class Runtime:
 
     # -- timers ---------------------------------------------------------------------------
 
-    def _schedule(self, delay: float, token: Hashable, coalesce: bool = False) -> None:
+    def _schedule(
+        self, delay: float, token: Hashable, coalesce: bool = False, upkeep: bool = False
+    ) -> None:
         deadline = trio.current_time() + delay
         if coalesce:
             # Upkeep timers fire on whole ticks of the shared (epoch) clock: a node's own
             # pings and probes, and its neighbours', then come together, and a process
             # wakes for them once instead of once each.
             deadline = math.ceil((deadline + self._epoch) / TIMER_TICK) * TIMER_TICK - self._epoch
-        if not self._timers or deadline < self._timers[0][0]:
-            self._timers_changed.set()  # the sleeper wakes to re-arm for the new head
-            self._timers_changed = trio.Event()
+        elif upkeep:
+            phase = self._upkeep_phase
+            deadline = math.ceil((deadline - phase) / TIMER_TICK) * TIMER_TICK + phase
         heapq.heappush(self._timers, (deadline, next(self._timer_seq), token))
+        sleep = self._sleep
+        if sleep is not None and deadline < sleep.deadline:
+            sleep.deadline = deadline  # the sleeper wakes for the new head, not now
 
     async def _timer_loop(self) -> None:
+        self._schedule(self.network.sweep_interval, _SWEEP, upkeep=True)
+        timers = self._timers
         while True:
-            changed = self._timers_changed
-            now = trio.current_time()
-            while self._timers and self._timers[0][0] <= now:
-                _, _, token = heapq.heappop(self._timers)
+            while timers and timers[0][0] <= trio.current_time() + TIMER_SLACK:
+                _, _, token = heapq.heappop(timers)
+                if token is _SWEEP:
+                    self.network.sweep()
+                    self._schedule(self.network.sweep_interval, _SWEEP, upkeep=True)
+                    continue
                 self._pump(self.state.handle(TimerFired(token), self.now()))
-            deadline = self._timers[0][0] if self._timers else math.inf
-            with trio.move_on_at(deadline):
-                await changed.wait()
+            with trio.CancelScope(deadline=timers[0][0] if timers else math.inf) as self._sleep:
+                await trio.sleep_forever()
+            self._sleep = None
 
     # -- queries ----------------------------------------------------------------------------
 

@@ -64,6 +64,7 @@ from episub.proto.events import (
 )
 from episub.proto.messages import Envelope, MessageId, PeerId
 from episub.proto.ordering import OrderedDelivery, PublisherStream
+from episub.proto.peers import on_grid
 from episub.proto.signing import Signer, check_message
 from episub.proto.tables import BroadcastCounters
 
@@ -328,7 +329,7 @@ class Broadcast:
         gossip = m.Gossip(id=mid, envelope=envelope, hops=1)
         for peer in self.eager:
             out.append(Send(peer, self.topic, gossip))
-        self._queue_ihave(mid, 0, None, out)
+        self._queue_ihave(mid, 0, None, now, out)
         return mid
 
     # -- messages -----------------------------------------------------------------------
@@ -455,7 +456,7 @@ class Broadcast:
         if missing is not None and self._is_neighbor(peer):
             # After the push, as Plumtree does: the announcer we graft must not get this copy.
             self._maybe_optimize(peer, msg.hops, missing.announcers, now, out)
-        self._queue_ihave(mid, msg.hops, peer, out)
+        self._queue_ihave(mid, msg.hops, peer, now, out)
         if envelope.publisher != self.me:
             self.ordering.deliver(mid, envelope, msg.hops, now, out)
 
@@ -514,7 +515,8 @@ class Broadcast:
                 entry.announcers.append((peer, hops))
         if self.missing and not self._missing_armed:
             self._missing_armed = True
-            out.append(ScheduleTimer(c.missing_check_interval, (*self._timer_prefix, "missing")))
+            delay = on_grid(now, c.missing_check_interval)
+            out.append(ScheduleTimer(delay, (*self._timer_prefix, "missing")))
 
     def _on_graft(
         self, peer: PeerId, ids: tuple[MessageId, ...], now: float, out: list[OutEvent]
@@ -558,13 +560,14 @@ class Broadcast:
             self.ordering.on_settle_timer(now, out)
 
     def _queue_ihave(
-        self, mid: MessageId, hops: int, exclude: PeerId | None, out: list[OutEvent]
+        self, mid: MessageId, hops: int, exclude: PeerId | None, now: float, out: list[OutEvent]
     ) -> None:
         self.lazy_queue.append((mid, hops, exclude))
         self.holders[mid] = [] if exclude is None else [exclude]
         if not self._ihave_armed:
             self._ihave_armed = True
-            out.append(ScheduleTimer(self.config.ihave_interval, (*self._timer_prefix, "ihave")))
+            delay = on_grid(now, self.config.ihave_interval)
+            out.append(ScheduleTimer(delay, (*self._timer_prefix, "ihave")))
 
     def _note_holder(self, mid: MessageId, peer: PeerId) -> None:
         """`peer` holds `mid` (it sent or announced it): while `mid` waits for the IHAVE
@@ -612,7 +615,8 @@ class Broadcast:
                 self._graft(peer, chunk, now, out)
         if self.missing:
             self._missing_armed = True
-            out.append(ScheduleTimer(c.missing_check_interval, (*self._timer_prefix, "missing")))
+            delay = on_grid(now, c.missing_check_interval)
+            out.append(ScheduleTimer(delay, (*self._timer_prefix, "missing")))
 
     # -- caches -------------------------------------------------------------------------
 

@@ -74,6 +74,7 @@ class PendingRequest:
 
 
 _COALESCED_TIMERS = frozenset({"ping", "probe"})
+_UPKEEP_TIMERS = frozenset({"stabilize", "optimize", "shuffle"})
 
 
 class Membership:
@@ -224,9 +225,12 @@ class Membership:
 
     def _schedule(self, name: str, delay: float, out: list[OutEvent]) -> None:
         # Pings and probes may share wakeups with other nodes' (ScheduleTimer.coalesce):
-        # their answers then come while the node is awake anyway.
+        # their answers then come while the node is awake anyway. The rest of the
+        # periodic upkeep shares this node's own ticks (ScheduleTimer.upkeep), at a phase
+        # of its own: lined up across nodes, it broke trees (docs/protocol.md).
         coalesce = name in _COALESCED_TIMERS
-        out.append(ScheduleTimer(delay, (*self._timer_prefix, name), coalesce))
+        upkeep = name in _UPKEEP_TIMERS
+        out.append(ScheduleTimer(delay, (*self._timer_prefix, name), coalesce, upkeep))
 
     # -- messages -----------------------------------------------------------------------
 
