@@ -5,6 +5,7 @@ from `episub`; the modules behind it are an implementation detail.
 """
 
 from episub.net.link_delay import zones_link_delay
+from episub.net.runtime import CoreError
 from episub.node import BootstrapError, Neighbor, Node
 from episub.proto.config import BroadcastConfig, MembershipConfig, NodeConfig
 from episub.proto.errors import LocalProtocolError, MessageTooLarge
@@ -16,6 +17,7 @@ __version__ = "0.1.0"
 __all__ = [
     "BootstrapError",
     "BroadcastConfig",
+    "CoreError",
     "Lagged",
     "LocalProtocolError",
     "Lost",

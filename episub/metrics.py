@@ -8,7 +8,8 @@ What is exported, read from the node at each scrape (nothing is kept in between)
 - counters, summed over topics (the core's counters): `episub_published_total`,
   `episub_delivered_total`, `episub_duplicates_received_total`, `episub_grafts_sent_total`,
   `episub_prunes_sent_total`, `episub_ihave_ids_sent_total`, `episub_data_lost_total`,
-  and `episub_subscriber_dropped_total` (items dropped for slow subscribers);
+  `episub_subscriber_dropped_total` (items dropped for slow subscribers) and
+  `episub_core_errors_total` (exceptions out of the core, contained: should stay 0);
 - gauges: `episub_subscribers_lagged` (subscriptions that have dropped items),
   `episub_subscriptions`, `episub_active_view_size{topic}`,
   `episub_passive_view_size{topic}`, `episub_neighbor_rtt_seconds{topic,peer,kind,role}`
@@ -50,6 +51,7 @@ COUNTERS = {
     "ihave_ids_sent": ("ihave_ids_sent", "Message ids announced in IHAVE"),
     "data_lost": ("data_lost", "Sequence numbers given up as lost"),
     "subscriber_dropped": ("subscriber_dropped", "Items dropped for slow subscribers"),
+    "core_errors": ("core_errors", "Exceptions out of the protocol core, contained (a bug)"),
 }
 
 

@@ -21,6 +21,10 @@ Choices the API makes:
 - `publish` paces a burst: while a neighbour's send queue is more than half full, it waits
   for the queue to drain (up to `PUBLISH_WAIT`, after which that neighbour is dropped as
   too slow), so a fast publisher neither overflows a live peer's queue nor loses the link.
+- A topic left with no neighbour and no passive peer goes back to its bootstrap addresses:
+  at each of the core's recovery attempts (`Isolated`, with backoff) they are dialled
+  again and the ids they answer with now (a contact that restarted has a new one) are
+  handed to the core (`RefreshContacts`), beside the peers the core itself remembers.
 """
 
 from __future__ import annotations
@@ -57,6 +61,7 @@ from episub.proto.events import (
     DataLost,
     Deliver,
     Fetch,
+    Isolated,
     JoinTopic,
     LeaveTopic,
     NeighborUp,
@@ -64,6 +69,7 @@ from episub.proto.events import (
     Publish,
     Published,
     Recovered,
+    RefreshContacts,
     ViewReport,
 )
 from episub.proto.messages import MAX_HEADERS, Envelope, LinkKind, View, check_topic_name
@@ -209,6 +215,11 @@ class Node:
         self._listener_errors = 0
         # join() waiting for the topic's first neighbour: the event, and who it was.
         self._first_neighbor: dict[str, tuple[trio.Event, list[bytes]]] = {}
+        # Bootstrap addresses per joined topic, dialled again when the topic is isolated;
+        # the topics whose addresses are being dialled now.
+        self._bootstrap: dict[str, list[Address]] = {}
+        self._refreshing: set[str] = set()
+        self._nursery: trio.Nursery | None = None
         # Fetches in progress, per (topic, publisher): the seqs each waits for, and an event
         # set when one of those arrives (live messages of the publisher do not count).
         self._fetching: dict[tuple[str, bytes], list[_FetchWaiter]] = {}
@@ -260,6 +271,7 @@ class Node:
             )
             await nursery.start(runtime.run, listeners)
             self._runtime = runtime
+            self._nursery = nursery
             try:
                 yield self
             except BaseException as exc:
@@ -270,6 +282,7 @@ class Node:
                     for sub in subs:
                         sub.close()
                 self._runtime = None
+                self._nursery = None
                 nursery.cancel_scope.cancel()
         if body_error is not None:
             raise body_error
@@ -338,6 +351,7 @@ class Node:
             await trio.lowlevel.checkpoint()
         up, who = self._first_neighbor[topic] = (trio.Event(), [])
         runtime.input(JoinTopic(topic, tuple(dict.fromkeys(contacts))))
+        self._bootstrap[topic] = addresses
         if not contacts:
             return
         with trio.move_on_after(timeout):
@@ -385,6 +399,22 @@ class Node:
         runtime = self._running()
         await trio.lowlevel.checkpoint()
         runtime.input(LeaveTopic(topic))
+        self._bootstrap.pop(topic, None)
+
+    async def _refresh_contacts(self, topic: str, addresses: list[Address]) -> None:
+        """Dial a topic's bootstrap addresses again and hand the core the ids they answer
+        with now; one at a time per topic, the core's backoff paces the attempts."""
+        try:
+            runtime = self._running()
+            try:
+                contacts = await self._reach(runtime, addresses)
+            except BootstrapError as exc:
+                log.info("topic %r has no neighbour; %s", topic, exc)
+                return
+            if topic in runtime.state.topics():
+                runtime.input(RefreshContacts(topic, tuple(dict.fromkeys(contacts))))
+        finally:
+            self._refreshing.discard(topic)
 
     async def publish(
         self,
@@ -516,6 +546,8 @@ class Node:
                 if waiting is not None and not waiting[0].is_set():
                     waiting[1].append(event.peer)  # type: ignore[union-attr]
                     waiting[0].set()
+            elif kind is Isolated:
+                self._on_isolated(event.topic)  # type: ignore[union-attr]
             elif kind is ViewReport:
                 for waiter in self._view_waiters.pop((event.topic, event.peer), ()):  # type: ignore[union-attr]
                     waiter.view = event.view  # type: ignore[union-attr]
@@ -526,6 +558,13 @@ class Node:
             if topic in self._listeners:
                 for item in items:
                     self._tell_listeners(topic, item)
+
+    def _on_isolated(self, topic: str) -> None:
+        """The topic has no neighbour left: dial its bootstrap addresses again."""
+        addresses = self._bootstrap.get(topic)
+        if addresses and topic not in self._refreshing and self._nursery is not None:
+            self._refreshing.add(topic)
+            self._nursery.start_soon(self._refresh_contacts, topic, addresses)
 
     # -- queries ----------------------------------------------------------------------------
 

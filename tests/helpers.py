@@ -15,13 +15,14 @@ there through real messages (h11's tests drive the machine, never poke it):
 
 - each active peer sends us a high-priority NEIGHBOR request, which a node below
   `max_active` always accepts, as the kind the peer asked for. The request carries the
-  peer's link count (`links`, default A) and, if `rtts` has one, its RTT to us, which
-  the node records as its own RTT sample of that peer;
+  peer's link count (`links`, default A) and, if `rtts` has one, its RTT to us (a claim
+  the node never records as a measurement);
 - each passive peer reaches us as the last hop (ttl 0) of a FORWARDJOIN walk.
 
 The one shortcut is `set_rtt`, which writes a first RTT sample into the node's shared
-`RttTable` (`NodeState.rtts`, a public attribute) for peers that are not active: the
-real way, a probe PING answered by a PONG, picks its target at random.
+`RttTable` (`NodeState.rtts`, a public attribute), as a PONG would: the real way, a PING
+answered by a PONG, picks its target at random. `make_node` does it for every peer in
+`rtts`, active ones first.
 """
 
 from __future__ import annotations
@@ -225,8 +226,8 @@ def make_node(
     """A node joined to `topic` with these neighbours, built by real messages (see above).
 
     `active` maps peers to link kinds (a plain iterable means RAND links); `links` gives
-    the link count each active peer claims (default A); `rtts` gives RTTs: carried by
-    the NEIGHBOR request of an active peer, set with `set_rtt` for any other peer.
+    the link count each active peer claims (default A); `rtts` gives measured RTTs (set
+    with `set_rtt`), also carried by the NEIGHBOR request of an active peer.
     All set-up outputs are discarded; the node's timers are not fired.
     """
     cfg = config if config is not None else node_config()
@@ -237,14 +238,14 @@ def make_node(
     links = links or {}
     rtts = dict(rtts or {})
     a = cfg.membership.active_size
+    for peer in [*(p for p in rtts if p in active), *(p for p in rtts if p not in active)]:
+        set_rtt(node, peer, rtts[peer])
     for peer, kind in active.items():
-        msg = request(kind, high_priority=True, rtt=rtts.pop(peer, None), links=links.get(peer, a))
+        msg = request(kind, high_priority=True, rtt=rtts.get(peer), links=links.get(peer, a))
         out = node.handle(received(peer, msg, topic), now)
         assert node.active_view(topic).get(peer) is kind, out
     for peer in passive:
         node.handle(received(peer, m.ForwardJoin(peer=peer, ttl=0), topic), now)
-    for peer, rtt in rtts.items():
-        set_rtt(node, peer, rtt)
     assert node.active_view(topic) == dict(active)
     assert node.passive_view(topic) == list(passive)
     return node

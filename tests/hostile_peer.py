@@ -10,6 +10,8 @@ Behaviours (each an async function over a RawPeer, used by tests/test_net_hostil
   replay-gossip    joins, takes one GOSSIP pushed to it and sends it back many times
   stall-mid-frame  sends half a sealed frame and then nothing
   connect-loop     opens authenticated connections in a loop, each with a new id
+  far-jump         joins, then sends GOSSIPs of one publisher with seq 0..5, then 10,
+                   then 5,000,000 (issue 13's item 1: it killed every node it reached)
 """
 
 from __future__ import annotations
@@ -23,10 +25,23 @@ import struct
 import trio
 
 from episub.proto import episub_pb2 as pb
-from episub.proto.messages import Gossip, Graft, IHave, Join, MessageId, Neighbor, NeighborOp
+from episub.proto.envelope import message_id
+from episub.proto.messages import (
+    Envelope,
+    Gossip,
+    Graft,
+    IHave,
+    Join,
+    MessageId,
+    Neighbor,
+    NeighborOp,
+)
 from tests.net_helpers import RawPeer
 
-__all__ = ["BEHAVIOURS", "join_as_neighbour"]
+__all__ = ["BEHAVIOURS", "FAR_JUMP_SEQS", "forged_gossip", "join_as_neighbour"]
+
+# Issue 13, item 1: seq 0..5, then 10, then 5,000,000.
+FAR_JUMP_SEQS = (0, 1, 2, 3, 4, 5, 10, 5_000_000)
 
 JOIN_WAIT = 10.0  # s for the target's link request
 IDS_PER_MESSAGE = 1000  # ~36 KB a frame: within any node's frame limit (FRAME_OVERHEAD)
@@ -89,6 +104,22 @@ async def replay_gossip(raw: RawPeer, topic: str, copies: int = 200) -> Gossip:
                 return message
 
 
+def forged_gossip(topic: str, publisher: bytes, seq: int, hops: int = 1) -> Gossip:
+    """A well-formed GOSSIP (its id matches) that `publisher` never sent: without signing,
+    any key holder can make one."""
+    envelope = Envelope(publisher=publisher, seq=seq, timestamp_ms=0, payload=b"forged %d" % seq)
+    return Gossip(id=message_id(topic, envelope), envelope=envelope, hops=hops)
+
+
+async def far_jump(
+    raw: RawPeer, topic: str, publisher: bytes = b"127.0.0.1:1/nobody", joined: bool = False
+) -> None:
+    if not joined:
+        await join_as_neighbour(raw, topic)
+    for seq in FAR_JUMP_SEQS:
+        await raw.send_items([(topic, forged_gossip(topic, publisher, seq))])
+
+
 async def stall_mid_frame(raw: RawPeer, topic: str) -> None:
     body = b"\x0a" * 1000
     await raw.send(struct.pack(">I", 4 + len(body)) + body[:500])  # and nothing more
@@ -109,6 +140,7 @@ BEHAVIOURS = {
     "huge-ttl": huge_ttl,
     "replay-gossip": replay_gossip,
     "stall-mid-frame": stall_mid_frame,
+    "far-jump": far_jump,
 }
 
 

@@ -3,8 +3,10 @@
 `processes` (a pytest fixture, via `Processes`) starts `episub` commands and Python snippets
 as child processes, reads their output lines with a bound on every wait, and, at teardown,
 kills every process it started, and every pid a test registered (agents that
-`ensure_agent` started detached), by PID. Nothing here waits with a fixed sleep: a wait is
-for a line, a socket, a process exit (pidfd), or a polled condition with a deadline.
+`ensure_agent` started detached), by PID; then it fails the test if any of them logged a
+core error (their stderr files, and agents' SOCKET.log, in its directory). Nothing here
+waits with a fixed sleep: a wait is for a line, a socket, a process exit (pidfd), or a
+polled condition with a deadline.
 
 Timeouts only bound a wait so a broken build fails instead of hanging; no assertion
 depends on how long anything took.
@@ -209,12 +211,31 @@ def socket_dir() -> str:
     return tempfile.mkdtemp(prefix="ep-", dir="/tmp")
 
 
+# What a node's runtime logs when its core fails (episub/net/runtime.py): contained, so
+# the process lives on, and only its log tells.
+CORE_ERROR_MARK = b"episub core error"
+
+
+def core_errors_logged(directory: Path) -> list[str]:
+    """Lines of the processes' stderr files and agents' logs (SOCKET.log) in `directory`
+    that report a core error."""
+    found = []
+    for path in sorted([*directory.glob("*.stderr"), *directory.glob("*.log")]):
+        for line in path.read_bytes().splitlines():
+            if CORE_ERROR_MARK in line:
+                found.append(f"{path.name}: {line.decode(errors='replace')}")
+    return found
+
+
 @pytest.fixture
 def processes() -> Iterator[Processes]:
     directory = Path(socket_dir())
     group = Processes(directory)
     try:
         yield group
+        group.kill_all()
+        logged = core_errors_logged(directory)
+        assert not logged, "core errors in the processes' logs:\n" + "\n".join(logged)
     finally:
         group.kill_all()
         shutil.rmtree(directory, ignore_errors=True)

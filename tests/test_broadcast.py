@@ -674,14 +674,123 @@ def test_gap_without_any_neighbour_to_pull_from_is_given_up():
     ]
 
 
-def test_a_jump_past_max_gap_reports_the_far_part_lost_at_once():
-    node = node_with(1, max_gap=4)
+def test_the_issue_13_sequence_keeps_the_stream_and_pulls_only_valid_ranges():
+    """Issue 13, item 1: GOSSIPs of one publisher with seq 0..5, then 10, then 5,000,000.
+    The far jump moved next_seq past the held seq 10 (reporting 6..4995903 lost), the gap
+    timer built Pull(first_seq=4995904, last_seq=9), and its ValueError, escaping the
+    runtime's timer task, ended every node the messages reached. Item 3 is the same
+    mistake: a forged far seq silenced every later real message of its publisher."""
+    node = node_with(1, 2)
+    for seq in range(6):
+        node.handle(received(1, gossip(env(seq))), 1.0)
+    node.handle(received(1, gossip(env(10))), 1.0)
+    out = node.handle(received(1, gossip(env(5_000_000))), 1.0)
+    assert deliveries(out) == [] and not [e for e in out if isinstance(e, DataLost)]
+    assert fire(node, "gap", 1.5) == [GAP_TIMER]
+    pull = m.Pull(publisher=PUBLISHER, first_seq=6, last_seq=9)
+    assert fire(node, "gap", 2.0) == [send(1, pull), GAP_TIMER]
+    out = node.handle(received(2, gossip(env(6))), 2.1)
+    for seq in (7, 8, 9):
+        out += node.handle(received(2, gossip(env(seq))), 2.1)
+    assert deliveries(out) == [6, 7, 8, 9, 10]
+    # The stream keeps arriving in order: it is delivered, and never resynchronised to
+    # the far message held beyond it.
+    now, delivered = 2.1, []
+    for seq in range(11, 20):
+        now += 0.5
+        out = fire(node, "gap", now) + node.handle(received(1, gossip(env(seq))), now)
+        assert not [e for e in out if isinstance(e, DataLost)] and sends(out, m.Pull) == []
+        delivered += deliveries(out)
+    assert delivered == list(range(11, 20))
+    # Once the stream stalls, the far message, which nothing followed, is dropped alone.
+    for tick in range(1, 12):
+        out = fire(node, "gap", now + 0.5 * tick)
+        assert deliveries(out) == [] and not [e for e in out if isinstance(e, DataLost)]
+        for pull in sends(out, m.Pull):
+            assert 20 <= pull.message.first_seq <= pull.message.last_seq < 5_000_000
+    assert node.stats()["held_dropped"] == 1
+    assert deliveries(node.handle(received(1, gossip(env(20))), now + 6.5)) == [20]
+
+
+def test_a_gap_before_a_far_stream_that_goes_on_is_given_up_once_delivery_stalls():
+    # A node that fell far behind: what lies between is beyond pulling reach, and the
+    # stream beyond it goes on (two messages held there), so it resynchronises there.
+    node = node_with(1, max_gap=4, gap_max_attempts=1)
     node.handle(received(1, gossip(env(0))), 1.0)
-    out = node.handle(received(1, gossip(env(10))), 1.0)
-    assert out == [DataLost(TOPIC, PUBLISHER, 1, 5), GAP_TIMER]
-    assert fire(node, "gap", 2.0) == [
-        send(1, m.Pull(publisher=PUBLISHER, first_seq=6, last_seq=9)),
+    node.handle(received(1, gossip(env(10))), 1.0)
+    assert deliveries(node.handle(received(1, gossip(env(11))), 1.0)) == []
+    pull = m.Pull(publisher=PUBLISHER, first_seq=1, last_seq=9)
+    assert fire(node, "gap", 2.0) == [send(1, pull), GAP_TIMER]
+    assert fire(node, "gap", 2.5) == [
+        DataLost(TOPIC, PUBLISHER, 1, 9),
+        deliver(env(10), 1),
+        deliver(env(11), 1),
         GAP_TIMER,
+    ]
+
+
+def test_messages_delivered_in_order_restart_the_stall_clock():
+    node = node_with(1, gap_max_attempts=1)
+    node.handle(received(1, gossip(env(0))), 1.0)
+    node.handle(received(1, gossip(env(3))), 1.0)  # gap: 1..2
+    node.handle(received(1, gossip(env(1))), 1.75)  # in order: the clock starts again
+    assert fire(node, "gap", 2.0) == [GAP_TIMER]
+    pull = m.Pull(publisher=PUBLISHER, first_seq=2, last_seq=2)
+    assert fire(node, "gap", 2.75) == [send(1, pull), GAP_TIMER]
+    assert fire(node, "gap", 3.25) == [
+        DataLost(TOPIC, PUBLISHER, 2, 2),
+        deliver(env(3), 1),
+        GAP_TIMER,
+    ]
+
+
+def test_far_messages_filling_held_never_crowd_out_the_stream():
+    # A key holder fills `held` with forged far seqs; the real stream, one message
+    # overtaking another, still finds room: the farthest held message goes.
+    node = node_with(1, max_gap=4, max_held_per_publisher=2)
+    node.handle(received(1, gossip(env(0))), 1.0)
+    node.handle(received(1, gossip(env(100))), 1.0)
+    node.handle(received(1, gossip(env(101))), 1.0)
+    assert node.handle(received(1, gossip(env(2))), 1.1) == []
+    assert deliveries(node.handle(received(1, gossip(env(1))), 1.2)) == [1, 2]
+    assert node.stats()["held_dropped"] == 1
+    # A newcomer farther than everything held finds no room.
+    node.handle(received(1, gossip(env(150))), 1.3)
+    assert node.handle(received(1, gossip(env(200))), 1.3) == []
+    assert sorted(broadcast(node).streams[PUBLISHER].held) == [100, 150]
+    assert node.stats()["held_dropped"] == 2
+
+
+def test_a_full_held_table_gives_up_the_gap_only_up_to_the_nearest_message():
+    # The newcomer is nearer than everything held: giving up the gap up to the first held
+    # message left the newcomer held behind the stream's position, and the gap timer then
+    # built an impossible PULL (4..1), as in issue 13's item 1.
+    node = node_with(1, max_held_per_publisher=2)
+    node.handle(received(1, gossip(env(0))), 1.0)
+    node.handle(received(1, gossip(env(3))), 1.0)
+    node.handle(received(1, gossip(env(4))), 1.0)
+    out = node.handle(received(1, gossip(env(2))), 1.1)
+    assert out == [DataLost(TOPIC, PUBLISHER, 1, 1), deliver(env(2), 1), deliver(env(3), 1),
+                   deliver(env(4), 1)]  # fmt: skip
+    assert fire(node, "gap", 3.0) == []
+
+
+def test_a_gossip_whose_hops_leave_no_room_to_forward_is_refused_before_it_is_kept():
+    """Issue 13, item 2: a GOSSIP with hops = 65,536 was stored in the seen set and the
+    cache before anything checked it; forwarding it raised (hops must be in 0..65536),
+    and so did every later GRAFT or PULL for that id, which aborted the honest peer that
+    asked (a subscriber lost seqs 83..90)."""
+    node = node_with(1, 2)
+    e = env(0)
+    out = node.handle(received(1, gossip(e, hops=m.MAX_HOPS)), 1.0)
+    assert out == [PeerMisbehaved(1, f"GOSSIP hops {m.MAX_HOPS} leaves no room to forward")]
+    assert node.handle(received(2, m.Graft(ids=(mid(e),))), 1.1) == []
+    assert node.handle(received(2, m.Pull(publisher=PUBLISHER, first_seq=0, last_seq=0)), 1.2) == []
+    # One hop of room: taken, and forwarded at the bound.
+    out = node.handle(received(1, gossip(e, hops=m.MAX_HOPS - 1)), 1.3)
+    assert send(2, gossip(e, hops=m.MAX_HOPS)) in out
+    assert node.handle(received(2, m.Graft(ids=(mid(e),))), 1.4) == [
+        send(2, gossip(e, hops=m.MAX_HOPS))
     ]
 
 
@@ -874,6 +983,17 @@ def test_an_overtaken_earlier_message_inside_the_settle_window_is_delivered_firs
     assert deliveries(fire(node, "settle", 1.5)) == [4, 5]
     later = node.handle(received(1, gossip(env(6))), 1.6)
     assert deliveries(later) == [6]
+
+
+def test_a_far_seq_that_opens_a_stream_does_not_hide_the_real_one():
+    # A forged far seq reached a new subscriber first: the real seq 0 then counted as
+    # history (more than max_gap below it), the stream settled at the forged seq, and
+    # every real message after was dropped as history too.
+    node = node_with(1, 2, stream_settle=0.5)
+    node.handle(received(1, gossip(env(5_000_000))), 1.0)
+    node.handle(received(2, gossip(env(0))), 1.1)
+    assert deliveries(fire(node, "settle", 1.5)) == [0]
+    assert deliveries(node.handle(received(2, gossip(env(1))), 1.6)) == [1]
 
 
 def test_after_the_settle_window_an_earlier_message_is_not_delivered():

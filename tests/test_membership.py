@@ -17,11 +17,13 @@ from episub.proto import messages as m
 from episub.proto.events import (
     ClosePeer,
     ConnectionLost,
+    Isolated,
     JoinTopic,
     LeaveTopic,
     NeighborDown,
     NeighborUp,
     PeerMisbehaved,
+    RefreshContacts,
     ScheduleTimer,
     TimerFired,
 )
@@ -176,6 +178,45 @@ def test_join_retry_goes_on_while_no_join_of_ours_was_taken_in():
     ]
 
 
+def test_each_join_retry_walks_one_hop_shorter_down_to_the_contact_itself():
+    # The draft's NAT rule: "If P fails to join ... it decrements the TTL and tries another
+    # starting node. This is repeated until a TTL of zero reuses the connection".
+    node = NodeState(ME, node_config(membership_config(join_ttl=2)), random.Random(0))
+    node.handle(JoinTopic(TOPIC, (5,)), 0.0)
+    ttls = []
+    for round_ in range(4):
+        now = 3.0 * round_
+        out = node.handle(received(5, m.Nodes(peers=(6,))), now + 0.5)
+        ttls.append({s.message.ttl for s in sends(out, m.Join)})
+        assert sends(fire(node, "join_retry", now + 3.0)) == [send(5, m.GetNodes())]
+    assert ttls == [{2}, {1}, {0}, {0}]
+
+
+def test_a_joiner_we_cannot_reach_has_its_join_walk_on_one_hop_shorter():
+    # The draft's connection check: "Q tries to open a connection to P. If the connection
+    # cannot be opened (e.g. because of NAT) ... Q decrements the TTL and forwards".
+    node = make_node(active=[1, 2])
+    node.handle(received(1, m.Join(peer=9, ttl=3)), 1.0)
+    out = node.handle(ConnectionLost(9), 1.2)
+    assert sends(out, m.Join) in (
+        [send(1, m.Join(peer=9, ttl=2))],
+        [send(2, m.Join(peer=9, ttl=2))],
+    )
+    # A JOIN taken at the end of its walk (ttl 0) stops there.
+    node = make_node(active=[1, 2, 3])
+    node.handle(received(1, m.Join(peer=9, ttl=0)), 1.0)
+    assert sends(node.handle(ConnectionLost(9), 1.2), m.Join) == []
+
+
+def test_joins_for_made_up_peers_cannot_grow_pending_requests_past_max_active():
+    # A key holder sent JOINs naming peer after peer: each one accepted became a pending
+    # NEIGHBOR request (and, on the network, a dial to wherever the id pointed).
+    node = make_node(active=[1])
+    for joiner in range(100, 120):
+        node.handle(received(1, m.Join(peer=joiner, ttl=0)), 1.0)
+    assert len(membership(node).pending) + len(node.active_view(TOPIC)) == MAX_ACTIVE
+
+
 def test_join_through_a_contact_makes_a_symmetric_random_link():
     contact = make_node(1)
     joiner = NodeState(9, node_config(), random.Random(9))
@@ -261,7 +302,34 @@ def test_neighbor_request_is_accepted_below_A():
     out = node.handle(received(5, request(NEAR, rtt=0.25, links=3)), 1.0)
     assert out == [NeighborUp(TOPIC, 5, NEAR), send(5, accept(NEAR, links=3, rand=2))]
     assert node.passive_view(TOPIC) == []
-    assert node.rtt(5) == 0.25  # the requester's RTT to us is a sample of ours
+    assert node.rtt(5) == 0.25  # the requester's RTT to us: its word until we measure it
+    assert node.rtts.measured(5) is None
+
+
+def test_a_claimed_rtt_is_the_peers_word_until_measured_and_never_sticks():
+    """Issue 13, item 5: a NEIGHBOR request's claimed RTT went into the node-wide RTT
+    table as a sample before the request was judged, refused or not. A claimed 0.0 stuck
+    (a lower sample is taken at once, a higher one moves the value by 1/8) and the liar
+    was later relabelled near. A claim now stands only until our first sample replaces
+    it, and never moves a measured RTT."""
+    node = make_node(active=[1, 2, 3], passive=[5])  # full: A = 3
+    out = node.handle(received(5, request(RAND, rtt=0.0, links=4, rand=2)), 1.0)
+    assert out == [send(5, m.Disconnect(alive=True))]
+    assert node.rtt(5) == 0.0 and node.rtts.measured(5) is None
+    nonce = ping_nonce(fire(node, "probe", 2.0), 5)
+    node.handle(received(5, m.Pong(nonce=nonce)), 2.25)
+    assert node.rtt(5) == 0.25 == node.rtts.measured(5)
+    node.handle(received(5, request(RAND, rtt=0.0, links=4, rand=2)), 3.0)
+    assert node.rtt(5) == 0.25  # a claim never moves a measurement
+
+
+def test_a_near_request_is_judged_by_our_measurement_over_its_claim():
+    # Farthest near neighbour 3 at 0.25 s: a claim of 0.0 would win 5 a NEAR link and
+    # evict 3; what we measured, 0.5 s, does not.
+    node = make_node(active={1: RAND, 2: RAND, 3: NEAR}, rtts={3: 0.25, 5: 0.5}, links={3: 4})
+    out = node.handle(received(5, request(NEAR, rtt=0.0, links=4, rand=2)), 1.0)
+    assert out == [send(5, m.Disconnect(alive=True))]
+    assert node.active_view(TOPIC) == {1: RAND, 2: RAND, 3: NEAR}
 
 
 def test_neighbor_request_is_accepted_as_rand_when_requester_has_fewer_than_c_rand_links():
@@ -411,10 +479,24 @@ def test_disconnect_not_alive_forgets_the_neighbour():
 
 def test_leave_removes_departed_neighbour_and_is_forwarded_to_the_other_neighbours():
     node = make_node(active=[1, 2, 3])
-    out = node.handle(received(1, m.Leave(peer=2, ttl=0)), 1.0)
-    assert out == [NeighborDown(TOPIC, 2), send(3, m.Leave(peer=2, ttl=0)), ClosePeer(2)]
+    out = node.handle(received(2, m.Leave(peer=2, ttl=1)), 1.0)
+    assert out == [
+        NeighborDown(TOPIC, 2),
+        send(1, m.Leave(peer=2, ttl=0)),
+        send(3, m.Leave(peer=2, ttl=0)),
+        ClosePeer(2),
+    ]
     assert node.active_view(TOPIC) == {1: RAND, 3: RAND}
     assert node.passive_view(TOPIC) == []
+
+
+def test_a_leave_about_a_neighbour_is_taken_only_from_that_neighbour():
+    # Found by the adversarial model (tests/test_adversary.py): a key holder's forged
+    # LEAVE for an honest node, diffused two rings out, took it out of every active view
+    # there, and it missed messages until its links grew back.
+    node = make_node(active=[1, 2, 3])
+    assert node.handle(received(1, m.Leave(peer=2, ttl=2)), 1.0) == []
+    assert node.active_view(TOPIC) == {1: RAND, 2: RAND, 3: RAND}
 
 
 def test_leave_removes_departed_passive_peer_and_is_forwarded():
@@ -442,15 +524,29 @@ def test_departed_peer_is_kept_out_of_views_for_left_memory():
     node = make_node(active=[1, 2])
     node.handle(received(1, m.Leave(peer=9, ttl=0)), 1.0)  # left_memory: until 61.0
     assert node.handle(received(1, m.ForwardJoin(peer=9, ttl=0)), 30.0) == []
-    assert node.handle(received(1, m.Join(peer=9, ttl=0)), 30.0) == []
-    assert node.handle(received(9, request(RAND, high_priority=True)), 30.0) == [
-        send(9, m.Disconnect(alive=True))
-    ]
     node.handle(received(1, m.Shuffle(origin=7, ttl=0, peers=(7, 9))), 30.0)
     assert node.passive_view(TOPIC) == [7]
     fire(node, "stabilize", 61.0)
     node.handle(received(1, m.ForwardJoin(peer=9, ttl=0)), 61.0)
     assert node.passive_view(TOPIC) == [7, 9]
+
+
+def test_a_departed_peer_that_joins_again_is_taken_in_at_once():
+    """Issue 13, item 6: a node that left a topic and joined again 2 s later was ignored
+    for a minute by every node that had heard its LEAVE: its JOINs dropped unanswered and
+    its NEIGHBOR requests refused; its subscriber missed 610 of 696 messages."""
+    node = make_node(active=[1, 9])
+    node.handle(received(9, m.Leave(peer=9, ttl=0)), 1.0)
+    assert node.active_view(TOPIC) == {1: RAND}
+    out = node.handle(received(9, m.Join(peer=9, ttl=3)), 3.0)
+    assert sends(out, m.Neighbor) == [send(9, request(RAND, high_priority=True, links=1, rand=1))]
+    out = node.handle(received(9, accept(RAND, links=1, rand=1)), 3.1)
+    assert node.active_view(TOPIC) == {1: RAND, 9: RAND}
+    # Its own NEIGHBOR request is taken as well.
+    node = make_node(active=[1, 9])
+    node.handle(received(9, m.Leave(peer=9, ttl=0)), 1.0)
+    out = node.handle(received(9, request(RAND, high_priority=True)), 3.0)
+    assert out == [NeighborUp(TOPIC, 9, RAND), send(9, accept(RAND, links=2, rand=2))]
 
 
 def test_connection_lost_removes_the_peer_from_every_view():
@@ -470,11 +566,59 @@ def test_connection_lost_drops_a_pending_request():
     assert node.passive_view(TOPIC) == []
 
 
-def test_connection_lost_of_the_last_known_peer_asks_the_contacts_again():
+def recover_timer(delay: float) -> ScheduleTimer:
+    return ScheduleTimer(delay, token("recover"))
+
+
+def test_a_node_left_without_any_peer_goes_back_to_its_contacts_with_backoff():
     node = NodeState(ME, node_config(), random.Random(0))
     node.handle(JoinTopic(TOPIC, (5,)), 0.0)
-    node.handle(received(5, m.Nodes(peers=())), 0.5)
-    assert node.handle(ConnectionLost(5), 1.0) == [send(5, m.GetNodes())]
+    node.handle(received(5, request(RAND, high_priority=True)), 0.5)  # 5 took our JOIN in
+    assert node.handle(ConnectionLost(5), 1.0) == [
+        NeighborDown(TOPIC, 5),
+        send(5, m.GetNodes()),
+        Isolated(TOPIC, 1),
+        recover_timer(1.0),
+        ClosePeer(5),
+    ]
+    # That GETNODES fails too: no new attempt before the backoff (it used to be asked
+    # again at once, a dial loop at the speed of refused connections).
+    assert node.handle(ConnectionLost(5), 1.1) == []
+    assert fire(node, "recover", 2.0) == [
+        send(5, m.GetNodes()),
+        Isolated(TOPIC, 2),
+        recover_timer(2.0),
+    ]
+    assert sends(fire(node, "recover", 4.0)) == [send(5, m.GetNodes())]
+    node.handle(received(7, request(RAND, high_priority=True)), 5.0)
+    assert fire(node, "recover", 8.0) == []
+    assert node.stats()["recoveries"] == 3
+
+
+def test_a_node_left_without_any_peer_asks_every_peer_it_remembers():
+    """Issue 13, item 7: `episub sim crash --nodes 1000 --fraction 0.95 --seed 3` left two
+    survivors with an empty active view for good; one of them still had a live survivor
+    in its RTT table, the other was probed by survivors that held it as a passive peer."""
+    node = make_node(active=[1], rtts={8: 0.1, 9: 0.2})
+    out = node.handle(ConnectionLost(1), 1.0)
+    assert {s.peer for s in sends(out, m.GetNodes)} == {1, 8, 9}
+    out = node.handle(received(9, m.Nodes(peers=(4,))), 1.2)
+    assert {s.peer for s in sends(out, m.Join)} == {9, 4}  # as at a fresh join
+    # A peer that probes a node with no neighbour becomes its passive peer.
+    node = make_node(active=[1])
+    node.handle(ConnectionLost(1), 1.0)
+    node.handle(received(6, m.Ping(nonce=1)), 1.5)
+    assert node.passive_view(TOPIC) == [6]
+    assert sends(fire(node, "stabilize", 2.0), m.Neighbor) == [send(6, request(RAND, links=0))]
+
+
+def test_contacts_refreshed_by_the_runtime_replace_the_old_ones_and_are_asked_at_once():
+    # A bootstrap node that restarted answers its address with a new id.
+    node = NodeState(ME, node_config(), random.Random(0))
+    node.handle(JoinTopic(TOPIC, (5,)), 0.0)
+    assert node.handle(RefreshContacts(TOPIC, (15, ME)), 1.0) == [send(15, m.GetNodes())]
+    assert sends(fire(node, "join_retry", 3.0)) == [send(15, m.GetNodes())]
+    assert node.handle(RefreshContacts("other", (15,)), 1.0) == []  # left meanwhile
 
 
 def test_leave_topic_sends_leave_to_neighbours_and_disconnect_to_pending_peers():
@@ -547,17 +691,43 @@ def test_shuffle_intake_is_bounded_by_max_shuffle_intake():
 def test_shuffle_reply_is_integrated_evicting_the_peers_we_sent_first():
     cfg = node_config(membership_config(passive_size=3))
     node = make_node(active=[1], passive=[10, 11, 12], config=cfg)
-    sent = only(fire(node, "shuffle", 1.0), m.Shuffle).message.peers[2:]
-    kept = ({10, 11, 12} - set(sent)).pop()
-    assert node.handle(received(7, m.ShuffleReply(peers=(20, 21))), 1.5) == []
+    shuffle = only(fire(node, "shuffle", 1.0), m.Shuffle).message
+    kept = ({10, 11, 12} - set(shuffle.peers[2:])).pop()
+    reply = m.ShuffleReply(peers=(20, 21), nonce=shuffle.nonce)
+    assert node.handle(received(7, reply), 1.5) == []
     assert node.passive_view(TOPIC) == [kept, 20, 21]
 
 
 def test_shuffle_reply_intake_is_bounded_by_max_shuffle_intake():
     cfg = node_config(membership_config(max_shuffle_intake=1))
     node = make_node(active=[1], config=cfg)
-    node.handle(received(7, m.ShuffleReply(peers=(20, 21, 22))), 1.5)
+    nonce = only(fire(node, "shuffle", 1.0), m.Shuffle).message.nonce
+    node.handle(received(7, m.ShuffleReply(peers=(20, 21, 22), nonce=nonce)), 1.5)
     assert node.passive_view(TOPIC) == [20]
+
+
+def test_a_shuffle_reply_is_taken_once_and_only_for_a_shuffle_of_ours():
+    """Issue 13, item 8: SHUFFLEREPLY was never matched to a SHUFFLE we sent, so any peer
+    could push 16 entries into our passive view with every reply it cared to send."""
+    node = make_node(active=[1])
+    unasked = m.ShuffleReply(peers=(20, 21))
+    misbehaved = PeerMisbehaved(7, "SHUFFLEREPLY answers no SHUFFLE of ours")
+    assert node.handle(received(7, unasked), 0.5) == [misbehaved]
+    nonce = only(fire(node, "shuffle", 1.0), m.Shuffle).message.nonce
+    wrong = m.ShuffleReply(peers=(20, 21), nonce=nonce ^ 1)
+    assert node.handle(received(7, wrong), 1.5) == [misbehaved]
+    assert node.handle(received(8, m.ShuffleReply(peers=(30,), nonce=nonce)), 1.6) == []
+    again = m.ShuffleReply(peers=(20, 21), nonce=nonce)
+    assert node.handle(received(7, again), 1.7) == [misbehaved]
+    assert node.passive_view(TOPIC) == [30]
+
+
+def test_the_shuffle_nonce_travels_with_the_walk_and_comes_back_in_the_reply():
+    node = make_node(active=[1, 2], passive=[10])
+    out = node.handle(received(1, m.Shuffle(origin=7, ttl=3, peers=(7, 8), nonce=42)), 1.0)
+    assert out == [send(2, m.Shuffle(origin=7, ttl=2, peers=(7, 8), nonce=42))]
+    out = node.handle(received(1, m.Shuffle(origin=7, ttl=0, peers=(7, 8), nonce=42)), 1.0)
+    assert out == [send(7, m.ShuffleReply(peers=(10,), nonce=42))]
 
 
 # -- ping, pong, probes -------------------------------------------------------------------
@@ -905,6 +1075,19 @@ def test_optimisation_keeps_the_replaced_neighbour_when_it_has_c_rand_links_or_f
     node = near_view_for_optimisation(far_links=2)
     fire(node, "optimize", 1.0)
     assert node.handle(received(7, accept(NEAR, links=4)), 1.25) == [NeighborUp(TOPIC, 7, NEAR)]
+
+
+def test_optimisation_never_picks_a_peer_with_a_request_pending():
+    # 7, the nearest passive peer, has a RAND request of ours pending (we took its JOIN):
+    # optimisation chose it anyway and overwrote that request with a NEAR one.
+    node = near_view_for_optimisation(far_links=4)
+    node.handle(received(1, m.Join(peer=7, ttl=0)), 0.5)
+    assert membership(node).pending[7].kind is RAND
+    assert fire(node, "optimize", 1.0) == [
+        send(8, request(NEAR, rtt=0.1, links=3, rand=2)),
+        ScheduleTimer(5.0, token("optimize")),
+    ]
+    assert membership(node).pending[7].kind is RAND
 
 
 def test_optimisation_does_nothing_when_no_peer_is_closer_by_alpha():

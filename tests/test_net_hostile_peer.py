@@ -9,7 +9,7 @@ import logging
 import pytest
 import trio
 
-from episub import Node
+from episub import Lost, Message, Node, Subscription
 from episub.net.network import SEND_QUEUE_CAP
 from episub.proto.config import BroadcastConfig
 from tests import hostile_peer
@@ -119,3 +119,45 @@ def test_connections_in_a_loop_stop_at_max_connections(caplog: pytest.LogCapture
     with caplog.at_level(logging.WARNING):
         run(main)
     assert "max_connections" in caplog.text
+
+
+async def receive_from(sub: Subscription, publisher: bytes, count: int) -> list[Message]:
+    """The next `count` messages of `publisher` on `sub`; a Lost of it fails the test."""
+    got: list[Message] = []
+    with trio.fail_after(WAIT):
+        while len(got) < count:
+            item = await sub.receive()
+            if isinstance(item, Lost):
+                assert item.publisher != publisher, f"reported lost: {item}"
+            elif isinstance(item, Message) and item.publisher == publisher:
+                got.append(item)
+    return got
+
+
+def test_a_forged_far_seq_under_a_real_publisher_does_not_silence_it() -> None:
+    """Issue 13, item 3, with signing off: a forged GOSSIP under another node's publisher
+    id at its seq + 5,000,000 made every subscriber report the range lost and then drop
+    every later real message of that publisher (70 of 346 delivered)."""
+
+    async def main() -> None:
+        async with honest_pair() as (a, b), Node(key=KEY, config=honest_config()) as c:
+            await c.join(TOPIC, bootstrap=[b.address])
+            async with b.subscribe(TOPIC) as at_b, c.subscribe(TOPIC) as at_c:
+                for i in range(10):
+                    await a.publish(TOPIC, b"real %d" % i)
+                for sub in (at_b, at_c):
+                    await receive_from(sub, a.id, 10)
+                raw = await RawPeer.connect(b.address)
+                await hostile_peer.join_as_neighbour(raw, TOPIC)
+                forged = hostile_peer.forged_gossip(TOPIC, a.id, 10 + 5_000_000)
+                await raw.send_items([(TOPIC, forged)])
+                await wait_until(lambda: forged.id in broadcast_state(b).seen, what="taken in")
+                for i in range(10, 30):
+                    await a.publish(TOPIC, b"real %d" % i)
+                for sub in (at_b, at_c):
+                    got = await receive_from(sub, a.id, 20)
+                    expected = [(i, b"real %d" % i) for i in range(10, 30)]
+                    assert [(m.seq, m.value) for m in got] == expected
+            await raw.aclose()
+
+    run(main)

@@ -238,6 +238,8 @@ def test_close_peer_is_not_emitted_while_a_request_to_the_peer_is_pending():
 
 def test_connection_lost_reaches_every_topic_and_closes_the_peer_once():
     node = node_in_two_topics()
+    for topic in (TOPIC, OTHER):  # another neighbour: losing 1 leaves neither topic alone
+        node.handle(received(2, request(RAND, high_priority=True), topic), 0.0)
     assert node.handle(ConnectionLost(1), 1.0) == [
         NeighborDown(TOPIC, 1),
         NeighborDown(OTHER, 1),

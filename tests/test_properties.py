@@ -1,16 +1,7 @@
 """Property tests of the sans-IO core: random interleavings of joins, leaves, crashes,
 message loss and publishes, driven through the simulator (the same `handle` the runtime
-calls), with the core's invariants checked after every single input.
-
-Checked after every input a node handles:
-- the active view holds at most `max_active` peers (A may be oversubscribed up to 2A
-  while stabilisation sheds the surplus), the passive view at most `passive_size`; the
-  two are disjoint and never hold the node itself;
-- eager and lazy are disjoint and together are exactly the active view;
-- every table a peer can grow stays within its bound: cache (count, bytes), seen,
-  missing ids and their announcers, held messages per publisher, publisher streams,
-  by_seq, departed peers, dormant peers, near candidates;
-- no application sees a message twice (by id, and by (publisher, seq)).
+calls), with the core's invariants (tests/core_checks.py: views, eager/lazy, every
+table's bound, no delivery twice) checked after every single input.
 
 Checked after quiescence (loss off, no more churn, a minute of protocol time):
 - active views are symmetric;
@@ -26,36 +17,24 @@ search of N examples instead, which is how the strict xfails below were found.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from episub.proto.config import BroadcastConfig, MembershipConfig, NodeConfig
-from episub.proto.events import Deliver, JoinTopic, LeaveTopic, Publish, Published
-from episub.proto.node import NodeState
+from episub.proto.config import BroadcastConfig, NodeConfig
+from episub.proto.events import JoinTopic, LeaveTopic, Publish
 from episub.sim.engine import Simulator
 from episub.sim.latency import make_latency
 from episub.sim.metrics import WARMUP, payload_for
+from tests.core_checks import SMALL_MEMBERSHIP, TOPIC, CheckedNode, Checks
 
-TOPIC = "t"
 SEARCH = os.environ.get("EPISUB_PROPERTY_EXAMPLES")
 EXAMPLES = int(SEARCH or "200")
 QUIESCENCE = 60.0  # seconds: several stabilisation, ping and neighbour-request rounds
 DELIVERY_WAIT = 15.0  # seconds: a gap is pulled or given up within ~5 s, twice over
 
 CONFIG = NodeConfig(
-    membership=MembershipConfig(
-        c_rand=2,
-        c_near=1,
-        passive_size=5,
-        shuffle_active=2,
-        shuffle_passive=2,
-        max_left_memory=3,
-        dormant_size=3,
-        near_candidates=3,
-        initial_probes=2,
-    ),
+    membership=SMALL_MEMBERSHIP,
     broadcast=BroadcastConfig(
         cache_max_messages=6,
         cache_max_bytes=5 * 60,  # binds before the count: an envelope here is ~50 bytes
@@ -68,86 +47,6 @@ CONFIG = NodeConfig(
         max_gap=16,
     ),
 )
-
-
-class InvariantBroken(AssertionError):
-    pass
-
-
-@dataclass
-class Checks:
-    delivered: set[tuple[int, bytes]] = field(default_factory=set)
-    delivered_seq: set[tuple[int, object, int]] = field(default_factory=set)
-    deliveries: dict[bytes, set[int]] = field(default_factory=dict)
-    published: list[tuple[int, bytes]] = field(default_factory=list)
-
-
-def check_node(node: NodeState) -> None:
-    """The invariants one node keeps at all times."""
-    topic = node._topics.get(TOPIC)
-    if topic is None:
-        return
-    mem, bc = topic.membership, topic.broadcast
-    mc, bcfg = mem.config, bc.config
-    me = node.me
-    active, passive = set(mem.active), set(mem.passive)
-    if len(active) > mc.max_active:
-        raise InvariantBroken(f"{me}: active view {len(active)} > max_active {mc.max_active}")
-    if len(passive) > mc.passive_size:
-        raise InvariantBroken(f"{me}: passive view {len(passive)} > {mc.passive_size}")
-    if active & passive or me in active or me in passive:
-        raise InvariantBroken(f"{me}: views overlap or hold ourselves: {active} {passive}")
-    eager, lazy = set(bc.eager), set(bc.lazy)
-    if eager & lazy:
-        raise InvariantBroken(f"{me}: eager and lazy overlap: {eager & lazy}")
-    if eager | lazy != active:
-        raise InvariantBroken(f"{me}: eager {eager} + lazy {lazy} != active view {active}")
-    bounds = [
-        ("cache", len(bc.cache), bcfg.cache_max_messages),
-        ("cache bytes", bc.cache_bytes, bcfg.cache_max_bytes),
-        ("seen", len(bc.seen), bcfg.seen_max),
-        ("missing", len(bc.missing), bcfg.max_missing),
-        ("streams", len(bc.streams), bcfg.max_publishers),
-        ("fetches", len(bc.fetches), bcfg.max_fetches),
-        ("by_seq", len(bc.by_seq), len(bc.cache)),
-        ("left", len(mem.left), mc.max_left_memory),
-        ("dormant", len(mem.dormant), mc.dormant_size),
-        ("near candidates", len(mem.near_candidates), mc.near_candidates),
-    ]
-    bounds += [("announcers", len(e.announcers), bcfg.max_announcers) for e in bc.missing.values()]
-    bounds += [("held", len(s.held), bcfg.max_held_per_publisher) for s in bc.streams.values()]
-    for name, size, bound in bounds:
-        if size > bound:
-            raise InvariantBroken(f"{me}: {name} holds {size}, bound {bound}")
-
-
-class CheckedNode:
-    """The real core, with the invariants checked after every input it handles."""
-
-    def __init__(self, peer: int, rng, checks: Checks) -> None:
-        self.state = NodeState(peer, CONFIG, rng)
-        self.checks = checks
-
-    def handle(self, event, now):
-        outs = self.state.handle(event, now)
-        me = self.state.me
-        for out in outs:
-            if type(out) is Published:
-                self.checks.published.append((me, out.id))
-            elif type(out) is Deliver:
-                key = (me, out.id)
-                seq_key = (me, out.envelope.publisher, out.envelope.seq)
-                if key in self.checks.delivered or seq_key in self.checks.delivered_seq:
-                    raise InvariantBroken(f"{me} delivered {out.envelope.payload!r} twice")
-                self.checks.delivered.add(key)
-                self.checks.delivered_seq.add(seq_key)
-                self.checks.deliveries.setdefault(out.id, set()).add(me)
-        check_node(self.state)
-        return outs
-
-    # the scenario helpers' queries
-    def active_view(self, topic):
-        return self.state.active_view(topic)
 
 
 # One step of the random schedule. Indexes pick among the live members modulo their number.
@@ -167,7 +66,7 @@ class Harness:
         self.sim = Simulator(
             latency=make_latency("uniform", seed),
             seed=seed,
-            node_factory=lambda peer, rng: CheckedNode(peer, rng, self.checks),
+            node_factory=lambda peer, rng: CheckedNode(peer, rng, self.checks, CONFIG),
         )
         self.members: list[int] = []  # alive and subscribed
         self.next_id = 0

@@ -80,7 +80,9 @@ TOPIC_EXAMPLES: list[Message] = [
     Disconnect(alive=True),
     Leave(peer=CAROL, ttl=MAX_TTL),
     Shuffle(origin=ALICE, ttl=5, peers=(BOB, CAROL)),
+    Shuffle(origin=ALICE, ttl=5, peers=(BOB,), nonce=(1 << 64) - 1),
     ShuffleReply(peers=(CAROL,)),
+    ShuffleReply(peers=(CAROL,), nonce=7),
     ShuffleReply(peers=()),
     Ping(nonce=(1 << 64) - 1, want_view=True),
     Pong(nonce=7, subscribed=False, active_count=7, rand_count=4, active=(ALICE, BOB)),
@@ -477,6 +479,7 @@ ttls = st.integers(0, MAX_TTL)
 hops = st.integers(0, MAX_HOPS)
 peer_lists = st.lists(peer_ids, max_size=8).map(tuple)
 seqs = st.integers(0, (1 << 63) - 1)
+nonces = st.integers(0, (1 << 64) - 1)
 counts = st.tuples(st.integers(0, 8), st.integers(0, 8)).map(sorted)
 envelopes = st.builds(
     Envelope,
@@ -506,8 +509,8 @@ topic_messages = st.one_of(
     ),
     st.builds(Disconnect, alive=st.booleans()),
     st.builds(Leave, peer=peer_ids, ttl=ttls),
-    st.builds(Shuffle, origin=peer_ids, ttl=ttls, peers=peer_lists),
-    st.builds(ShuffleReply, peers=peer_lists),
+    st.builds(Shuffle, origin=peer_ids, ttl=ttls, peers=peer_lists, nonce=nonces),
+    st.builds(ShuffleReply, peers=peer_lists, nonce=nonces),
     st.builds(Ping, nonce=st.integers(0, (1 << 64) - 1), want_view=st.booleans()),
     st.builds(
         lambda nonce, sub, c, active: Pong(

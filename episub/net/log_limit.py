@@ -1,7 +1,8 @@
-"""Log lines a stranger can cause, at most one per kind per interval, with a count.
+"""Log lines a stranger or a peer can cause, at most one per kind per interval, with a count.
 
 A client without the key can fail handshakes as fast as it can connect; each failure
-logged a ~200-byte WARNING, 600 KB in 12 s (issue 13). `LogLimiter` lets the first line
+logged a ~200-byte WARNING, 600 KB in 12 s (issue 13). A member can likewise misbehave,
+or trip a core error, on every frame (episub/net/runtime.py). `LogLimiter` lets the first line
 of a kind through, then at most one per `interval`; the next line that goes out says how
 many of its kind were suppressed since the last one. Counters (node.stats()) still count
 every event: the limit is on the log only.
@@ -25,9 +26,17 @@ class LogLimiter:
         # kind the caller names: callers use a fixed set (failure reasons).
         self._kinds: dict[Hashable, tuple[float, int]] = {}
 
-    def log(self, kind: Hashable, now: float, level: int, message: str, *args: object) -> bool:
-        """Log `message % args` unless a line of `kind` went out less than `interval`
-        ago; returns whether it was logged."""
+    def log(
+        self,
+        kind: Hashable,
+        now: float,
+        level: int,
+        message: str,
+        *args: object,
+        exc_info: BaseException | None = None,
+    ) -> bool:
+        """Log `message % args` (with `exc_info`'s traceback, if given) unless a line of
+        `kind` went out less than `interval` ago; returns whether it was logged."""
         last = self._kinds.get(kind)
         if last is not None and now - last[0] < self._interval:
             self._kinds[kind] = (last[0], last[1] + 1)
@@ -37,5 +46,5 @@ class LogLimiter:
         if suppressed:
             message += " (and %d more like it in the last %.0f s, not logged)"
             args = (*args, suppressed, now - last[0])  # type: ignore[index]
-        self._logger.log(level, message, *args)
+        self._logger.log(level, message, *args, exc_info=exc_info)
         return True

@@ -14,14 +14,22 @@ carries out the outputs, and re-arms the timer task. What each output becomes:
   (epoch) clock, `upkeep` to a tick of the node's own, at a phase of its own (from its
   id); and timers due within `TIMER_SLACK` of each other fire in one wakeup.
 - ClosePeer: the network closes that connection once its queue is drained.
-- PeerMisbehaved: logged (logger "episub.net") and counted.
-- Deliver, Published, DataLost, NeighborUp, NeighborDown: handed to `on_events` (the API),
-  all of one input's together, in order.
+- PeerMisbehaved: counted, and logged (logger "episub.net") at most once a minute per
+  reason.
+- Deliver, Published, DataLost, NeighborUp, NeighborDown, Isolated: handed to `on_events`
+  (the API), all of one input's together, in order.
 
 Inputs come from the listener and connections (Received, ConnectionLost), the timer task
-(TimerFired) and the API (JoinTopic, LeaveTopic, Publish). The core is called from one
-task at a time and never re-entered: an input that arises while outputs are carried out
-(a queue overflow's ConnectionLost) is fed right after them.
+(TimerFired) and the API (JoinTopic, LeaveTopic, Publish, ...). The core is called from
+one task at a time and never re-entered: an input that arises while outputs are carried
+out (a queue overflow's ConnectionLost) is fed right after them.
+
+Containment, the second line behind the core's own checks: an exception out of the core
+(or out of carrying out its outputs) on any path never ends the node. It is counted
+(`core_errors`) and logged with its traceback at most once a minute per kind; a peer
+whose frame caused it is cut off; a timer it failed on fires again `TIMER_RETRY` later
+(its re-arming was among the lost outputs); a command's caller gets `CoreError` (a
+`LocalProtocolError`, the caller's misuse, reaches it as it is). The node carries on.
 
 `now` for the core is trio's clock plus a fixed offset to the Unix epoch, taken once: it
 is monotonic, as the core needs, and the timestamps the core stamps on messages read as
@@ -37,6 +45,7 @@ import heapq
 import itertools
 import logging
 import math
+import re
 import time
 import zlib
 from collections import deque
@@ -49,6 +58,7 @@ from episub.net.connection import Connection, FrameItems, show_peer
 from episub.net.framing import max_frame_size
 from episub.net.handshake import HANDSHAKE_TIMEOUT, check_key
 from episub.net.link_delay import LinkDelay
+from episub.net.log_limit import LOG_INTERVAL, LogLimiter
 from episub.net.network import (
     DIAL_TIMEOUT,
     IDLE_TIMEOUT,
@@ -60,6 +70,7 @@ from episub.net.network import (
 )
 from episub.net.peer_id import Address
 from episub.proto.config import NodeConfig
+from episub.proto.errors import LocalProtocolError
 from episub.proto.events import (
     ClosePeer,
     ConnectionLost,
@@ -76,9 +87,12 @@ from episub.proto.node import NodeState
 from episub.proto.signing import Signer
 from episub.proto.wire import encode_item
 
-__all__ = ["DIAL_TIMEOUT", "LIVENESS_PINGS", "TIMER_TICK", "Runtime"]
+__all__ = ["DIAL_TIMEOUT", "LIVENESS_PINGS", "TIMER_TICK", "CoreError", "Runtime"]
 
 log = logging.getLogger("episub.net")
+
+# What a misbehaviour reason quotes of a peer's message: a repr (b'...', '...') or a number.
+_QUOTED = re.compile(r"""b?'(?:[^'\\]|\\.)*'|b?"(?:[^"\\]|\\.)*"|\d+""")
 
 LIVENESS_PINGS = 3  # missed pings before a silent neighbour is declared lost (guess)
 # Coalescible timers (ScheduleTimer.coalesce: pings, probes) are rounded up to a whole tick
@@ -94,6 +108,12 @@ TIMER_SLACK = 0.001
 # The network's sweep (idle and silent connections) rides on the timer heap, on the
 # node's upkeep ticks: a token of the runtime's own, never fed to the core.
 _SWEEP = object()
+TIMER_RETRY = 1.0  # seconds before a timer the core failed on fires again (guess)
+
+
+class CoreError(RuntimeError):
+    """The core failed on a command (a bug of ours, not the caller's misuse): counted as
+    `core_errors` and logged; the node carries on. The core's exception is the cause."""
 
 
 class Runtime:
@@ -164,6 +184,8 @@ class Runtime:
         self._pumping = False
         self._run_scope = trio.CancelScope(shield=True)
         self._epoch = time.time() - trio.current_time()
+        # Core errors and misbehaving peers: one line per kind a minute (LOG_INTERVAL).
+        self._peer_log = LogLimiter(log, LOG_INTERVAL)
 
     # -- running --------------------------------------------------------------------------
 
@@ -200,7 +222,7 @@ class Runtime:
             with trio.move_on_after(timeout) as scope:
                 scope.shield = True
                 for topic in self.state.topics():
-                    self.input(LeaveTopic(topic))
+                    self._feed(LeaveTopic(topic))
                 await self.network.close()
         finally:
             self.network.closing = True
@@ -209,26 +231,84 @@ class Runtime:
     # -- the pump -------------------------------------------------------------------------
 
     def input(self, event: InEvent) -> list[OutEvent]:
-        """Feed the core one event (the application's) and carry out its outputs; returns
-        them. What it sends goes out gathered with the application's burst, if any."""
+        """Feed the core a command (JoinTopic, Publish, ...) and carry out its outputs;
+        returns them. What it sends goes out gathered with the application's burst, if any.
+        The caller's misuse raises LocalProtocolError; a failure of the core itself is
+        counted and raises CoreError. Either way the node carries on."""
         if self._pumping:
             self._deferred.append(event)
             return []
-        outputs = self.state.handle(event, self.now())
-        self._pump(outputs, gather=True)
-        return outputs
-
-    def _pump(self, outputs: list[OutEvent], *, gather: bool = False) -> None:
-        """Carry out `outputs`, then any input that arose meanwhile; then write what they
-        sent, from this task (network.flush)."""
+        try:
+            outputs = self.state.handle(event, self.now())
+        except LocalProtocolError:
+            raise
+        except Exception as exc:
+            self._core_error(event, exc)
+            raise CoreError(f"the core failed on {type(event).__name__}: {exc!r}") from exc
         self._pumping = True
         try:
-            self._carry_out(outputs)
-            while self._deferred:
-                self._carry_out(self.state.handle(self._deferred.popleft(), self.now()))
+            self._carry_out_contained(outputs, event)
+            self._feed_deferred()
         finally:
             self._pumping = False
-        self.network.flush(gather=gather)
+        self.network.flush(gather=True)
+        return outputs
+
+    def _feed(self, event: InEvent) -> bool:
+        """Feed the core an input from a peer, a timer or the node itself, carry out its
+        outputs, then write what they sent, from this task (network.flush); False if the
+        core failed on it (counted and logged, never raised)."""
+        if self._pumping:
+            self._deferred.append(event)
+            return True
+        self._pumping = True
+        try:
+            ok = self._feed_one(event)
+            self._feed_deferred()
+        finally:
+            self._pumping = False
+        self.network.flush()
+        return ok
+
+    def _feed_one(self, event: InEvent) -> bool:
+        try:
+            self._carry_out(self.state.handle(event, self.now()))
+        except Exception as exc:
+            self._core_error(event, exc)
+            if type(event) is TimerFired:
+                # What the failed call would have output is lost, its timer's re-arming
+                # included: fire it again later, or a periodic timer (stabilisation,
+                # pings) would stop for good after one failure.
+                self._schedule(TIMER_RETRY, event.token)
+            return False
+        return True
+
+    def _feed_deferred(self) -> None:
+        while self._deferred:
+            self._feed_one(self._deferred.popleft())
+
+    def _carry_out_contained(self, outputs: list[OutEvent], cause: InEvent) -> None:
+        try:
+            self._carry_out(outputs)
+        except Exception as exc:
+            self._core_error(cause, exc)
+
+    def _core_error(self, event: InEvent, exc: Exception) -> None:
+        """Count and log (at most once a minute per kind) a failure of the core."""
+        self.counters.core_errors += 1
+        what = type(event).__name__
+        if type(event) is Received:
+            what += f" {type(event.message).__name__}"
+        kind = (what, type(exc).__name__)
+        self._peer_log.log(
+            kind,
+            trio.current_time(),
+            logging.ERROR,
+            "episub core error handling %s: %r; counted as core_errors, the node carries on",
+            what,
+            exc,
+            exc_info=exc,
+        )
 
     def _carry_out(self, outputs: list[OutEvent]) -> None:
         encoded: dict[tuple[str | None, int], bytes] = {}  # one encoding per message object
@@ -243,7 +323,18 @@ class Runtime:
                 self.network.close_peer(out.peer)
             elif kind is PeerMisbehaved:
                 self.counters.peer_misbehaved += 1
-                log.warning("peer %s misbehaved: %s", _show(out.peer), out.reason)
+                # One line a minute per kind of reason: the reason without what it quotes
+                # of the peer's message (sizes, hop counts, ids, topics), which the peer
+                # could vary at will.
+                kind = _QUOTED.sub("_", out.reason)
+                self._peer_log.log(
+                    kind,
+                    trio.current_time(),
+                    logging.WARNING,
+                    "peer %s misbehaved: %s",
+                    _show(out.peer),
+                    out.reason,
+                )
             else:
                 events.append(out)
         if events:
@@ -288,19 +379,26 @@ class Runtime:
         if self._pumping:
             self._deferred.extend(Received(peer_id, topic, message) for topic, message in items)
             return
+        self._pumping = True
+        outputs: list[OutEvent] = []
+        cause = Received(peer_id, items[0][0], items[0][1])  # what a failure is logged as
         try:
-            self._pump(self.state.handle_received(peer_id, items, self.now()))
-        except Exception:
-            # A core bug met by a peer's input: the peer is cut off, the node carries on.
-            counters.core_errors += 1
-            log.exception("core failed on a frame from %s", show_peer(peer_id))
-            conn.abort("core error")
+            try:
+                # Outputs are appended as they arise: after a failure, what the items before
+                # it (and the failing one, up to where it stopped) changed still goes out.
+                self.state.handle_received(peer_id, items, self.now(), outputs)
+            except Exception as exc:
+                # A core bug met by a peer's input: the peer is cut off, the node carries on.
+                self._core_error(cause, exc)
+                conn.abort("core error")
+            self._carry_out_contained(outputs, cause)
+            self._feed_deferred()
+        finally:
+            self._pumping = False
+        self.network.flush()
 
     def _on_lost(self, peer_id: bytes) -> None:
-        if self._pumping:  # a queue overflow while outputs are carried out
-            self._deferred.append(ConnectionLost(peer_id))
-            return
-        self._pump(self.state.handle(ConnectionLost(peer_id), self.now()))
+        self._feed(ConnectionLost(peer_id))
 
     # -- timers ---------------------------------------------------------------------------
 
@@ -331,7 +429,7 @@ class Runtime:
                     self.network.sweep()
                     self._schedule(self.network.sweep_interval, _SWEEP, upkeep=True)
                     continue
-                self._pump(self.state.handle(TimerFired(token), self.now()))
+                self._feed(TimerFired(token))
             with trio.CancelScope(deadline=timers[0][0] if timers else math.inf) as self._sleep:
                 await trio.sleep_forever()
             self._sleep = None

@@ -3,7 +3,9 @@
 Rules this machine keeps:
 - `eager` and `lazy` are disjoint and their union is exactly the active view that
   membership reported through neighbor_up/neighbor_down.
-- A message id is accepted once (the `seen` cache); its id must be blake3 of its envelope.
+- A message id is accepted once (the `seen` cache); its id must be blake3 of its envelope,
+  and its hop count must leave room to forward it (below MAX_HOPS), checked before it is
+  seen or cached.
 - With signing on (a `signer`), we sign what we publish on our own stream, and a first
   copy of a node's stream must carry a valid signature bound to its publisher
   (signing.py) before it enters seen, cache or ordering; else it is dropped and counted
@@ -350,6 +352,11 @@ class Broadcast:
                 self._on_pull(peer, publisher, first, last, out)
 
     def _on_gossip(self, peer: PeerId, msg: m.Gossip, now: float, out: list[OutEvent]) -> None:
+        if msg.hops >= m.MAX_HOPS:
+            # No room to forward it (hops + 1 is past the wire's bound): checked here,
+            # before it is seen or cached, or every later GRAFT or PULL answer fails too.
+            out.append(PeerMisbehaved(peer, f"GOSSIP hops {msg.hops} leaves no room to forward"))
+            return
         mid = msg.id
         if mid in self.seen:
             self.counters.duplicates_received += 1
@@ -449,7 +456,7 @@ class Broadcast:
                 self.graft_answers[mid] = asked
                 if len(self.graft_answers) > self.config.max_missing:
                     self.graft_answers.popitem(last=False)
-        forward = msg.forwarded(min(msg.hops + 1, m.MAX_HOPS))
+        forward = msg.forwarded(msg.hops + 1)
         for eager_peer in self.eager:
             if eager_peer != peer and eager_peer not in holders:
                 out.append(Send(eager_peer, self.topic, forward))

@@ -49,6 +49,11 @@ class MembershipConfig:
     ping_timeout: float = 5.0  # guess: far above any RTT we serve
     neighbor_request_timeout: float = 2.0  # guess: iroh waits 500 ms; we allow slow links
     join_retry_interval: float = 3.0  # guess
+    # A node with no neighbour and no passive peer asks its contacts and the peers it
+    # remembers again, first after recovery_retry, the wait doubling up to its maximum.
+    recovery_retry: float = 1.0  # guess: a few round trips; the first attempt is at once
+    recovery_max_retry: float = 60.0  # guess: an isolated node costs its contacts little
+    recovery_fanout: int = 16  # guess: remembered peers (from the RTT table) asked per attempt
     timer_jitter: float = 0.25  # guess: +-25% so periodic work does not synchronise
     alpha: float = 1.5  # tuned: 2.0 converged slower (docs/simulation.md, proximity runs)
     rtt_smoothing: float = 0.125  # RFC 6298's alpha for SRTT
@@ -88,6 +93,8 @@ class MembershipConfig:
             "ping_timeout",
             "neighbor_request_timeout",
             "join_retry_interval",
+            "recovery_retry",
+            "recovery_max_retry",
         ):
             _positive(name, getattr(self, name))
         if not self.alpha >= 1.0:
@@ -167,6 +174,12 @@ class BroadcastConfig:
             raise ValueError(f"max_graft_ids must be in 1..{m.MAX_IDS_PER_MESSAGE}")
         if not 1 <= self.max_gap <= m.MAX_PULL_SPAN:
             raise ValueError(f"max_gap must be in 1..{m.MAX_PULL_SPAN}")
+        if self.max_held_per_publisher < 2:
+            # A stream resynchronises beyond pulling reach only when two messages there
+            # show it goes on (ordering.py): one slot could never show that.
+            raise ValueError(
+                f"max_held_per_publisher must be >= 2, not {self.max_held_per_publisher}"
+            )
         if self.max_message_size < 1:
             raise ValueError(f"max_message_size must be >= 1, not {self.max_message_size}")
 

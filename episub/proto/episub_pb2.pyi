@@ -162,20 +162,24 @@ class Leave(_message.Message):
     def __init__(self, peer: _Optional[bytes] = ..., ttl: _Optional[int] = ...) -> None: ...
 
 class Shuffle(_message.Message):
-    __slots__ = ("origin", "ttl", "peers")
+    __slots__ = ("origin", "ttl", "peers", "nonce")
     ORIGIN_FIELD_NUMBER: _ClassVar[int]
     TTL_FIELD_NUMBER: _ClassVar[int]
     PEERS_FIELD_NUMBER: _ClassVar[int]
+    NONCE_FIELD_NUMBER: _ClassVar[int]
     origin: bytes
     ttl: int
     peers: _containers.RepeatedScalarFieldContainer[bytes]
-    def __init__(self, origin: _Optional[bytes] = ..., ttl: _Optional[int] = ..., peers: _Optional[_Iterable[bytes]] = ...) -> None: ...
+    nonce: int
+    def __init__(self, origin: _Optional[bytes] = ..., ttl: _Optional[int] = ..., peers: _Optional[_Iterable[bytes]] = ..., nonce: _Optional[int] = ...) -> None: ...
 
 class ShuffleReply(_message.Message):
-    __slots__ = ("peers",)
+    __slots__ = ("peers", "nonce")
     PEERS_FIELD_NUMBER: _ClassVar[int]
+    NONCE_FIELD_NUMBER: _ClassVar[int]
     peers: _containers.RepeatedScalarFieldContainer[bytes]
-    def __init__(self, peers: _Optional[_Iterable[bytes]] = ...) -> None: ...
+    nonce: int
+    def __init__(self, peers: _Optional[_Iterable[bytes]] = ..., nonce: _Optional[int] = ...) -> None: ...
 
 class Ping(_message.Message):
     __slots__ = ("nonce", "want_view")

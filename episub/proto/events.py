@@ -119,8 +119,26 @@ class AskView:
     peer: PeerId
 
 
+@dataclass(frozen=True, slots=True)
+class RefreshContacts:
+    """Command: the peer ids `topic`'s bootstrap addresses answer with now (a contact that
+    restarted has a new id), for a node that lost every neighbour (`Isolated`): they
+    replace the contacts given at join, and are asked for peers at once."""
+
+    topic: str
+    bootstrap: tuple[PeerId, ...]
+
+
 InEvent: TypeAlias = (
-    Received | TimerFired | ConnectionLost | JoinTopic | LeaveTopic | Publish | Fetch | AskView
+    Received
+    | TimerFired
+    | ConnectionLost
+    | JoinTopic
+    | LeaveTopic
+    | Publish
+    | Fetch
+    | AskView
+    | RefreshContacts
 )
 
 # -- out --------------------------------------------------------------------------------
@@ -215,6 +233,17 @@ class NeighborDown:
 
 
 @dataclass(frozen=True, slots=True)
+class Isolated:
+    """`topic` has no neighbour and no passive peer left: the core is asking its contacts
+    and every peer it remembers for a way back in, with backoff, and says so at each
+    attempt. The runtime may dial the bootstrap addresses again and hand the ids they
+    answer with back as `RefreshContacts`."""
+
+    topic: str
+    attempt: int  # 1 for the first attempt since the node was last linked
+
+
+@dataclass(frozen=True, slots=True)
 class ClosePeer:
     """No topic needs `peer` any more: the runtime may close the connection."""
 
@@ -257,6 +286,7 @@ OutEvent: TypeAlias = (
     | Recovered
     | NeighborUp
     | NeighborDown
+    | Isolated
     | ClosePeer
     | DataLost
     | PeerMisbehaved

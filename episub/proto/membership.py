@@ -13,24 +13,31 @@ Rules this machine keeps (checked by tests and by the simulator):
   acceptor decides it and the requester adopts it from the ACCEPT. That holds when a link
   changes kind too: a NEIGHBOR request over a standing link asks to relabel it, and the
   ACCEPT answering it carries the kind the peer settled on.
-- A departed peer (LEAVE) is kept out of both views for `left_memory` seconds.
+- A departed peer (LEAVE) is kept out of both views for `left_memory` seconds, unless it
+  shows it is back: its own NEIGHBOR request, or a JOIN for it. A LEAVE about an active
+  neighbour is taken from that neighbour only.
 
 Rules from the draft, in the order a node meets them:
 - join: GETNODES to the contacts, then JOIN(ttl) to C_rand of the peers learned; again
   every join_retry_interval until a JOIN of ours is taken in (a high-priority NEIGHBOR
-  request reaches us), even with links made by nodes that joined through us.
+  request reaches us), even with links made by nodes that joined through us. Each round's
+  TTL is one less than the last's, down to 0 (the draft's retries for NATed hosts).
 - JOIN: accept (NEIGHBOR request of high priority to the joiner, FORWARDJOIN to one random
   neighbour) when ttl is 0 or our view is below A; otherwise walk on to a random neighbour.
+  With no room left (links and requests at 2A) it walks on too. If the joiner cannot be
+  reached (the draft's connection check), the JOIN walks on, one hop shorter.
 - FORWARDJOIN: add the joiner to the passive view; walk on while ttl > 0.
 - NEIGHBOR request: accept while below A; accept a peer with fewer than C_rand links as
   RAND; accept a NEAR request closer than our farthest near neighbour by a factor alpha,
   evicting that neighbour if it has enough links (proximity.py judges NEAR requests);
   otherwise refuse with DISCONNECT.
 - stabilisation: above A, drop links whose other end is oversubscribed too, then links
-  closing a triangle; below A, request links from the passive view (random ones until
-  C_rand RAND links, then the nearest by RTT).
+  closing a triangle (the draft counts the other end's random links: docs/protocol.md
+  says why we count all of them); below A, request links from the passive view (random
+  ones until C_rand RAND links, then the nearest by RTT).
 - optimisation (GoCast), with a full view and no near request or relabel in flight: among
-  the peers we know (near candidates and the passive view), proximity.py picks a near
+  the peers we know (near candidates and the passive view) and have asked nothing yet,
+  proximity.py picks a near
   link to ask for and the one it displaces, or relabels a standing link instead; its
   rules are at the top of that module.
 - relabel request (NEIGHBOR over a standing link): proximity.py decides the kind; the
@@ -39,6 +46,12 @@ Rules from the draft, in the order a node meets them:
   subscribed and neither linked nor asked gets a high-priority NEIGHBOR request at once;
   a PONG saying the peer is no longer subscribed takes it out of every view.
 - LEAVE: eager diffusion, forwarded when it removed the peer or its ttl is not spent.
+- recovery (ours): a node left with no neighbour, no request in flight and no passive
+  peer asks its contacts and every peer it remembers for peers (GETNODES, then JOINs as
+  at a fresh join), and says so (`Isolated`) for the runtime to dial its bootstrap
+  addresses again; again with backoff (recovery_retry doubling to recovery_max_retry)
+  until a neighbour comes. With no neighbour, a failed request is followed by the next
+  at once, and a peer that probes us becomes a passive peer.
 """
 
 from __future__ import annotations
@@ -49,6 +62,7 @@ from dataclasses import dataclass
 from episub.proto import messages as m
 from episub.proto.config import MembershipConfig
 from episub.proto.events import (
+    Isolated,
     NeighborDown,
     NeighborUp,
     OutEvent,
@@ -71,6 +85,7 @@ class PendingRequest:
     kind: LinkKind
     sent_at: float
     replaces: PeerId | None = None  # optimisation: the near neighbour this one displaces
+    join_ttl: int | None = None  # it answers a JOIN with this TTL: walked on if undeliverable
 
 
 _COALESCED_TIMERS = frozenset({"ping", "probe"})
@@ -105,6 +120,11 @@ class Membership:
         # Someone took us in: accepted our JOIN (or revived us), with a high-priority
         # NEIGHBOR request. Until then join_retry goes on, links or not (see on_timer).
         self.join_confirmed = False
+        self.join_attempts = 0  # rounds of JOINs sent: each retry walks one hop shorter
+        # With no neighbour and no passive peer left: the wait before the next attempt to
+        # get back in (None: not recovering), and how many attempts so far.
+        self.recovery_wait: float | None = None
+        self.recovery_attempts = 0
         self.counters = MembershipCounters()
         # The peers we know but are not linked to, and the PINGs in flight (passive.py).
         self.passive_view = PassiveView(
@@ -161,6 +181,7 @@ class Membership:
     def join(self, bootstrap: tuple[PeerId, ...], now: float, out: list[OutEvent]) -> None:
         self.joined = True
         self.join_sent = self.join_confirmed = False
+        self.join_attempts = 0
         self.bootstrap = tuple(p for p in bootstrap if p != self.me)
         for name in PERIODIC_TIMERS:
             self._schedule(name, self._period(name), out)
@@ -182,6 +203,9 @@ class Membership:
 
     def on_timer(self, name: str, now: float, out: list[OutEvent]) -> None:
         if not self.joined:
+            return
+        if name == "recover":
+            self._on_recover_timer(now, out)
             return
         if name == "join_retry":
             # Also with links: if our GETNODES, its answer or our JOINs were lost, the
@@ -258,13 +282,18 @@ class Membership:
                 self._on_disconnect(peer, alive, now, out)
             case m.Leave(peer=departed, ttl=ttl):
                 self._on_leave(peer, departed, ttl, now, out)
-            case m.Shuffle(origin=origin, ttl=ttl, peers=peers):
+            case m.Shuffle():
                 if self.joined:
-                    self.passive_view.on_shuffle(peer, origin, ttl, peers, out)
-            case m.ShuffleReply(peers=peers):
+                    self.passive_view.on_shuffle(peer, msg, out)
+            case m.ShuffleReply():
                 self._expire_left(now)
-                self.passive_view.on_shuffle_reply(peers)
+                self.passive_view.on_shuffle_reply(peer, msg, out)
             case m.Ping(nonce=nonce, want_view=want_view):
+                if self.joined and not self.active and peer not in self.left:
+                    # A peer that probes us holds us in its passive view: a node with no
+                    # neighbour left takes it as a way back in (after a crash of most of
+                    # the overlay, the survivors that remember us may be all we have).
+                    self.passive_view.add(peer)
                 view = tuple(self.active) if want_view else ()
                 pong = m.Pong(
                     nonce=nonce,
@@ -282,11 +311,78 @@ class Membership:
         """The peer is unreachable: it leaves every view and goes dormant."""
         if peer in self.active or peer in self.passive:
             self.passive_view.make_dormant(peer, now)
+        request = self.pending.get(peer)
+        if request is not None and request.join_ttl:
+            # The draft's connection check: we took its JOIN but cannot reach the joiner
+            # (behind NAT, say); the JOIN walks on one hop shorter, as if we had not.
+            others = [p for p in self.active if p != peer]
+            if others:
+                walk = m.Join(peer=peer, ttl=request.join_ttl - 1)
+                out.append(Send(choice(self.rng, others), self.topic, walk))
         # A dormant peer's backoff already grew when its probe was sent.
         self._forget(peer, out)
         self.passive_view.drop_pings(peer)
-        if self.joined and not self.active and not self.passive:
-            self._ask_contacts(out)
+        if self.joined and not self.active:
+            # With no neighbour, the next passive peer is asked at once, not at the next
+            # stabilisation: after a crash of most nodes a passive view of the dead drains
+            # in round trips, not in minutes.
+            self._grow(now, out)
+            self._check_isolated(now, out)
+
+    # -- recovery -----------------------------------------------------------------------
+
+    def _check_isolated(self, now: float, out: list[OutEvent]) -> None:
+        """No neighbour, no request in flight, no passive peer left: start recovering.
+        Only a node that had links: a joiner's contacts are join_retry's business."""
+        if (
+            self.joined
+            and self.recovery_wait is None
+            and self.links_made > 0
+            and not self.active
+            and not self.pending
+            and not self.passive
+        ):
+            self.recovery_wait = self.config.recovery_retry
+            self.recovery_attempts = 0
+            self._recover(out)
+
+    def _recover(self, out: list[OutEvent]) -> None:
+        """One attempt to get back in: GETNODES to every contact and every peer we still
+        remember (dormant peers, near candidates, a sample of the RTT table); the first
+        answer leads to JOINs, as at a fresh join. Without this, two survivors of a 95%
+        crash kept an empty active view for good (issue 13, item 7)."""
+        c = self.config
+        self.recovery_attempts += 1
+        self.counters.recoveries += 1
+        asked = dict.fromkeys((*self.bootstrap, *self.dormant, *self.near_candidates))
+        remembered = [p for p in self.rtts.peers() if p not in asked]
+        asked.update(dict.fromkeys(sample(self.rng, remembered, c.recovery_fanout)))
+        for peer in asked:
+            if peer != self.me and peer not in self.left:
+                out.append(Send(peer, self.topic, m.GetNodes()))
+        self.join_sent = False
+        out.append(Isolated(self.topic, self.recovery_attempts))
+        assert self.recovery_wait is not None
+        self._schedule("recover", self.recovery_wait, out)
+
+    def _on_recover_timer(self, now: float, out: list[OutEvent]) -> None:
+        """Again, with the wait doubled, until a neighbour comes."""
+        if self.recovery_wait is None:
+            return
+        if self.active:
+            self.recovery_wait = None
+            return
+        self.recovery_wait = min(self.recovery_wait * 2, self.config.recovery_max_retry)
+        self._recover(out)
+
+    def refresh_contacts(self, bootstrap: tuple[PeerId, ...], out: list[OutEvent]) -> None:
+        """The ids our bootstrap addresses answer with now (RefreshContacts): they replace
+        the contacts, and are asked for peers at once."""
+        if not self.joined:
+            return
+        self.bootstrap = tuple(p for p in dict.fromkeys(bootstrap) if p != self.me)
+        self.join_sent = False
+        self._ask_contacts(out)
 
     # -- joining ------------------------------------------------------------------------
 
@@ -310,8 +406,13 @@ class Membership:
             [sender, *(p for p in peers if p != sender and p != self.me)],
             self.config.c_rand,
         )
+        # The draft's retries: each round one hop shorter, until a TTL of 0 has the
+        # contact itself take us in, over the connection we opened (a node that others
+        # cannot dial, behind NAT, still joins).
+        ttl = max(self.config.join_ttl - self.join_attempts, 0)
+        self.join_attempts += 1
         for target in targets:
-            out.append(Send(target, self.topic, m.Join(peer=self.me, ttl=self.config.join_ttl)))
+            out.append(Send(target, self.topic, m.Join(peer=self.me, ttl=ttl)))
         self.passive_view.probe_initial(now, out)
 
     def _on_join(
@@ -319,10 +420,14 @@ class Membership:
     ) -> None:
         if joiner == self.me or joiner in self.active or joiner in self.pending or not self.joined:
             return
-        if joiner in self.left:
-            return
+        # A JOIN is news that the peer is joining now, later than any LEAVE of its we heard:
+        # a node that left a topic and joined again 2 s later had its JOINs dropped for a
+        # minute (issue 13, item 6).
+        self.left.pop(joiner, None)
         others = [p for p in self.active if p != sender and p != joiner]
-        if len(self.active) >= self.config.max_active:
+        if len(self.active) + len(self.pending) >= self.config.max_active:
+            # No room, counting the links we have asked for: requests a JOIN makes count,
+            # or a burst of JOINs for made-up peers would grow `pending` without bound.
             if ttl > 0 and others:
                 out.append(
                     Send(choice(self.rng, others), self.topic, m.Join(peer=joiner, ttl=ttl - 1))
@@ -330,7 +435,7 @@ class Membership:
             return
         if ttl == 0 or len(self.active) < self.active_size or not others:
             self.counters.joins_accepted += 1
-            self._request_link(joiner, LinkKind.RAND, now, out, high_priority=True)
+            self._request_link(joiner, LinkKind.RAND, now, out, high_priority=True, join_ttl=ttl)
             if others:
                 fwd = m.ForwardJoin(peer=joiner, ttl=self.config.forward_join_ttl)
                 out.append(Send(choice(self.rng, others), self.topic, fwd))
@@ -362,8 +467,13 @@ class Membership:
         *,
         high_priority: bool = False,
         replaces: PeerId | None = None,
+        join_ttl: int | None = None,
     ) -> None:
-        self.pending[peer] = PendingRequest(kind=kind, sent_at=now, replaces=replaces)
+        if peer in self.pending:
+            return  # one request per peer at a time: a second one would overwrite the first
+        self.pending[peer] = PendingRequest(
+            kind=kind, sent_at=now, replaces=replaces, join_ttl=join_ttl
+        )
         request = m.Neighbor(
             op=NeighborOp.REQUEST,
             kind=kind,
@@ -385,9 +495,10 @@ class Membership:
     def _on_neighbor_request(
         self, peer: PeerId, req: m.Neighbor, now: float, out: list[OutEvent]
     ) -> None:
-        if not self.joined or peer in self.left:
-            out.append(Send(peer, self.topic, m.Disconnect(alive=self.joined)))
+        if not self.joined:
+            out.append(Send(peer, self.topic, m.Disconnect(alive=False)))
             return
+        self.left.pop(peer, None)  # it asks for itself: it is back, whatever we heard
         if peer in self.active:  # the link stands: a request to relabel it, or a repeat
             link = self.active[peer]
             link.peer_active, link.peer_rand = req.active_count, req.rand_count
@@ -396,7 +507,9 @@ class Membership:
             out.append(Send(peer, self.topic, self._accept_message(link.kind)))
             return
         if req.rtt is not None:
-            self.rtts.sample(peer, req.rtt)
+            # The peer's word, until we measure it ourselves (RttTable.claim): refused or
+            # not, it must not stick as a measurement (issue 13, item 5).
+            self.rtts.claim(peer, req.rtt)
         crossed = self.pending.pop(peer, None)  # we asked each other at once: one link
         kind = self._judge_request(peer, req, crossed is not None, now, out)
         if kind is not None and crossed is not None and not self._proposal_wins(peer):
@@ -423,8 +536,14 @@ class Membership:
             return req.kind
         if req.active_count < c.c_rand:
             return LinkKind.RAND
-        if c.proximity and req.kind is LinkKind.NEAR and req.rtt is not None:
-            admitted, evict = self.proximity.admit_near(peer, req.rtt)
+        # A request that claims no RTT is not judged as a near one (the requester has not
+        # measured us); one that does is judged by our own measurement, if we have one.
+        rtt = req.rtt
+        if rtt is not None:
+            measured = self.rtts.measured(peer)
+            rtt = rtt if measured is None else measured
+        if c.proximity and req.kind is LinkKind.NEAR and rtt is not None:
+            admitted, evict = self.proximity.admit_near(peer, rtt)
             if evict is not None:
                 self.counters.evictions += 1
                 self._drop_link(evict, out)
@@ -528,6 +647,11 @@ class Membership:
     ) -> None:
         if departed == self.me:
             return
+        if departed in self.active and sender != departed:
+            # A neighbour that leaves tells us itself, before its other neighbours can pass
+            # it on: anyone else's word that it left is not taken (a key holder could cut
+            # a node off from all its neighbours with forged LEAVEs).
+            return
         self._expire_left(now)
         removed = self._forget(departed, out)
         first_time = departed not in self.left
@@ -611,6 +735,7 @@ class Membership:
             # whose first GETNODES (or its answer) was lost and that now sits in a small
             # island with the few nodes that joined through it.
             self._ask_contacts(out)
+        self._check_isolated(now, out)
 
     def _shrink(self, out: list[OutEvent]) -> None:
         """Drop links only where it is safe (draft): first to neighbours that stay at A or
@@ -676,7 +801,7 @@ class Membership:
         known = [
             (get_rtt(p), p)
             for p in dict.fromkeys((*self.near_candidates, *self.passive))
-            if p not in self.refused_by and p not in self.active
+            if p not in self.refused_by and p not in self.active and p not in self.pending
         ]
         wanted = self.proximity.optimize(known, now, out)
         if wanted is not None:

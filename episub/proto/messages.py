@@ -72,6 +72,11 @@ def _check_peers(peers: tuple[PeerId, ...]) -> None:
         raise ValueError(f"at most {MAX_PEERS_PER_MESSAGE} peers per message, not {len(peers)}")
 
 
+def _check_nonce(nonce: int) -> None:
+    if not 0 <= nonce < 1 << 64:
+        raise ValueError(f"nonce must fit in 64 bits, not {nonce!r}")
+
+
 def _check_id(message_id: bytes) -> None:
     if not isinstance(message_id, bytes) or len(message_id) != MESSAGE_ID_SIZE:
         raise ValueError(f"message id must be {MESSAGE_ID_SIZE} bytes, not {len(message_id)}")
@@ -217,23 +222,30 @@ class Leave:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Shuffle:
-    """Passive-view exchange started by `origin`, carried by a random walk."""
+    """Passive-view exchange started by `origin`, carried by a random walk. `nonce` is the
+    origin's random number: the one reply it takes echoes it."""
 
     origin: PeerId
     ttl: int
     peers: tuple[PeerId, ...]
+    nonce: int = 0
 
     def __post_init__(self) -> None:
         _check_ttl(self.ttl)
         _check_peers(self.peers)
+        _check_nonce(self.nonce)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ShuffleReply:
+    """The walk's end answers the origin with its passive sample, echoing the nonce."""
+
     peers: tuple[PeerId, ...]
+    nonce: int = 0
 
     def __post_init__(self) -> None:
         _check_peers(self.peers)
+        _check_nonce(self.nonce)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -244,8 +256,7 @@ class Ping:
     want_view: bool = False
 
     def __post_init__(self) -> None:
-        if not 0 <= self.nonce < 1 << 64:
-            raise ValueError(f"nonce must fit in 64 bits, not {self.nonce!r}")
+        _check_nonce(self.nonce)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -263,8 +274,7 @@ class Pong:
     not_neighbor: bool = False
 
     def __post_init__(self) -> None:
-        if not 0 <= self.nonce < 1 << 64:
-            raise ValueError(f"nonce must fit in 64 bits, not {self.nonce!r}")
+        _check_nonce(self.nonce)
         _check_peers(self.active)
         if not (0 <= self.rand_count <= self.active_count <= MAX_PEERS_PER_MESSAGE):
             raise ValueError(

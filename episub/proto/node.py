@@ -29,6 +29,7 @@ from episub.proto.events import (
     PeerMisbehaved,
     Publish,
     Received,
+    RefreshContacts,
     Send,
     TimerFired,
     ViewReport,
@@ -88,6 +89,11 @@ class NodeState:
                 self._topic_or_raise(topic).broadcast.fetch(peer, publisher, first, last, out)
             case Publish(topic=topic, payload=payload, key=key, headers=headers, stream=stream):
                 self._topic_or_raise(topic).publish(payload, key, headers, now, out, stream)
+            case RefreshContacts(topic=topic, bootstrap=bootstrap):
+                # The topic may have been left while the runtime dialled: nothing to do.
+                t = self._topics.get(topic)
+                if t is not None:
+                    t.membership.refresh_contacts(tuple(bootstrap), out)
             case AskView(topic=topic, peer=peer):
                 try:
                     m.check_topic_name(topic)
@@ -100,11 +106,18 @@ class NodeState:
         return out
 
     def handle_received(
-        self, peer: PeerId, items: list[tuple[str | None, m.Message]], now: float
+        self,
+        peer: PeerId,
+        items: list[tuple[str | None, m.Message]],
+        now: float,
+        out: list[OutEvent] | None = None,
     ) -> list[OutEvent]:
         """`Received(peer, topic, message)` for each item, in order, as one input: the items
-        of the frames of one read from `peer`. Returns all their outputs together."""
-        out: list[OutEvent] = []
+        of the frames of one read from `peer`. Returns all their outputs together, appended
+        to `out` if given as they arise (so a caller that contains a failure of ours still
+        has what the items before it output)."""
+        if out is None:
+            out = []
         for topic, message in items:
             self._on_received(peer, topic, message, now, out)
         self._release_unused(out)

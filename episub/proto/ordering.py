@@ -4,19 +4,33 @@ Broadcast (broadcast.py) decides which copy of a message is the first; it hands 
 copy here, and this machine decides when the application gets it. It owns no cache: PULLs
 that peers send us are answered by broadcast.py from its cache.
 
+The ordering rule (docs/protocol.md, "Delivery is in order per publisher"): a stream
+moves on only by delivering in order, or by giving up a gap once in-order delivery has
+stalled. A message far ahead does not move it: a far jump alone, forged or honest, never
+discards an in-order stream that keeps arriving.
+
 Rules this machine keeps:
 - The application gets each publisher's messages in sequence order, each once: a message
   that arrives early is held until the gap before it is filled or given up (DataLost).
+  `next_seq` never passes a held message, so the gap `next_seq..first held - 1` is never
+  empty, and a PULL built from it is always a valid range.
 - The first message we see of a publisher opens its stream. Where the stream starts is
-  fixed only after `stream_settle` (nothing comes before seq 0), so an earlier message
-  that the first one overtook is still delivered, in order.
+  fixed only after `stream_settle` (nothing comes before seq 0), at the lowest seq held
+  then, so an earlier message that the first one overtook is still delivered, in order.
+  While it settles, only answers to our own fetch below the lowest seq seen are history.
 - A message from before its stream's position is history: kept by broadcast, not
   delivered again (`behind_stream`).
 - A gap is pulled (PULL first..last) from the neighbours in turn, every
-  `gap_retry_interval` once it is `gap_timeout` old; after `gap_max_attempts`, or with no
-  neighbour to ask, it is given up and what it held back is delivered. At once, too,
-  for a message more than `max_gap` ahead (what lies beyond pulling reach is lost) and
-  when `max_held_per_publisher` messages are held already (the gap before them is).
+  `gap_retry_interval` once it has stood `gap_timeout` with nothing delivered in order;
+  every message delivered in order starts that clock again. After `gap_max_attempts`
+  PULLs, or with no neighbour to ask, in-order delivery has stalled: a gap before a
+  message within pulling reach (`max_gap`) is given up and what it held back is
+  delivered. A gap before a message beyond reach is given up only if the stream beyond
+  goes on (two or more messages held there); a far message alone is dropped instead,
+  and the stream stays where it is.
+- Held messages are bounded (`max_held_per_publisher`). When they are full, a gap before
+  a message within reach is given up at once (the stream is running away from it);
+  otherwise the farthest message goes, or the newcomer if it is the farthest.
 - Every table a peer can grow is bounded: held messages per publisher, publishers (the
   least recently active idle stream is forgotten to make room), fetched spans
   (`max_fetches`).
@@ -42,7 +56,8 @@ class PublisherStream:
     next_seq: int  # the next sequence number the application gets
     held: dict[int, tuple[MessageId, Envelope, int]] = field(default_factory=dict)
     settling_until: float | None = None  # while set, where the stream starts is not fixed
-    gap_since: float | None = None
+    # While a gap is open: when a message was last delivered in order (or the gap opened).
+    stalled_since: float | None = None
     pull_attempts: int = 0
 
 
@@ -79,13 +94,15 @@ class OrderedDelivery:
 
     def behind_stream(self, envelope: Envelope) -> bool:
         """Is this message history for us: from before where its stream starts? While the
-        stream settles, so is anything more than max_gap below the lowest seq seen (it will
-        not be held for delivery), such as the answers to a fetch made right after joining."""
+        stream settles, only an answer to our own fetch below the lowest seq seen is (a
+        fetch made right after joining): any other message may be where the stream starts,
+        and holding it is what keeps a forged far seq that opened the stream from hiding
+        the real one."""
         stream = self.streams.get(envelope.publisher)
         if stream is None or envelope.seq in stream.held:
             return False
         if stream.settling_until is not None:
-            return envelope.seq < stream.next_seq - self.config.max_gap
+            return envelope.seq < stream.next_seq and self.fetched(envelope)
         return envelope.seq < stream.next_seq
 
     def fetched(self, envelope: Envelope) -> bool:
@@ -150,27 +167,72 @@ class OrderedDelivery:
         # Re-inserted on every message: `streams` runs from least to most recently active.
         streams[publisher] = stream
         if stream.settling_until is not None:
-            if seq not in stream.held and seq >= stream.next_seq - c.max_gap:
-                stream.held[seq] = (mid, envelope, hops)
-                stream.next_seq = min(stream.next_seq, seq)
+            self._hold_while_settling(stream, seq, (mid, envelope, hops))
             return
         if seq < stream.next_seq or seq in stream.held:
             return  # delivered already, or from before we joined
-        if seq - stream.next_seq > c.max_gap:
-            # Too far ahead to pull what lies between: report it lost and resynchronise.
-            self._give_up(publisher, stream, seq - c.max_gap, out)
-        if seq > stream.next_seq and len(stream.held) >= c.max_held_per_publisher:
-            # No room to wait for the gap: give it up and deliver what is held.
-            self._give_up(publisher, stream, min(stream.held), out)
-            self._release_held(publisher, stream, out)
+        if (
+            seq > stream.next_seq
+            and len(stream.held) >= c.max_held_per_publisher
+            and not self._make_room(publisher, stream, seq, out)
+        ):
+            return
         # Every message goes through `held`: releasing delivers it, and what it unblocks,
         # when it is the next in sequence; otherwise it waits for the gap before it.
+        before = stream.next_seq
         stream.held[seq] = (mid, envelope, hops)
         self._release_held(publisher, stream, out)
-        if stream.held and stream.gap_since is None:
-            stream.gap_since = now
+        if stream.held and (stream.stalled_since is None or stream.next_seq != before):
+            # A new gap, or delivery in order past the last one: the stall clock (re)starts.
+            # A stream that keeps arriving never stalls, whatever is held far ahead of it.
+            stream.stalled_since = now
             stream.pull_attempts = 0
             self._arm_gap_timer(out)
+
+    def _hold_while_settling(
+        self, stream: PublisherStream, seq: int, entry: tuple[MessageId, Envelope, int]
+    ) -> None:
+        """Hold a message until the stream settles at the lowest seq held; when held is
+        full, the lowest ones stay."""
+        held = stream.held
+        if seq in held:
+            return
+        if len(held) >= self.config.max_held_per_publisher:
+            highest = max(held)
+            if seq > highest:
+                self.counters.held_dropped += 1
+                return
+            del held[highest]
+            self.counters.held_dropped += 1
+        held[seq] = entry
+        stream.next_seq = min(stream.next_seq, seq)
+
+    def _make_room(
+        self, publisher: PeerId, stream: PublisherStream, seq: int, out: list[OutEvent]
+    ) -> bool:
+        """Held is full and `seq` is not next: make room for it, or say there is none.
+
+        A gap before a message within pulling reach is given up at once: the stream runs
+        away from it faster than it can be repaired (a key holder could get there by
+        forging a whole reach of places ahead of the stream; signing stops that).
+        Otherwise everything held lies beyond reach, and the farthest message goes (or
+        the newcomer, being the farthest): far messages never crowd out the stream's own
+        continuation, so a key holder that fills `held` with forged far seqs cannot make
+        a node skip to them."""
+        held = stream.held
+        first = min(held)
+        if first - stream.next_seq <= self.config.max_gap:
+            # Up to the nearest message, the newcomer or the first held: next_seq passes
+            # no held message, and `seq` is not behind it afterwards.
+            self._give_up(publisher, stream, min(first, seq), out)
+            self._release_held(publisher, stream, out)
+            return True
+        self.counters.held_dropped += 1
+        farthest = max(held)
+        if seq > farthest:
+            return False
+        del held[farthest]
+        return True
 
     def _evict_idle_stream(self) -> bool:
         """Forget the least recently active stream that holds nothing, to make room for a
@@ -194,7 +256,8 @@ class OrderedDelivery:
             stream.next_seq = min(stream.held, default=stream.next_seq)
             self._release_held(publisher, stream, out)
             if stream.held:  # a gap inside what arrived while settling: repair as usual
-                stream.gap_since = now
+                stream.stalled_since = now
+                stream.pull_attempts = 0
                 self._arm_gap_timer(out)
 
     def _emit(self, mid: MessageId, envelope: Envelope, hops: int, out: list[OutEvent]) -> None:
@@ -209,19 +272,20 @@ class OrderedDelivery:
             self._emit(mid, envelope, hops, out)
             stream.next_seq += 1
         if not stream.held:
-            stream.gap_since = None
+            stream.stalled_since = None
             stream.pull_attempts = 0
 
     def _give_up(
         self, publisher: PeerId, stream: PublisherStream, upto: int, out: list[OutEvent]
     ) -> None:
-        """Declare publisher's messages next_seq..upto-1 lost and move past them."""
+        """Declare publisher's messages next_seq..upto-1 lost and move past them; `upto` is
+        the first held message, so next_seq never passes one."""
         if upto <= stream.next_seq:
             return
         self.counters.data_lost += upto - stream.next_seq
         out.append(DataLost(self.topic, publisher, stream.next_seq, upto - 1))
         stream.next_seq = upto
-        stream.gap_since = None
+        stream.stalled_since = None
         stream.pull_attempts = 0
 
     def _arm_gap_timer(self, out: list[OutEvent]) -> None:
@@ -230,7 +294,8 @@ class OrderedDelivery:
             out.append(ScheduleTimer(self.config.gap_retry_interval, (*self._timer_prefix, "gap")))
 
     def on_gap_timer(self, neighbors: list[PeerId], now: float, out: list[OutEvent]) -> None:
-        """PULL each gap old enough from the next of `neighbors`, or give it up."""
+        """PULL each gap that has stood long enough from the next of `neighbors`; once its
+        PULLs are spent, in-order delivery has stalled and the gap is given up."""
         self._gap_armed = False
         c = self.config
         pending = False
@@ -238,25 +303,29 @@ class OrderedDelivery:
             if not stream.held or stream.settling_until is not None:
                 continue
             pending = True
-            if stream.gap_since is None:
-                stream.gap_since = now
-            if now - stream.gap_since < c.gap_timeout:
+            if stream.stalled_since is None:
+                stream.stalled_since = now
+            if now - stream.stalled_since < c.gap_timeout:
                 continue
             first_held = min(stream.held)
-            if stream.pull_attempts >= c.gap_max_attempts or not neighbors:
+            if stream.pull_attempts < c.gap_max_attempts and neighbors:
+                peer = neighbors[stream.pull_attempts % len(neighbors)]
+                stream.pull_attempts += 1
+                last = min(first_held - 1, stream.next_seq + m.MAX_PULL_SPAN - 1)
+                self.counters.pulls_sent += 1
+                pull = m.Pull(publisher=publisher, first_seq=stream.next_seq, last_seq=last)
+                out.append(Send(peer, self.topic, pull))
+                continue
+            if first_held - stream.next_seq <= c.max_gap or len(stream.held) > 1:
+                # Within reach, or the stream goes on beyond the gap: resynchronise there.
                 self._give_up(publisher, stream, first_held, out)
                 self._release_held(publisher, stream, out)
-                continue
-            peer = neighbors[stream.pull_attempts % len(neighbors)]
-            stream.pull_attempts += 1
-            last = min(first_held - 1, stream.next_seq + m.MAX_PULL_SPAN - 1)
-            self.counters.pulls_sent += 1
-            out.append(
-                Send(
-                    peer,
-                    self.topic,
-                    m.Pull(publisher=publisher, first_seq=stream.next_seq, last_seq=last),
-                )
-            )
+            else:
+                # One message far beyond reach that nothing followed (a forged far seq
+                # looks like this): dropped; the stream stays where it is.
+                self.counters.held_dropped += 1
+                stream.held.clear()
+                stream.stalled_since = None
+                stream.pull_attempts = 0
         if pending:
             self._arm_gap_timer(out)

@@ -92,6 +92,8 @@ class PassiveView:
         self.dormant: dict[PeerId, tuple[float, float]] = {}  # peer -> (next probe, backoff)
         self.pings: dict[int, PendingPing] = {}
         self.last_shuffle_sent: tuple[PeerId, ...] = ()
+        # The nonce of our last SHUFFLE while its reply has not come (None: no reply taken).
+        self.shuffle_nonce: int | None = None
 
     # -- the passive set ----------------------------------------------------------------
 
@@ -139,34 +141,35 @@ class PassiveView:
         self.last_shuffle_sent = exchange[1:]
         self.counters.shuffles += 1
         target = choice(self.rng, list(self.active))
-        out.append(
-            Send(target, self.topic, m.Shuffle(origin=self.me, ttl=c.shuffle_ttl, peers=exchange))
-        )
+        self.shuffle_nonce = nonce = self.rng.getrandbits(64)
+        shuffle = m.Shuffle(origin=self.me, ttl=c.shuffle_ttl, peers=exchange, nonce=nonce)
+        out.append(Send(target, self.topic, shuffle))
 
-    def on_shuffle(
-        self,
-        sender: PeerId,
-        origin: PeerId,
-        ttl: int,
-        peers: tuple[PeerId, ...],
-        out: list[OutEvent],
-    ) -> None:
+    def on_shuffle(self, sender: PeerId, shuffle: m.Shuffle, out: list[OutEvent]) -> None:
+        origin, ttl, peers = shuffle.origin, shuffle.ttl, shuffle.peers
         if origin == self.me:
             return
         others = [p for p in self.active if p != sender and p != origin]
         if ttl > 0 and others:
-            fwd = m.Shuffle(origin=origin, ttl=ttl - 1, peers=peers)
+            fwd = m.Shuffle(origin=origin, ttl=ttl - 1, peers=peers, nonce=shuffle.nonce)
             out.append(Send(choice(self.rng, others), self.topic, fwd))
             return
         reply = tuple(sample(self.rng, list(self.passive), len(peers)))
-        out.append(Send(origin, self.topic, m.ShuffleReply(peers=reply)))
+        answer = m.ShuffleReply(peers=reply, nonce=shuffle.nonce)
+        out.append(Send(origin, self.topic, answer))
         for peer in peers[: self.config.max_shuffle_intake]:
             self.add(peer, reply)
 
-    def on_shuffle_reply(self, peers: tuple[PeerId, ...]) -> None:
-        """The answer to our last SHUFFLE: room is made with the peers we sent in it."""
-        for peer in peers[: self.config.max_shuffle_intake]:
-            self.add(peer, self.last_shuffle_sent)
+    def on_shuffle_reply(self, peer: PeerId, reply: m.ShuffleReply, out: list[OutEvent]) -> None:
+        """The answer to our last SHUFFLE, once: room is made with the peers we sent in it.
+        A reply that echoes no SHUFFLE of ours is dropped: unmatched, any peer could push
+        a passive view's worth of entries at will (issue 13, item 8)."""
+        if self.shuffle_nonce is None or reply.nonce != self.shuffle_nonce:
+            out.append(PeerMisbehaved(peer, "SHUFFLEREPLY answers no SHUFFLE of ours"))
+            return
+        self.shuffle_nonce = None
+        for p in reply.peers[: self.config.max_shuffle_intake]:
+            self.add(p, self.last_shuffle_sent)
 
     # -- dormant peers and probing ------------------------------------------------------
 

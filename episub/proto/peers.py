@@ -16,6 +16,11 @@ from episub.proto.messages import PeerId
 
 T = TypeVar("T")
 
+# Peers' own words for their RTTs kept at once (RttTable.claim), so that a flood of
+# requests from made-up ids cannot push our measurements out of the table. Guess: a few
+# views' worth of requesters not yet measured.
+MAX_CLAIMS = 256
+
 
 class Rng(Protocol):
     """What the core needs of a random number generator (a `random.Random` fits)."""
@@ -68,7 +73,12 @@ class RttTable:
     from the SRTT, `variation_gain` its beta), 0 until a second sample: how far apart two
     RTTs must be before they say anything about distance (`Proximity.nearer`, proximity.py).
 
-    Bounded: the least recently updated entries go first past `max_entries`.
+    A peer's own word for its RTT (a NEIGHBOR request's `rtt`) is kept as a claim: it
+    stands until our first sample of the peer replaces it outright, and never moves a
+    measured value (`claim`); `measured` tells the two apart.
+
+    Bounded: the least recently updated entries go first past `max_entries`; at most
+    `MAX_CLAIMS` of them are claims.
     """
 
     def __init__(
@@ -79,9 +89,25 @@ class RttTable:
         self._max_entries = max_entries
         self._srtt: OrderedDict[PeerId, float] = OrderedDict()
         self._rttvar: dict[PeerId, float] = {}
+        self._claimed: set[PeerId] = set()  # entries that are a peer's word, not our sample
+
+    def claim(self, peer: PeerId, rtt: float) -> None:
+        """The peer's own word for its RTT to us (a NEIGHBOR request's): kept only while
+        we have no sample of ours, and replaced outright by our first one. As a sample, a
+        claimed 0.0 stuck, since a lower sample is taken at once and a higher one moves the
+        value by 1/8 (issue 13, item 5)."""
+        if peer in self._srtt or len(self._claimed) >= MAX_CLAIMS:
+            return
+        self._srtt[peer] = rtt
+        self._rttvar[peer] = 0.0
+        self._claimed.add(peer)
+        self._trim()
 
     def sample(self, peer: PeerId, rtt: float) -> float:
         old = self._srtt.pop(peer, None)
+        if peer in self._claimed:
+            self._claimed.discard(peer)
+            old = None
         if old is None:
             new, var = rtt, 0.0
         else:
@@ -90,10 +116,14 @@ class RttTable:
             new = rtt if rtt <= old else old + self._smoothing * (rtt - old)
         self._srtt[peer] = new
         self._rttvar[peer] = var
+        self._trim()
+        return new
+
+    def _trim(self) -> None:
         if len(self._srtt) > self._max_entries:
             gone, _ = self._srtt.popitem(last=False)
             self._rttvar.pop(gone, None)
-        return new
+            self._claimed.discard(gone)
 
     def get(self, peer: PeerId) -> float | None:
         return self._srtt.get(peer)
@@ -102,9 +132,18 @@ class RttTable:
         """RTTVAR of `peer` (0 with fewer than two samples or none)."""
         return self._rttvar.get(peer, 0.0)
 
+    def peers(self) -> list[PeerId]:
+        """Every peer with an entry, least recently updated first."""
+        return list(self._srtt)
+
+    def measured(self, peer: PeerId) -> float | None:
+        """Our own smoothed RTT to `peer`: None while we only have its word."""
+        return None if peer in self._claimed else self._srtt.get(peer)
+
     def forget(self, peer: PeerId) -> None:
         self._srtt.pop(peer, None)
         self._rttvar.pop(peer, None)
+        self._claimed.discard(peer)
 
     def __len__(self) -> int:
         return len(self._srtt)

@@ -42,6 +42,7 @@ class MembershipCounters:
     revived: int = 0
     relabels: int = 0
     one_sided_dropped: int = 0
+    recoveries: int = 0  # attempts to get back in with no neighbour and no passive peer
     extra: dict[str, int] = field(default_factory=dict)
 
 
@@ -65,3 +66,4 @@ class BroadcastCounters:
     streams_evicted: int = 0  # idle publisher streams forgotten to make room (max_publishers)
     crossed_prunes: int = 0  # PRUNEs that crossed our GRAFT, answered by GRAFT again
     regrafts: int = 0  # empty GRAFTs sent because a PRUNE took our last eager link
+    held_dropped: int = 0  # messages far beyond a gap dropped unheld (ordering.py)

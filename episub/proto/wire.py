@@ -199,6 +199,12 @@ def _shuffle_to_pb(m: Shuffle, out: pb.Shuffle) -> None:
     out.origin = _peer_to_pb(m.origin)
     out.ttl = m.ttl
     out.peers.extend(_peers_to_pb(m.peers))
+    out.nonce = m.nonce
+
+
+def _shuffle_reply_to_pb(m: ShuffleReply, out: pb.ShuffleReply) -> None:
+    out.peers.extend(_peers_to_pb(m.peers))
+    out.nonce = m.nonce
 
 
 def _pong_to_pb(m: Pong, out: pb.Pong) -> None:
@@ -324,12 +330,14 @@ _CODECS: dict[type, _Codec] = {
     Shuffle: _Codec(
         "shuffle",
         _shuffle_to_pb,
-        lambda p: Shuffle(origin=_peer_from_pb(p.origin), ttl=p.ttl, peers=_peers_from_pb(p.peers)),
+        lambda p: Shuffle(
+            origin=_peer_from_pb(p.origin), ttl=p.ttl, peers=_peers_from_pb(p.peers), nonce=p.nonce
+        ),
     ),
     ShuffleReply: _Codec(
         "shuffle_reply",
-        lambda m, out: out.peers.extend(_peers_to_pb(m.peers)),
-        lambda p: ShuffleReply(peers=_peers_from_pb(p.peers)),
+        _shuffle_reply_to_pb,
+        lambda p: ShuffleReply(peers=_peers_from_pb(p.peers), nonce=p.nonce),
     ),
     Ping: _Codec("ping", _ping_to_pb, lambda p: Ping(nonce=p.nonce, want_view=p.want_view)),
     Pong: _Codec("pong", _pong_to_pb, _pong_from_pb),
