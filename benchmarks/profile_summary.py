@@ -22,6 +22,8 @@ from typing import Any
 
 AREAS = (  # (area, substring of "file:function"), first match wins
     ("socket system calls", "_socket.socket"),
+    ("socket system calls", "posix.read"),  # the reader and writer use os.read/os.write
+    ("socket system calls", "posix.write"),
     ("epoll wait", "select.epoll"),
     ("sealing (ChaCha20-Poly1305)", "sealing.py"),
     ("sealing (ChaCha20-Poly1305)", "ChaCha20Poly1305"),
