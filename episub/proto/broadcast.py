@@ -522,8 +522,7 @@ class Broadcast:
                 entry.announcers.append((peer, hops))
         if self.missing and not self._missing_armed:
             self._missing_armed = True
-            delay = on_grid(now, c.missing_check_interval)
-            out.append(ScheduleTimer(delay, (*self._timer_prefix, "missing")))
+            out.append(ScheduleTimer(c.missing_check_interval, (*self._timer_prefix, "missing")))
 
     def _on_graft(
         self, peer: PeerId, ids: tuple[MessageId, ...], now: float, out: list[OutEvent]
@@ -622,8 +621,7 @@ class Broadcast:
                 self._graft(peer, chunk, now, out)
         if self.missing:
             self._missing_armed = True
-            delay = on_grid(now, c.missing_check_interval)
-            out.append(ScheduleTimer(delay, (*self._timer_prefix, "missing")))
+            out.append(ScheduleTimer(c.missing_check_interval, (*self._timer_prefix, "missing")))
 
     # -- caches -------------------------------------------------------------------------
 
