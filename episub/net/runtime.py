@@ -102,7 +102,7 @@ LIVENESS_PINGS = 3  # missed pings before a silent neighbour is declared lost (g
 # ping, probe, stabilisation and optimisation periods.
 TIMER_TICK = 2.0
 # Timers due this close together fire in one wakeup (Linux's timer slack does the same
-# for sleeps): ones set for the same instant by arithmetic on different clocks (on_grid)
+# for sleeps): ones set for the same instant by arithmetic on different clocks
 # differ by rounding. Guess: far below any protocol period, far above rounding.
 TIMER_SLACK = 0.001
 # The network's sweep (idle and silent connections) rides on the timer heap, on the

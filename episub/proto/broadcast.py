@@ -66,7 +66,6 @@ from episub.proto.events import (
 )
 from episub.proto.messages import Envelope, MessageId, PeerId
 from episub.proto.ordering import OrderedDelivery, PublisherStream
-from episub.proto.peers import on_grid
 from episub.proto.signing import Signer, check_message
 from episub.proto.tables import BroadcastCounters
 
@@ -572,8 +571,7 @@ class Broadcast:
         self.holders[mid] = [] if exclude is None else [exclude]
         if not self._ihave_armed:
             self._ihave_armed = True
-            delay = on_grid(now, self.config.ihave_interval)
-            out.append(ScheduleTimer(delay, (*self._timer_prefix, "ihave")))
+            out.append(ScheduleTimer(self.config.ihave_interval, (*self._timer_prefix, "ihave")))
 
     def _note_holder(self, mid: MessageId, peer: PeerId) -> None:
         """`peer` holds `mid` (it sent or announced it): while `mid` waits for the IHAVE

@@ -122,8 +122,6 @@ class MembershipConfig:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BroadcastConfig:
-    # IHAVE is flushed on ticks of this period of the shared clock (now's multiples), so a
-    # node's lazy peers announce to it at once and it wakes for them together.
     ihave_interval: float = 0.1  # draft: "a period in the order of 0.1s"
     missing_check_interval: float = 0.2  # tuned: a message is grafted 1-2 ticks after its IHAVE
     missing_give_up_ticks: int = 25  # guess: ~5 s of grafting before giving an id up

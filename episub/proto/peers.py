@@ -46,13 +46,6 @@ def sample(rng: Rng, items: Sequence[T], k: int) -> list[T]:
     return pool[:k]
 
 
-def on_grid(now: float, period: float) -> float:
-    """The delay from `now` to the next multiple of `period` (a whole period when `now` is
-    on one): timers of many nodes set this way fire at the same instants of the shared
-    clock, so what they send each other arrives while they are awake anyway."""
-    return period - now % period
-
-
 def jittered(rng: Rng, period: float, jitter: float) -> float:
     """period +- jitter*period, so that periodic work of many nodes does not line up."""
     return period * (1.0 + jitter * (2.0 * rng.random() - 1.0))
