@@ -40,12 +40,11 @@ from __future__ import annotations
 
 import argparse
 import bisect
+import cProfile
 import json
-import math
 import os
 import platform
 import queue
-import resource
 import shlex
 import socket
 import subprocess
@@ -57,6 +56,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from _common import free_port, percentile, process_cpu_s, wakeups
+from _common import self_cpu_s as cpu_s
+
 ROOT = Path(__file__).resolve().parent.parent
 SYSTEMS = ("episub", "redis", "spark-episub", "spark-broadcast")
 ROLES = ("episub-writer", "episub-reader", "redis-writer", "redis-reader")
@@ -67,15 +69,6 @@ MS = 1_000_000  # ns
 
 
 # -- figures ----------------------------------------------------------------------------------
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    """Nearest-rank percentile (q in 0..100) of a non-empty sample: a value it holds."""
-    if not values:
-        raise ValueError("percentile of an empty sample")
-    ordered = sorted(values)
-    rank = max(1, math.ceil(q / 100 * len(ordered)))
-    return ordered[rank - 1]
 
 
 def first_seen(seen: Sequence[tuple[int, int]], version: int) -> int | None:
@@ -175,17 +168,6 @@ def say(word: str, rest: str = "") -> None:
     print(f"{word} {rest}".rstrip(), flush=True)
 
 
-def cpu_s() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 # -- episub and redis: processes ----------------------------------------------------------------
 
 
@@ -256,13 +238,6 @@ def wait_for_port(port: int, deadline: float) -> None:
     raise SystemExit(f"redis-server did not listen on {port} before the deadline")
 
 
-def process_cpu_s(pid: int) -> float:
-    """User + system CPU seconds of process `pid` so far (/proc/PID/stat)."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def redis_server_version() -> str:
     out = subprocess.run(["redis-server", "--version"], capture_output=True, text=True)
     return out.stdout.strip()
@@ -321,13 +296,18 @@ async def episub_node(args: argparse.Namespace, writer: bool) -> None:
             expect_line("START", await stdin_line())
             await write(1, args.warmup)
             expect_line("GO", await stdin_line())
-            cpu_go = cpu_s()
+            cpu_go, woken = cpu_s(), wakeups()
             await write(args.warmup + 1, args.final)
-            say("RESULT", json.dumps({"sets": sets, "cpu_s": cpu_s() - cpu_go}))
+            say("RESULT", json.dumps({"sets": sets, "cpu_s": cpu_s() - cpu_go,
+                                      "wakeups": _since(woken)}))  # fmt: skip
         else:
             seen: list[tuple[int, int]] = []
             version = replica.state.version
-            cpu_warm, stats_warm = cpu_s(), node.stats()
+            cpu_warm, stats_warm, woken = cpu_s(), node.stats(), wakeups()
+            # BENCH_PROFILE_DIR=DIR: cProfile (CPU time) each reader's measured updates
+            # into DIR/reader<pid>.prof.
+            profile_dir = os.environ.get("BENCH_PROFILE_DIR")
+            profiler = cProfile.Profile(time.process_time) if profile_dir else None
             if args.warmup == 0:
                 say("WARM")
             while version < args.final and trio.current_time() < deadline:
@@ -335,17 +315,28 @@ async def episub_node(args: argparse.Namespace, writer: bool) -> None:
                     seen.append((replica.state.version, time.monotonic_ns()))
                     if version < args.warmup <= replica.state.version:
                         say("WARM")
-                        cpu_warm, stats_warm = cpu_s(), node.stats()
+                        cpu_warm, stats_warm, woken = cpu_s(), node.stats(), wakeups()
+                        if profiler is not None:
+                            profiler.enable()
                     version = replica.state.version
+            if profiler is not None:
+                profiler.disable()
+                profiler.dump_stats(os.path.join(profile_dir, f"reader{os.getpid()}.prof"))
             stats = {k: v - stats_warm.get(k, 0) for k, v in node.stats().items()}
             say("RESULT", json.dumps({"seen": seen, "counters": replica.counters,
                                       "cpu_s": cpu_s() - cpu_warm, "stats": stats,
+                                      "wakeups": _since(woken),
                                       "address": node.address,
                                       "rtts_ms": [n.rtt_ms for n in
                                                   node.neighbors(replica.topic)]}))  # fmt: skip
         with trio.move_on_after(args.deadline):
             await stdin_line()  # STOP, or EOF: keep forwarding until then
         nursery.cancel_scope.cancel()
+
+
+def _since(woken: int | None) -> int | None:
+    now = wakeups()
+    return None if now is None or woken is None else now - woken
 
 
 def redis_writer(args: argparse.Namespace) -> None:
@@ -367,10 +358,10 @@ def redis_writer(args: argparse.Namespace) -> None:
     expect_line("START", sys.stdin.readline())
     write(1, args.warmup)
     expect_line("GO", sys.stdin.readline())
-    cpu_go = cpu_s()
+    cpu_go, woken = cpu_s(), wakeups()
     write(args.warmup + 1, args.final)
     say("RESULT", json.dumps({"sets": sets, "receivers_min": min(receivers, default=0),
-                              "cpu_s": cpu_s() - cpu_go}))  # fmt: skip
+                              "cpu_s": cpu_s() - cpu_go, "wakeups": _since(woken)}))  # fmt: skip
     sys.stdin.readline()
 
 
@@ -385,7 +376,7 @@ def redis_reader(args: argparse.Namespace) -> None:
         if time.monotonic() > deadline:
             raise SystemExit("no subscribe confirmation")
     say("READY", args.contact)
-    cpu_warm = cpu_s()
+    cpu_warm, woken = cpu_s(), wakeups()
     if args.warmup == 0:
         say("WARM")
     seen: list[tuple[int, int]] = []
@@ -399,9 +390,10 @@ def redis_reader(args: argparse.Namespace) -> None:
                 seen.append((got, t))
                 if version < args.warmup <= got:
                     say("WARM")
-                    cpu_warm = cpu_s()
+                    cpu_warm, woken = cpu_s(), wakeups()
                 version = got
-    say("RESULT", json.dumps({"seen": seen, "cpu_s": cpu_s() - cpu_warm}))
+    say("RESULT", json.dumps({"seen": seen, "cpu_s": cpu_s() - cpu_warm,
+                              "wakeups": _since(woken)}))  # fmt: skip
     sys.stdin.readline()
 
 
@@ -606,6 +598,11 @@ def report(args: argparse.Namespace, raw: dict[str, Any], command: str) -> dict[
         result["cpu_ms_per_update"] = round(
             1000 * sum(result["cpu_s"].values()) / max(1, len(sets)), 3
         )
+    woken = [r.get("wakeups") for r in raw["readers"]]
+    if None not in woken and sets:
+        # Times a reader process blocked and was woken (voluntary context switches), per
+        # reader per update: Redis's readers wake once per update.
+        result["reader_wakeups_per_update"] = round(sum(woken) / len(woken) / len(sets), 2)  # type: ignore[arg-type]
     if "receivers_min" in raw["written"]:
         result["redis_receivers_min"] = raw["written"]["receivers_min"]
     result["per_update_ms"] = [None if v is None else round(v / MS, 3) for v in per_update]
@@ -627,6 +624,8 @@ def print_report(result: dict[str, Any]) -> None:
           f"{lat['seen_everywhere']}/{lat['count']}; delivered {result['delivered']}")  # fmt: skip
     if "cpu_s" in result:
         print(f"  CPU s (data phase) {result['cpu_s']}, {result['cpu_ms_per_update']} ms/update")
+    if "reader_wakeups_per_update" in result:
+        print(f"  wakeups per reader per update {result['reader_wakeups_per_update']}")
     if "in_task" in result:
         t = result["in_task"]
         on_all = f"{result['jobs_on_every_executor']}/{result['updates']}"

@@ -104,13 +104,13 @@ class EpisubAdapter:
     async def publish(self, data: bytes) -> None:
         await self.node.publish(self.args.topic, data)
 
-    async def receive(self) -> bytes:
+    async def receive_batch(self) -> list[bytes]:
         from episub.subscription import Message
 
         while True:
-            item = await self.sub.receive()
-            if isinstance(item, Message):
-                return item.value
+            batch = [item.value for item in await self.sub.receive_batch() if type(item) is Message]
+            if batch:
+                return batch
 
     def config(self) -> dict[str, Any]:
         from episub.proto.config import NodeConfig

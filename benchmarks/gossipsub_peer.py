@@ -221,9 +221,9 @@ class GossipsubAdapter:
     async def publish(self, data: bytes) -> None:
         await self.pubsub.publish(self.args.topic, data)
 
-    async def receive(self) -> bytes:
-        msg = await self.sub.get()
-        return bytes(msg.data)
+    async def receive_batch(self) -> list[bytes]:
+        msg = await self.sub.get()  # py-libp2p hands messages over one at a time
+        return [bytes(msg.data)]
 
     def config(self) -> dict[str, Any]:
         return {

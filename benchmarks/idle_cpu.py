@@ -23,8 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-# This directory is on sys.path when a script of it runs (as peer_common for the peers).
-from config_broadcast import free_port, process_cpu_s
+from _common import free_ports, process_cpu_s, wakeups
 
 ROOT = Path(__file__).resolve().parent.parent
 TOPIC = "idle"
@@ -35,9 +34,9 @@ def measure(nodes: int, settle: float, window: float) -> dict[str, Any]:
     env = {**os.environ, "EPISUB_KEY": "00" * 32, "PYTHONPATH": str(ROOT)}
     procs: list[subprocess.Popen[bytes]] = []
     try:
-        first = free_port()
-        for i in range(nodes):
-            port = first if i == 0 else free_port()
+        ports = free_ports(nodes)  # distinct: ports picked one by one can repeat
+        first = ports[0]
+        for i, port in enumerate(ports):
             argv = [sys.executable, "-m", "episub.cli", "node", "--listen",
                     f"127.0.0.1:{port}", "--topic", TOPIC]  # fmt: skip
             if i:
@@ -51,13 +50,19 @@ def measure(nodes: int, settle: float, window: float) -> dict[str, Any]:
         if dead:
             raise SystemExit(f"nodes exited during the settle: {dead}")
         before = [process_cpu_s(p.pid) for p in procs]
+        woken_before = [wakeups(p.pid) for p in procs]
         time.sleep(window)
         after = [process_cpu_s(p.pid) for p in procs]
+        woken_after = [wakeups(p.pid) for p in procs]
     finally:
         for p in procs:
             p.kill()
             p.wait()
     spent = [b - a for a, b in zip(before, after, strict=True)]
+    woken = [
+        None if a is None or b is None else b - a
+        for a, b in zip(woken_before, woken_after, strict=True)
+    ]
     return {
         "nodes": nodes,
         "settle_s": settle,
@@ -66,6 +71,8 @@ def measure(nodes: int, settle: float, window: float) -> dict[str, Any]:
         "total_core": round(sum(spent) / window, 4),
         "per_node_ms_per_s": round(1000 * sum(spent) / window / nodes, 2),
         "max_node_ms_per_s": round(1000 * max(spent) / window, 2),
+        # Times each process blocked and was woken (voluntary context switches) per second.
+        "wakeups_per_node_per_s": None if None in woken else round(sum(woken) / window / nodes, 2),  # type: ignore[arg-type]
     }
 
 
@@ -83,7 +90,8 @@ def main(argv: list[str] | None = None) -> None:
                                     *(sys.argv[1:] if argv is None else argv)])  # fmt: skip
     print(f"idle nodes={result['nodes']} window={args.window:g} s: "
           f"{result['per_node_ms_per_s']} ms CPU per node per second "
-          f"(max {result['max_node_ms_per_s']}), {result['total_core']} core in all")  # fmt: skip
+          f"(max {result['max_node_ms_per_s']}), {result['total_core']} core in all, "
+          f"{result['wakeups_per_node_per_s']} wakeups per node per second")  # fmt: skip
     if args.out:
         Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
 

@@ -83,10 +83,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from _common import busy_cpu_s, enter_loopback_namespace, only_loopback, wait_quiet
 from loopback_report import aggregate, print_report
 
 HERE = Path(__file__).resolve().parent
-PEERS = {"gossipsub": HERE / "gossipsub_peer.py", "episub": HERE / "episub_peer.py"}
+PEERS = {
+    "gossipsub": HERE / "gossipsub_peer.py",
+    "episub": HERE / "episub_peer.py",
+    "iroh": HERE / "iroh_peer.py",
+}
+# Systems that would reach out to the Internet by themselves (iroh's relays): they run in a
+# network namespace with nothing but loopback (--isolate, on for them whatever is asked).
+NEEDS_ISOLATION = frozenset({"iroh"})
 RESULTS_TIMEOUT_S = 60.0
 SIGNED_ENV = "EPISUB_BENCH_SIGNED"  # --signed: episub_peer.py runs Node(sign=True)
 
@@ -175,35 +183,6 @@ def data_timeout(args: argparse.Namespace) -> float:
     if args.timeout:
         return args.timeout
     return 60.0 + (args.messages / args.rate * 1.5 if args.rate > 0 else 60.0)
-
-
-def busy_cpu_s() -> float | None:
-    """Busy CPU seconds of the whole machine so far (Linux /proc/stat), else None."""
-    try:
-        with open("/proc/stat") as fh:
-            fields = [int(x) for x in fh.readline().split()[1:]]
-    except (OSError, ValueError):
-        return None
-    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
-    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
-
-
-def wait_quiet(limit_s: float, max_busy_cores: float = 0.3) -> float | None:
-    """Wait (at most ``limit_s``) until other processes leave the CPUs nearly idle.
-
-    Returns the busy cores seen in the last 2 s window (None where /proc/stat is missing).
-    """
-    deadline = time.monotonic() + limit_s
-    while True:
-        before = busy_cpu_s()
-        time.sleep(2.0)
-        after = busy_cpu_s()
-        if before is None or after is None:
-            return None
-        busy = (after - before) / 2.0
-        if busy <= max_busy_cores or time.monotonic() >= deadline:
-            return busy
-        print(f"waiting for a quiet machine: {busy:.2f} cores busy", file=sys.stderr)
 
 
 def run(args: argparse.Namespace, logdir: Path, machine: dict[str, Any]) -> list[dict[str, Any]]:
@@ -302,6 +281,12 @@ def main() -> int:
         metavar="SEC",
         help="first wait up to SEC for other processes to leave the CPUs idle",
     )
+    p.add_argument(
+        "--isolate",
+        action="store_true",
+        help="run the nodes in a new network namespace with only loopback (root; always "
+        "for " + ", ".join(sorted(NEEDS_ISOLATION)) + ")",
+    )
     p.add_argument("--keep-logs", action="store_true", help="keep node stderr logs")
     p.add_argument(
         "--signed",
@@ -314,7 +299,15 @@ def main() -> int:
     if any("=" not in kv for kv in args.peer_env):
         p.error("--peer-env takes KEY=VALUE")
     if args.signed and args.system != "episub":
-        p.error("--signed is episub's signed publishing; gossipsub signs by default")
+        p.error("--signed is episub's signed publishing; gossipsub and iroh sign by default")
+    if (args.isolate or args.system in NEEDS_ISOLATION) and not only_loopback():
+        try:
+            enter_loopback_namespace()
+        except OSError as exc:
+            print(f"loopback: cannot isolate the network for {args.system}: {exc}",
+                  file=sys.stderr)  # fmt: skip
+            return 3
+        args.isolate = True
     logdir = Path(tempfile.mkdtemp(prefix=f"loopback-{args.system}-"))
     started = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
     machine: dict[str, Any] = {"cpus": os.cpu_count(), "platform": platform.platform()}

@@ -9,12 +9,12 @@ import argparse
 import statistics
 from typing import Any
 
+from _common import percentile
 
-def pct(sorted_values: list[float], q: float) -> float | None:
-    if not sorted_values:
-        return None
-    k = max(0, min(len(sorted_values) - 1, round(q * len(sorted_values) + 0.5) - 1))
-    return sorted_values[k]
+
+def pct(values: list[float], q: float) -> float | None:
+    """Nearest-rank percentile, q in 0..1; None for no values."""
+    return percentile(values, q * 100) if values else None
 
 
 def _ratio(num: float | None, den: float) -> float | None:
@@ -35,11 +35,18 @@ def aggregate(results: list[dict[str, Any]]) -> tuple[dict[str, Any], list[dict[
             rates.append(rate)
         lat = sorted(x / 1e6 for x in r["latency_ns"])
         node = {k: v for k, v in r.items() if k not in ("latency_ns", "config", "versions")}
-        node.update(msgs_per_s=rate, latency_p50_ms=pct(lat, 0.5), latency_p99_ms=pct(lat, 0.99))
+        handled = r["published"] if r["role"] == "publisher" else r["distinct"]
+        node.update(
+            msgs_per_s=rate,
+            latency_p50_ms=pct(lat, 0.5),
+            latency_p99_ms=pct(lat, 0.99),
+            wakeups_per_message=_ratio(r.get("wakeups"), handled),
+        )
         nodes.append(node)
     copies = [r["payload_copies"] for r in results]
     wire = [r["wire_bytes_written"] for r in results]
     cpu = sum(r["cpu_s"] for r in results)
+    woken = [r.get("wakeups") for r in results]
     pubs = [r for r in results if r["role"] == "publisher" and r["publish_end_ns"]]
     pub_rates = [
         r["published"] / ((r["publish_end_ns"] - r["publish_start_ns"]) / 1e9)
@@ -55,11 +62,18 @@ def aggregate(results: list[dict[str, Any]]) -> tuple[dict[str, Any], list[dict[
         "msgs_per_s_per_receiver_max": max(rates) if rates else None,
         "latency_p50_ms": pct(latencies, 0.5),
         "latency_p99_ms": pct(latencies, 0.99),
+        # The pooled latency distribution at each whole percent (0..100), for a CDF.
+        "latency_quantiles_ms": [pct(latencies, q / 100) for q in range(101)]
+        if latencies
+        else None,
         "latency_max_ms": latencies[-1] if latencies else None,
         "payload_copies_per_delivered": _ratio(None if None in copies else sum(copies), delivered),
         "wire_bytes_per_delivered": _ratio(None if None in wire else sum(wire), delivered),
         "cpu_s_per_delivered": _ratio(cpu, delivered),
         "cpu_s_total": cpu,
+        # Times a node process blocked and was woken (voluntary context switches), all
+        # nodes, per delivered message.
+        "wakeups_per_delivered": _ratio(None if None in woken else sum(woken), delivered),
         "duplicates_to_app": sum(r["duplicates"] for r in results),
         "publish_rate_achieved": statistics.mean(pub_rates) if pub_rates else None,
         "nodes_timed_out": sum(1 for r in results if r["timed_out"]),
@@ -95,6 +109,7 @@ def print_report(
         ("payload copies per delivered", fmt(summary["payload_copies_per_delivered"], ".2f")),
         ("wire bytes per delivered", fmt(summary["wire_bytes_per_delivered"], ".0f")),
         ("CPU ms per delivered", fmt((summary["cpu_s_per_delivered"] or 0) * 1e3, ".3f")),
+        ("wakeups per delivered", fmt(summary.get("wakeups_per_delivered"), ".3f")),
         ("nodes timed out", str(summary["nodes_timed_out"])),
         ("data phase (s)", fmt(machine.get("data_phase_s"), ".1f")),
         ("CPU s of other processes", fmt(machine.get("other_cpu_s"), ".1f")),
@@ -103,7 +118,7 @@ def print_report(
         print(f"  {name:<32} {value}")
     print(
         f"  {'node':>4} {'role':<9} {'distinct':>9} {'copies':>7} {'msg/s':>8} "
-        f"{'p50ms':>8} {'p99ms':>8} {'cpu_s':>7} {'wireMB':>7}"
+        f"{'p50ms':>8} {'p99ms':>8} {'cpu_s':>7} {'wireMB':>7} {'wake/msg':>8}"
     )
     for n in nodes:
         wire_mb = None if n["wire_bytes_written"] is None else n["wire_bytes_written"] / 1e6
@@ -111,5 +126,6 @@ def print_report(
             f"  {n['index']:>4} {n['role']:<9} {n['distinct']:>4}/{n['expected']:<4} "
             f"{fmt(n['payload_copies'], 'd'):>7} {fmt(n['msgs_per_s'], '.1f'):>8} "
             f"{fmt(n['latency_p50_ms'], '.1f'):>8} {fmt(n['latency_p99_ms'], '.1f'):>8} "
-            f"{n['cpu_s']:>7.2f} {fmt(wire_mb, '.2f'):>7}"
+            f"{n['cpu_s']:>7.2f} {fmt(wire_mb, '.2f'):>7} "
+            f"{fmt(n.get('wakeups_per_message'), '.3f'):>8}"
         )

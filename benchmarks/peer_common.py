@@ -17,6 +17,7 @@ stamp (all processes share one machine clock).
 from __future__ import annotations
 
 import argparse
+import cProfile
 import json
 import os
 import platform
@@ -27,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import trio
+from _common import wakeups
 
 HEADER = "!IIQ"
 HEADER_SIZE = 16  # struct.calcsize(HEADER)
@@ -82,8 +84,9 @@ class Adapter(Protocol):
 
     async def publish(self, data: bytes) -> None: ...
 
-    async def receive(self) -> bytes:
-        """Next payload delivered to the application (own publications included or not)."""
+    async def receive_batch(self) -> list[bytes]:
+        """The payloads delivered to the application since the last call, at least one
+        (own publications included or not), as the system's API hands them over."""
         ...
 
     def config(self) -> dict[str, Any]:
@@ -218,8 +221,10 @@ async def receive_loop(adapter: Adapter, stats: Stats, goal: int, done: trio.Eve
     if goal == 0:
         done.set()
     while True:
-        data = await adapter.receive()
-        stats.record(data, time.time_ns())
+        batch = await adapter.receive_batch()
+        now = time.time_ns()
+        for data in batch:
+            stats.record(data, now)
         if stats.distinct >= goal and not done.is_set():
             done.set()
 
@@ -227,6 +232,7 @@ async def receive_loop(adapter: Adapter, stats: Stats, goal: int, done: trio.Eve
 def snapshot(adapter: Adapter) -> dict[str, Any]:
     return {
         "cpu": time.process_time(),
+        "wakeups": wakeups(),
         "read": adapter.wire_read,
         "written": adapter.wire_written,
         "copies": adapter.payload_copies,
@@ -267,6 +273,7 @@ def build_result(
         "wire_bytes_written": _delta(end["written"], begin["written"]),
         "wire_bytes_written_total": end["written"],
         "cpu_s": end["cpu"] - begin["cpu"],
+        "wakeups": _delta(end["wakeups"], begin["wakeups"]),
         "cpu_total_s": end["cpu"],
         "maxrss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
         "timed_out": timed_out,
@@ -285,8 +292,19 @@ async def drive(adapter: Adapter, args: argparse.Namespace) -> None:
     stats = Stats(args.index, args.publishers, args.messages)
     state: dict[str, Any] = {"begin": None}
     goal = expected_count(args)
+    # BENCH_PROFILE_DIR=DIR: cProfile the data phase into DIR/node<index>.prof; in wall time,
+    # or with BENCH_PROFILE_TIMER=cpu in CPU time (slower to take, but it leaves out the time
+    # a process waits for a core, 8 processes sharing 2).
+    profile_dir = os.environ.get("BENCH_PROFILE_DIR")
+    cpu_timer = os.environ.get("BENCH_PROFILE_TIMER") == "cpu"
+    profiler = None
+    if profile_dir:
+        profiler = cProfile.Profile(time.process_time) if cpu_timer else cProfile.Profile()
 
     def finish(timed_out: bool) -> None:
+        if profiler is not None:
+            profiler.disable()
+            profiler.dump_stats(os.path.join(profile_dir, f"node{args.index}.prof"))
         result = build_result(adapter, args, stats, state["begin"], timed_out)
         text = json.dumps(result, separators=(",", ":"))
         if args.out:
@@ -307,6 +325,8 @@ async def drive(adapter: Adapter, args: argparse.Namespace) -> None:
                 emit("READY")
                 if await control.expect("START") is not None:
                     state["begin"] = snapshot(adapter)
+                    if profiler is not None:
+                        profiler.enable()
                     await _data_phase(adapter, args, stats, goal, control)
             finish(timed_out=False)
     finish(timed_out=True)

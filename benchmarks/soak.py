@@ -50,7 +50,6 @@ import random
 import select
 import shlex
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -59,6 +58,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import _common
+from _common import free_ports, process_cpu_s, rss_kib
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -205,48 +207,17 @@ def counter_rates(
 
 
 def percentile(values: Sequence[float], p: float) -> float | None:
-    """Nearest rank."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    rank = max(1, -(-len(ordered) * p // 100))
-    return ordered[int(rank) - 1]
+    """Nearest rank; None for no values."""
+    return _common.percentile(values, p) if values else None
 
 
 # -- processes --------------------------------------------------------------------------------
 
 
-def free_ports(count: int) -> list[int]:
-    """`count` distinct free TCP ports on 127.0.0.1 (held open together while picking)."""
-    socks = []
-    try:
-        for _ in range(count):
-            s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
-
-
-def rss_kib(pid: int) -> int | None:
-    try:
-        with open(f"/proc/{pid}/status", encoding="ascii") as fh:
-            for line in fh:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1])
-    except (OSError, ValueError):
-        return None
-    return None
-
-
 def cpu_seconds(pid: int) -> float | None:
-    """User + system CPU seconds of a process so far (/proc/PID/stat)."""
+    """User + system CPU seconds of a process so far, None once it is gone."""
     try:
-        with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
-            fields = fh.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return process_cpu_s(pid)
     except (OSError, ValueError, IndexError):
         return None
 

@@ -38,6 +38,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import _common
+
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
 KEY = bytes(range(32))
@@ -79,10 +81,8 @@ trio.run(main)
 
 
 def percentile(values: list[float], q: float) -> float | None:
-    if not values:
-        return None
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+    """Nearest-rank percentile, q in 0..1; None for no values."""
+    return _common.percentile(values, q * 100) if values else None
 
 
 class BatchLog:

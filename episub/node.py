@@ -239,7 +239,8 @@ class Node:
         self._subscriptions: dict[str, list[Subscription]] = {}
         self._listeners: dict[str, list[Callable[[Message | Lost], None]]] = {}
         self._listener_errors = 0
-        self._first_neighbor: dict[str, trio.Event] = {}
+        # join() waiting for the topic's first neighbour: the event, and who it was.
+        self._first_neighbor: dict[str, tuple[trio.Event, list[bytes]]] = {}
         # Bootstrap addresses per joined topic, dialled again when the topic is isolated;
         # the topics whose addresses are being dialled now.
         self._bootstrap: dict[str, list[Address]] = {}
@@ -290,7 +291,7 @@ class Node:
                 my_id=my_id,
                 config=self._config,
                 rng=Random(self._seed),
-                on_event=self._on_event,
+                on_events=self._on_events,
                 link_delay=self._link_delay,
                 handshake_timeout=self._handshake_timeout,
                 dial_timeout=self._dial_timeout,
@@ -378,13 +379,16 @@ class Node:
             contacts = await self._reach(runtime, addresses)
         else:
             await trio.lowlevel.checkpoint()
-        up = self._first_neighbor[topic] = trio.Event()
+        up, who = self._first_neighbor[topic] = (trio.Event(), [])
         runtime.input(JoinTopic(topic, tuple(dict.fromkeys(contacts))))
         self._bootstrap[topic] = addresses
         if not contacts:
             return
         with trio.move_on_after(timeout):
             await up.wait()
+            # Our answer that made the link is on its way before we return, so that the
+            # neighbour holds the link too by the time the caller's next step reaches it.
+            await runtime.network.flushed(who[0])
             return
         raise TimeoutError(
             f"joined topic {topic!r} through {', '.join(map(str, addresses))} but no "
@@ -551,53 +555,68 @@ class Node:
         if not subs:
             self._subscriptions.pop(sub.topic, None)
 
-    def _on_event(self, event: OutEvent) -> None:
-        kind = type(event)
-        if kind is Deliver or kind is Published or kind is Recovered:
-            kept = _Kept(_message(event.topic, event.id, event.envelope), event.envelope.signature)  # type: ignore[union-attr]
-            message = kept.message
-            self._retention.add(kept, trio.current_time())
-            for waiter in self._fetching.get((message.topic, message.publisher), ()):
-                if waiter.low <= message.seq <= waiter.high:
+    def _on_events(self, events: list[OutEvent]) -> None:
+        """The core's events of one input, in order: messages and losses go to retention,
+        then to each subscription of their topic as one batch, and to listeners; queries
+        from peers are answered from retention."""
+        now = trio.current_time()
+        retain = self._retention.add
+        fetching = self._fetching
+        batches: dict[str, list[Message | Lost]] = {}
+        for event in events:
+            kind = type(event)
+            if kind is Deliver or kind is Published or kind is Recovered:
+                envelope = event.envelope  # type: ignore[union-attr]
+                message = _message(event.topic, event.id, envelope)  # type: ignore[union-attr]
+                retain(_Kept(message, envelope.signature), now)
+                if fetching:
+                    for waiter in fetching.get((message.topic, message.publisher), ()):
+                        if waiter.low <= message.seq <= waiter.high:
+                            waiter.arrived.set()
+                # History is for retention, and control streams are bookkeeping: neither
+                # is news for subscribers.
+                if kind is not Recovered and not message.publisher.startswith(CONTROL_PREFIX):
+                    batches.setdefault(message.topic, []).append(message)
+            elif kind is DataLost:
+                lost = Lost(event.publisher, event.first_seq, event.last_seq)  # type: ignore[union-attr]
+                batches.setdefault(event.topic, []).append(lost)  # type: ignore[union-attr]
+            elif kind is NeighborUp:
+                waiting = self._first_neighbor.get(event.topic)  # type: ignore[union-attr]
+                if waiting is not None and not waiting[0].is_set():
+                    waiting[1].append(event.peer)  # type: ignore[union-attr]
+                    waiting[0].set()
+            elif kind is Isolated:
+                self._on_isolated(event.topic)  # type: ignore[union-attr]
+            elif kind is ViewReport:
+                for waiter in self._view_waiters.pop((event.topic, event.peer), ()):  # type: ignore[union-attr]
+                    waiter.view = event.view  # type: ignore[union-attr]
                     waiter.arrived.set()
-            if kind is Recovered or message.publisher.startswith(CONTROL_PREFIX):
-                return  # history, or bookkeeping: for retention, not for subscribers
-            for sub in self._subscriptions.get(message.topic, ()):
-                sub.offer(message)
-            if message.topic in self._listeners:
-                self._tell_listeners(message.topic, message)
-        elif kind is NeighborUp:
-            up = self._first_neighbor.get(event.topic)  # type: ignore[union-attr]
-            if up is not None:
-                up.set()
-        elif kind is Isolated:
-            topic = event.topic  # type: ignore[union-attr]
-            addresses = self._bootstrap.get(topic)
-            if addresses and topic not in self._refreshing and self._nursery is not None:
-                self._refreshing.add(topic)
-                self._nursery.start_soon(self._refresh_contacts, topic, addresses)
-        elif kind is ViewReport:
-            for waiter in self._view_waiters.pop((event.topic, event.peer), ()):  # type: ignore[union-attr]
-                waiter.view = event.view  # type: ignore[union-attr]
-                waiter.arrived.set()
-        elif kind is DataLost:
-            lost = Lost(event.publisher, event.first_seq, event.last_seq)  # type: ignore[union-attr]
-            for sub in self._subscriptions.get(event.topic, ()):  # type: ignore[union-attr]
-                sub.offer(lost)
-            self._tell_listeners(event.topic, lost)  # type: ignore[union-attr]
-        elif kind is HeldAsked:
-            self._answer_held(event)  # type: ignore[arg-type]
-        elif kind is HistoryAsked:
-            self._serve_history(event)  # type: ignore[arg-type]
-        elif kind is HeldReport:
-            held_waiter = self._held_waiters.get(event.held.nonce)  # type: ignore[union-attr]
-            if held_waiter is not None and held_waiter.peer == event.peer:  # type: ignore[union-attr]
-                held_waiter.held = event.held  # type: ignore[union-attr]
-                held_waiter.arrived.set()
-        elif kind is TopicsReport:
-            for topics_waiter in self._topics_waiters.pop(event.peer, ()):  # type: ignore[union-attr]
-                topics_waiter.topics = event.topics  # type: ignore[union-attr]
-                topics_waiter.arrived.set()
+            elif kind is HeldAsked:
+                self._answer_held(event)  # type: ignore[arg-type]
+            elif kind is HistoryAsked:
+                self._serve_history(event)  # type: ignore[arg-type]
+            elif kind is HeldReport:
+                held_waiter = self._held_waiters.get(event.held.nonce)  # type: ignore[union-attr]
+                if held_waiter is not None and held_waiter.peer == event.peer:  # type: ignore[union-attr]
+                    held_waiter.held = event.held  # type: ignore[union-attr]
+                    held_waiter.arrived.set()
+            elif kind is TopicsReport:
+                for topics_waiter in self._topics_waiters.pop(event.peer, ()):  # type: ignore[union-attr]
+                    topics_waiter.topics = event.topics  # type: ignore[union-attr]
+                    topics_waiter.arrived.set()
+        for topic, items in batches.items():
+            for sub in self._subscriptions.get(topic, ()):
+                sub.offer_many(items)
+            if topic in self._listeners:
+                for item in items:
+                    self._tell_listeners(topic, item)
+
+    def _on_isolated(self, topic: str) -> None:
+        """The topic has no neighbour left: dial its bootstrap addresses again."""
+        addresses = self._bootstrap.get(topic)
+        if addresses and topic not in self._refreshing and self._nursery is not None:
+            self._refreshing.add(topic)
+            self._nursery.start_soon(self._refresh_contacts, topic, addresses)
 
     def _answer_held(self, event: HeldAsked) -> None:
         held = self._held_page(event.topic, event.query)

@@ -14,6 +14,7 @@ import pytest
 
 from episub.proto import config as episub_config
 from episub.proto import messages as m
+from episub.proto.envelope import IdHasher
 from episub.proto.errors import LocalProtocolError, MessageTooLarge
 from episub.proto.events import (
     AlreadyPublished,
@@ -162,6 +163,34 @@ def test_gossip_whose_id_does_not_match_its_envelope_is_dropped_as_misbehaviour(
     assert out == [PeerMisbehaved(1, "GOSSIP id does not match its envelope")]
     # Nothing of it was remembered: the real message is still new.
     assert deliver(env(0), 1) in node.handle(received(1, gossip(env(0))), 1.0)
+
+
+def test_gossip_whose_envelope_is_not_canonical_is_dropped_as_misbehaviour():
+    """The envelope's bytes are its identity (envelope.py): a layout our nodes never write,
+    here seq 0 written out where protobuf leaves it out, is refused on first receipt, even
+    when the id matches those very bytes."""
+    node = node_with(1, 2)
+    raw = b"\x0a\x01a\x10\x00\x22\x01x"
+    forged = m.Gossip.from_wire(IdHasher(TOPIC)(raw), raw, 1)
+    out = node.handle(received(1, forged), 1.0)
+    assert len(out) == 1 and isinstance(out[0], PeerMisbehaved)
+    assert out[0].reason.startswith("GOSSIP envelope is not canonical")
+
+
+def test_a_duplicate_gossip_is_dropped_on_its_id_without_decoding_its_envelope():
+    node = node_with(1, 2)
+    node.handle(received(1, gossip(env(0))), 1.0)
+    garbage = m.Gossip.from_wire(mid(env(0)), b"not an envelope", 2)
+    node.handle(received(2, garbage), 1.1)
+    assert broadcast(node).counters.duplicates_received == 1
+    assert garbage._envelope is None  # never decoded
+
+
+def test_a_relay_forwards_the_envelope_bytes_it_received():
+    node = node_with(1, 2)
+    original = gossip(env(0))
+    [forward] = [s.message for s in sends(node.handle(received(1, original), 1.0), m.Gossip)]
+    assert forward.raw is original.raw and forward.hops == original.hops + 1
 
 
 def test_gossip_over_max_message_size_is_dropped_as_misbehaviour():

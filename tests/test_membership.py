@@ -797,6 +797,23 @@ def test_ping_timer_asks_every_neighbour_for_its_view_when_oversubscribed():
     assert [s.message.want_view for s in sends(out, m.Ping)] == [True] * 4
 
 
+def test_only_ping_and_probe_timers_may_be_coalesced_across_nodes():
+    """Pings and probes may wait for a shared tick (the runtime rounds them up); timers
+    whose decisions change links must not line up across nodes (ScheduleTimer.coalesce)."""
+    node = make_node(active={1: RAND}, passive=[5])
+    coalesced = {}
+    for name in ("ping", "probe", "stabilize", "optimize", "shuffle"):
+        [timer] = [e for e in fire(node, name, 1.0) if isinstance(e, ScheduleTimer)]
+        coalesced[name] = timer.coalesce
+    assert coalesced == {
+        "ping": True,
+        "probe": True,
+        "stabilize": False,
+        "optimize": False,
+        "shuffle": False,
+    }
+
+
 def test_probe_timer_pings_a_passive_peer():
     node = make_node(passive=[5])
     out = fire(node, "probe", 1.0)

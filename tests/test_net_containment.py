@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import trio
 
-from episub import CoreError, Node
+from episub import CoreError, Message, Node
 from episub.proto import messages as m
 from tests import hostile_peer
 from tests.net_helpers import TOPIC, WAIT, RawPeer, run, wait_until
@@ -91,6 +91,39 @@ def test_a_core_error_on_a_peers_frame_cuts_that_peer_off_and_the_node_carries_o
             monkeypatch.undo()
             await assert_still_serving(a, b)
             assert raw.id not in [n.peer_id for n in a.neighbors(TOPIC)]
+            forgive_core_errors(a, 1)
+
+    run(main)
+
+
+def test_what_a_burst_delivered_before_a_core_error_still_goes_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """All the frames of one read go into the core as one input (the fast path). A failure
+    on a later item must not lose what the earlier ones did: their state changed (the
+    message is seen), so their outputs (the forward to b) must go out too, or b would
+    never get the message from this node."""
+
+    async def main() -> None:
+        async with honest_pair() as (a, b), b.subscribe(TOPIC) as at_b:
+            raw = await RawPeer.connect(a.address)
+            await hostile_peer.join_as_neighbour(raw, TOPIC)
+            broadcast = core(a).broadcast
+            real = broadcast.on_message
+
+            def on_message(peer: object, msg: object, now: float, out: list[Any]) -> None:
+                if peer == raw.id and isinstance(msg, m.Prune):
+                    raise ValueError("injected")
+                real(peer, msg, now, out)
+
+            monkeypatch.setattr(broadcast, "on_message", on_message)
+            gossip = hostile_peer.forged_gossip(TOPIC, raw.id, 0)
+            await raw.send_items([(TOPIC, gossip), (TOPIC, m.Prune())])  # one frame
+            with trio.fail_after(WAIT):
+                await raw.wait_closed()  # cut off
+                item = await at_b.receive()  # and the message before the failure went on
+            assert isinstance(item, Message) and item.id == gossip.id
+            monkeypatch.undo()
             forgive_core_errors(a, 1)
 
     run(main)

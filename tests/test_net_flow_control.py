@@ -17,12 +17,19 @@ from tests.test_net_hostile import config
 pytestmark = pytest.mark.timeout(120)
 
 # More messages than a send queue holds: without flow control the burst overflows it.
-BURST = SEND_QUEUE_CAP + SEND_QUEUE_CAP // 2
+BURST = 2 * SEND_QUEUE_CAP
+# And more bytes than the kernel's socket buffers take (Linux autotunes a TCP send buffer
+# up to 4 MiB): the node writes a burst in big writes, so small messages would all fit there
+# and never wait in the queue at all. 8,192 x 900 B is 7.4 MB.
+FILLER = b"x" * 900
 
 
-async def read_slowly(raw: RawPeer, want: int, got: list[int]) -> None:
+async def read_slowly(raw: RawPeer, want: int, got: list[int], node: Node) -> None:
     """Count GOSSIPs as they come, a frame at a time, pausing after each: a live reader
-    that is slower than the publisher."""
+    that is slower than the publisher. It starts reading only once a publish has waited
+    for room: how far a reader keeps up on its own depends on the machine's load (the node
+    packs a burst into few frames), and this test is about what happens when it does not."""
+    await wait_until(lambda: node.stats()["publish_waits"] > 0, what="a publish waited")
     while got[0] < want:
         frame = await raw.reader.receive_frame()
         if frame is None:
@@ -39,9 +46,9 @@ def test_a_burst_waits_for_a_slow_live_neighbour_instead_of_dropping_it() -> Non
             await hostile_peer.join_as_neighbour(raw, TOPIC)
             got = [0]
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(read_slowly, raw, BURST, got)
+                nursery.start_soon(read_slowly, raw, BURST, got, a)
                 for i in range(BURST):
-                    await a.publish(TOPIC, b"%d." % i + b"x" * 64)
+                    await a.publish(TOPIC, b"%d." % i + FILLER)
                 await wait_until(lambda: got[0] == BURST, what="every message read")
             stats = a.stats()
             assert stats["queue_overflows"] == 0

@@ -10,7 +10,14 @@ import pytest
 import trio
 import trio.testing
 
-from episub.net.framing import FRAME_OVERHEAD, FrameReader, max_frame_size, take_frame
+from episub.net.framing import (
+    FRAME_OVERHEAD,
+    PIGGYBACK_BUDGET,
+    FrameReader,
+    max_frame_size,
+    take_frame,
+    take_frames,
+)
 from episub.proto.messages import GetTopics, Ping, Prune, Topics
 from episub.proto.wire import FrameDecoder, FrameError, encode_frame, encode_item
 
@@ -134,3 +141,38 @@ def test_bytes_fed_before_reading_count_and_come_first() -> None:
 def test_take_frame_refuses_an_empty_queue() -> None:
     with pytest.raises(ValueError, match="at least one"):
         take_frame(deque())
+
+
+def test_take_frames_drains_a_queue_bigger_than_a_frame_into_one_write_in_order() -> None:
+    item = encode_item("t", Ping(nonce=1))
+    many = 3 * (PIGGYBACK_BUDGET // len(item))  # three frames' worth
+    queue = deque([item] * many)
+    data, count, frames = take_frames(queue)
+    assert (count, len(queue)) == (many, 0) and frames >= 3
+    decoder = FrameDecoder(max_frame_size=1 << 20)
+    decoder.feed(data)
+    got = []
+    while (frame := decoder.next_frame()) is not None:
+        got += frame
+    assert got == [("t", Ping(nonce=1))] * many
+
+
+def test_take_frames_stops_at_its_budget_and_leaves_the_rest_queued() -> None:
+    item = encode_item("t", Ping(nonce=1))
+    queue = deque([item] * 100)
+    data, count, frames = take_frames(queue, budget=10 * len(item))
+    assert len(queue) == 100 - count and 0 < count < 100 and frames >= 1
+    assert len(data) <= 10 * len(item) + frames * 4 + len(item)
+
+
+def test_receive_frames_hands_out_every_whole_frame_of_a_read_then_the_bad_one() -> None:
+    async def main() -> None:
+        send, receive = trio.testing.memory_stream_one_way_pair()
+        reader = FrameReader(receive, max_frame_size=1 << 16)
+        good = encode_frame(ITEMS[:2]) + encode_frame(ITEMS[2:])
+        await send.send_all(good + b"\x00\x00\x00\x02\xff\xff")
+        assert await reader.receive_frames() == [ITEMS[:2], ITEMS[2:]]
+        with pytest.raises(FrameError):
+            await reader.receive_frames()
+
+    trio.run(main)

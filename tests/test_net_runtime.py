@@ -17,7 +17,7 @@ import trio
 
 from episub import Node
 from episub.net.peer_id import make_peer_id, parse_address
-from episub.net.runtime import Runtime
+from episub.net.runtime import TIMER_TICK, Runtime
 from episub.proto.config import NodeConfig
 from episub.proto.events import ClosePeer, OutEvent, Send
 from episub.proto.messages import Ping, Prune
@@ -40,7 +40,7 @@ async def bare_runtime(**options: object) -> AsyncIterator[Runtime]:
         my_id=make_peer_id("127.0.0.1", port),
         config=NodeConfig(),
         rng=random.Random(1),
-        on_event=events.append,
+        on_events=events.extend,
         **options,  # type: ignore[arg-type]
     )
     async with trio.open_nursery() as nursery:
@@ -187,3 +187,33 @@ def test_link_delay_shows_in_the_measured_rtt() -> None:
             assert neighbor.rtt_ms is not None and neighbor.rtt_ms >= delay * 1000
 
     run(main)
+
+
+def test_coalescible_timers_fire_on_shared_ticks_and_others_on_time() -> None:
+    async def main() -> None:
+        async with bare_runtime() as runtime:
+            now = trio.current_time()
+            runtime._schedule(3.3, "exact")
+            runtime._schedule(3.3, "coalesced", coalesce=True)
+            deadlines = {token: deadline for deadline, _, token in runtime._timers}
+            assert deadlines["exact"] == pytest.approx(now + 3.3, abs=0.01)
+            shared = deadlines["coalesced"] + runtime._epoch  # on the epoch clock
+            assert shared >= now + runtime._epoch + 3.3
+            assert shared % TIMER_TICK == pytest.approx(0, abs=1e-6) or (
+                TIMER_TICK - shared % TIMER_TICK == pytest.approx(0, abs=1e-6)
+            )
+
+    trio.run(main)
+
+
+def test_upkeep_timers_fire_on_ticks_of_the_nodes_own_phase() -> None:
+    async def main() -> None:
+        async with bare_runtime() as runtime:
+            now = trio.current_time()
+            runtime._schedule(3.3, "upkeep", upkeep=True)
+            (deadline,) = [d for d, _, token in runtime._timers if token == "upkeep"]
+            assert now + 3.3 <= deadline < now + 3.3 + TIMER_TICK
+            ticks = (deadline - runtime._upkeep_phase) / TIMER_TICK
+            assert ticks == pytest.approx(round(ticks), abs=1e-6)
+
+    trio.run(main)

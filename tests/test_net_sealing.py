@@ -14,7 +14,14 @@ import trio
 import trio.testing
 
 from episub import Node
-from episub.net.sealing import RECORD_PLAINTEXT, SealedStream, SealError, direction_keys
+from episub.net.sealing import (
+    RECORD_PLAINTEXT,
+    RecordOpener,
+    RecordSealer,
+    SealedStream,
+    SealError,
+    direction_keys,
+)
 from tests.net_helpers import KEY, TOPIC, fast_config, run, wait_until
 
 SESSION = bytes(range(32))
@@ -58,28 +65,32 @@ def test_the_two_directions_use_different_keys() -> None:
 
 
 def test_a_record_fed_one_byte_at_a_time_opens() -> None:
-    _, b, _ = sealed_pair()
-    a_send, a_receive = direction_keys(SESSION, initiator=True)
-    sealer = SealedStream(
-        trio.testing.memory_stream_pair()[0], send_key=a_send, receive_key=a_receive
-    )
+    a_send, _ = direction_keys(SESSION, initiator=True)
+    _, b_receive = direction_keys(SESSION, initiator=False)
+    sealer, opener = RecordSealer(a_send), RecordOpener(b_receive)
     wire = sealer.seal(b"hello") + sealer.seal(b" world")
-    for byte in wire:
-        b._sealed.append(byte)
-        b.open_records()
-    assert bytes(b._plain) == b"hello world"
+    opened = b"".join(opener.feed(bytes([byte])) for byte in wire)
+    assert opened == b"hello world" and opener.buffered == 0
+
+
+def test_records_fed_in_any_split_open_in_order() -> None:
+    a_send, _ = direction_keys(SESSION, initiator=True)
+    _, b_receive = direction_keys(SESSION, initiator=False)
+    sealer, opener = RecordSealer(a_send), RecordOpener(b_receive)
+    big = bytes(range(256)) * (RECORD_PLAINTEXT // 256 + 3)  # two records
+    wire = sealer.seal(b"one") + sealer.seal(big) + sealer.seal(b"two")
+    cut = len(wire) // 3
+    opened = (
+        opener.feed(wire[:cut]) + opener.feed(wire[cut : 2 * cut]) + opener.feed(wire[2 * cut :])
+    )
+    assert opened == b"one" + big + b"two"
 
 
 @pytest.mark.parametrize("damage", ["flip", "replay", "drop", "huge"])
 def test_an_altered_replayed_dropped_or_oversized_record_does_not_open(damage: str) -> None:
-    a_send, a_receive = direction_keys(SESSION, initiator=True)
-    b_send, b_receive = direction_keys(SESSION, initiator=False)
-    sealer = SealedStream(
-        trio.testing.memory_stream_pair()[0], send_key=a_send, receive_key=a_receive
-    )
-    opener = SealedStream(
-        trio.testing.memory_stream_pair()[0], send_key=b_send, receive_key=b_receive
-    )
+    a_send, _ = direction_keys(SESSION, initiator=True)
+    _, b_receive = direction_keys(SESSION, initiator=False)
+    sealer, opener = RecordSealer(a_send), RecordOpener(b_receive)
     first, second = sealer.seal(b"one"), sealer.seal(b"two")
     wire = {
         "flip": first[:-1] + bytes([first[-1] ^ 1]),
@@ -87,9 +98,8 @@ def test_an_altered_replayed_dropped_or_oversized_record_does_not_open(damage: s
         "drop": second,
         "huge": struct.pack(">I", 1 << 30),
     }[damage]
-    opener._sealed += wire
     with pytest.raises(SealError):
-        opener.open_records()
+        opener.feed(wire)
 
 
 # -- two nodes through a proxy --------------------------------------------------------------

@@ -81,6 +81,24 @@ def test_a_slow_subscriber_gets_lagged_where_items_went_missing() -> None:
     run(main)
 
 
+def test_receive_batch_takes_everything_buffered_in_one_call_in_order() -> None:
+    async def main() -> None:
+        async with Node(key=KEY) as node:
+            await node.join(TOPIC)
+            async with node.subscribe(TOPIC, buffer=4) as sub:
+                for i in range(6):
+                    await node.publish(TOPIC, b"%d" % i)
+                batch = await sub.receive_batch()
+                assert [item.seq for item in batch[:4]] == [0, 1, 2, 3]  # type: ignore[union-attr]
+                assert batch[4:] == [Lagged(2)]
+                await node.publish(TOPIC, b"6")
+                await node.publish(TOPIC, b"7")
+                assert [m.seq for m in await sub.receive_batch(max_items=1)] == [6]  # type: ignore[union-attr]
+                assert [m.seq for m in await sub.receive_batch()] == [7]  # type: ignore[union-attr]
+
+    run(main)
+
+
 def test_lagged_comes_before_the_next_message_after_the_gap() -> None:
     async def main() -> None:
         async with Node(key=KEY) as node:

@@ -52,6 +52,8 @@ from episub.proto.wire import (
     FrameDecoder,
     FrameError,
     encode_frame,
+    encode_item,
+    frame_from_items,
 )
 
 MAX_FRAME = 1 << 20
@@ -352,11 +354,18 @@ def test_gossip_without_envelope_is_refused() -> None:
     assert_refused(raw_item(topic="t", gossip=pb.Gossip(id=ID1, hops=1)), "without an envelope")
 
 
-def test_envelope_with_too_many_headers_is_refused() -> None:
+def test_envelope_with_too_many_headers_is_refused_when_decoded() -> None:
+    """A GOSSIP's envelope is decoded on its first receipt, not by the frame decoder (a
+    duplicate never is): broadcast reports the sender then (test_broadcast.py)."""
     headers = [pb.Envelope.Header(name="h", value=b"")] * (MAX_HEADERS + 1)
     envelope = pb.Envelope(publisher=ALICE, payload=b"x", headers=headers)
     data = raw_item(topic="t", gossip=pb.Gossip(id=ID1, envelope=envelope, hops=1))
-    assert_refused(data, "invalid gossip: at most 64 headers")
+    decoder = FrameDecoder(max_frame_size=1 << 20)
+    decoder.feed(data)
+    [(topic, gossip)] = decoder.next_frame() or []
+    assert topic == "t" and isinstance(gossip, Gossip)
+    with pytest.raises(ValueError, match="at most 64 headers"):
+        _ = gossip.envelope
 
 
 def test_peer_id_longer_than_the_limit_is_refused_and_shown() -> None:
@@ -612,3 +621,80 @@ def test_generated_messages_round_trip_in_any_chunking(
             decoded.append(frame)
     assert decoded == frames
     assert decoder.buffered == 0
+
+
+# -- the hand-written GOSSIP and IHAVE layouts are protobuf's ---------------------------------
+
+ENVELOPES = st.builds(
+    Envelope,
+    publisher=st.binary(min_size=1, max_size=MAX_PEER_ID_SIZE),
+    seq=st.integers(0, 2**63 - 1),
+    timestamp_ms=st.integers(0, 2**63 - 1),
+    payload=st.binary(max_size=300),
+    key=st.none() | st.binary(max_size=20),
+    headers=st.lists(st.tuples(st.text(max_size=8), st.binary(max_size=8)), max_size=4).map(tuple),
+)
+
+
+@given(envelope=ENVELOPES)
+def test_an_envelopes_bytes_are_protobufs_and_decode_back_to_it(envelope: Envelope) -> None:
+    parsed = pb.Envelope.FromString(envelope.raw)
+    assert parsed.SerializeToString() == envelope.raw  # protobuf writes these very bytes
+    assert (parsed.publisher, parsed.seq, parsed.timestamp_ms, parsed.payload) == (
+        envelope.publisher,
+        envelope.seq,
+        envelope.timestamp_ms,
+        envelope.payload,
+    )
+    assert (parsed.key if parsed.HasField("key") else None) == envelope.key
+    assert tuple((h.name, h.value) for h in parsed.headers) == envelope.headers
+    assert Envelope.decode(envelope.raw) == envelope
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        pb.Envelope(publisher=ALICE, seq=1).SerializeToString() + b"\x10\x02",  # seq twice
+        pb.Envelope(seq=1, publisher=ALICE).SerializeToString()[::-1],  # nonsense order
+        b"\x0a\x01a\x10\x81\x00",  # a varint padded with a zero byte
+        b"\x0a\x01a\x10\x00",  # seq 0 written out (proto3 leaves defaults out)
+        b"\x0a\x01a\x40\x01",  # an unknown field
+        b"\x0a\x05a",  # cut short
+    ],
+)
+def test_an_envelope_in_any_other_layout_is_refused(raw: bytes) -> None:
+    with pytest.raises(ValueError):
+        Envelope.decode(raw)
+
+
+@given(envelope=ENVELOPES, hops=st.integers(0, MAX_HOPS))
+def test_a_gossip_item_written_by_hand_is_what_protobuf_writes(
+    envelope: Envelope, hops: int
+) -> None:
+    gossip = Gossip(id=ID1, envelope=envelope, hops=hops)
+    expected = pb.Frame(
+        items=[
+            pb.Item(
+                topic="t",
+                gossip=pb.Gossip(id=ID1, envelope=pb.Envelope.FromString(envelope.raw), hops=hops),
+            )
+        ]
+    ).SerializeToString()
+    assert encode_item("t", gossip) == expected
+    [[(topic, decoded)]] = decode_all(frame_from_items([expected]))
+    assert (topic, decoded) == ("t", gossip) and decoded.envelope == envelope
+
+
+@given(hops=st.lists(st.integers(0, MAX_HOPS), min_size=1, max_size=50))
+def test_an_ihave_item_written_by_hand_is_what_protobuf_writes(hops: list[int]) -> None:
+    summaries = tuple((bytes([i]) * MESSAGE_ID_SIZE, h) for i, h in enumerate(hops))
+    expected = pb.Frame(
+        items=[
+            pb.Item(
+                topic="t",
+                ihave=pb.IHave(summaries=[pb.IHave.Summary(id=i, hops=h) for i, h in summaries]),
+            )
+        ]
+    ).SerializeToString()
+    assert encode_item("t", IHave(summaries=summaries)) == expected
+    assert decode_all(frame_from_items([expected])) == [[("t", IHave(summaries=summaries))]]

@@ -313,6 +313,9 @@ class ConfigReplica:
 
     async def wait_for(self, version: int, timeout: float) -> bool:
         """Wait until this replica's version is at least `version`; False on timeout."""
+        if self.state.version >= version:
+            await trio.lowlevel.checkpoint()  # there already: no deadline to set up
+            return True
         with trio.move_on_after(timeout):
             # An Event swapped on each change, not a Condition: no lock to take per update
             # (a follower waits once per version, on the hot path of every update).

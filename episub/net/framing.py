@@ -1,13 +1,14 @@
 """Frames on a trio stream: read them with wire.FrameDecoder, pack queued items into them.
 
-Reading: `FrameReader.receive_frame()` reads at most `READ_CHUNK` bytes at a time and hands
-out every whole frame before it reads again, so what the decoder holds stays below one
-chunk plus one unfinished frame, itself bounded by the decoder's `max_frame_size`.
+Reading: `FrameReader.receive_frames()` reads at most `READ_CHUNK` bytes at a time and hands
+out every whole frame it then holds, together (the runtime feeds them to the core as one
+input), so what the decoder holds stays below one chunk plus one unfinished frame, itself
+bounded by the decoder's `max_frame_size`.
 
 Writing: the runtime encodes each message once (`wire.encode_item`) and queues the bytes
-per peer. `take_frame` drains what is queued into one frame (piggybacking) up to a byte
-budget and the decoder's item limit, so a burst of small control messages costs one
-write and one header.
+per peer. `take_frames` drains what is queued into frames (piggybacking) up to a byte budget
+per frame and the decoder's item limit, and up to `WRITE_BUDGET` in all, so a burst of
+messages costs one seal and one write.
 """
 
 from __future__ import annotations
@@ -28,9 +29,11 @@ __all__ = [
     "FRAME_OVERHEAD",
     "PIGGYBACK_BUDGET",
     "READ_CHUNK",
+    "WRITE_BUDGET",
     "FrameReader",
     "max_frame_size",
     "take_frame",
+    "take_frames",
 ]
 
 # What a frame may carry beyond one message of max_message_size: the GOSSIP's id, hops,
@@ -42,6 +45,9 @@ FRAME_OVERHEAD = 64 * 1024  # guess, from the sizes above
 # out as one write, small enough that a queue of large messages interleaves with others.
 PIGGYBACK_BUDGET = 64 * 1024  # guess: a typical TCP send window's worth
 READ_CHUNK = 64 * 1024  # trio's own default for receive_some in its examples
+# What one write carries at most: a few frames, sealed together. Guess: big enough that a
+# burst costs few system calls, small enough to interleave with reading.
+WRITE_BUDGET = 256 * 1024
 
 
 def max_frame_size(max_message_size: int) -> int:
@@ -55,6 +61,7 @@ class FrameReader:
     def __init__(self, stream: trio.abc.ReceiveStream, *, max_frame_size: int) -> None:
         self._stream = stream
         self._decoder = FrameDecoder(max_frame_size=max_frame_size)
+        self._error: FrameError | None = None
         self.bytes_received = 0
 
     def feed(self, data: bytes) -> None:
@@ -67,6 +74,8 @@ class FrameReader:
 
         Raises FrameError for a bad frame, or for a stream that ends inside a frame.
         """
+        if self._error is not None:
+            raise self._error
         while True:
             frame = self._decoder.next_frame()
             if frame is not None:
@@ -81,6 +90,38 @@ class FrameReader:
                 return None
             self.bytes_received += len(data)
             self._decoder.feed(data)
+
+    async def receive_frames(self) -> list[list[tuple[str | None, Message]]]:
+        """Every whole frame held after one read (at least one); [] once the peer closed
+        cleanly between frames. Raises like `receive_frame`; frames before a bad one are
+        handed out first."""
+        first = await self.receive_frame()
+        if first is None:
+            return []
+        frames = [first]
+        decoder = self._decoder
+        try:
+            while (frame := decoder.next_frame()) is not None:
+                frames.append(frame)
+        except FrameError as exc:
+            self._error = exc  # raised by the next call, once these are processed
+        return frames
+
+
+def take_frames(queue: deque[bytes], *, budget: int = WRITE_BUDGET) -> tuple[bytes, int, int]:
+    """Pop queued items into back-to-back frames, up to `budget` bytes in all (the first
+    frame always goes): (their bytes, number of items, number of frames)."""
+    frame, count = take_frame(queue, budget=min(PIGGYBACK_BUDGET, budget))
+    if not queue or len(frame) >= budget:
+        return frame, count, 1
+    frames = [frame]
+    size = len(frame)
+    while queue and size < budget:
+        frame, taken = take_frame(queue, budget=min(PIGGYBACK_BUDGET, budget - size))
+        frames.append(frame)
+        size += len(frame)
+        count += taken
+    return b"".join(frames), count, len(frames)
 
 
 def take_frame(

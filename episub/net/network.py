@@ -2,7 +2,7 @@
 
 `Network` knows nothing of the protocol. The runtime hands it encoded items to send,
 asks it to close peers, and learns through three callbacks what it must tell the core:
-frames that arrived (`on_frame`), peers that became unreachable (`on_lost`), and it
+frames that arrived (`on_frames`), peers that became unreachable (`on_lost`), and it
 answers one question for it (`uses`: is this peer still a neighbour in some topic?).
 
 Rules:
@@ -142,7 +142,7 @@ class Network:
         key: bytes,
         me: bytes,
         counters: NetCounters,
-        on_frame: Callable[[Connection, FrameItems], None],
+        on_frames: Callable[[Connection, list[FrameItems]], None],
         on_lost: Callable[[bytes], None],
         uses: Callable[[bytes], bool],
         max_frame_size: int,
@@ -164,7 +164,7 @@ class Network:
         self.me = me
         self._address = _address_of(me)
         self.counters = counters
-        self._on_frame = on_frame
+        self._on_frames = on_frames
         self._on_lost = on_lost
         self._uses = uses
         self._max_frame_size = max_frame_size
@@ -176,6 +176,7 @@ class Network:
         self._queue_max_bytes = max(send_queue_max_bytes, 2 * max_frame_size)
         self._idle_timeout = idle_timeout
         self.peers: dict[bytes, Peer] = {}
+        self._unflushed: dict[bytes, Peer] = {}  # peers sent to since the last flush()
         self._progress = trio.Event()  # set whenever bytes go out or a connection ends
         self._nursery: trio.Nursery | None = None
         self._listener_scope = trio.CancelScope()
@@ -189,15 +190,19 @@ class Network:
         *,
         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> None:
-        """Serve `listeners`; own the tasks of dials and connections; sweep idle and
-        silent connections. Runs until cancelled."""
+        """Serve `listeners`; own the tasks of dials and connections. Runs until cancelled.
+        The owner calls `sweep()` every `sweep_interval` seconds."""
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             await nursery.start(self._listen, listeners)
             task_status.started()
-            while True:
-                await trio.sleep(min(self._idle_timeout, self._liveness_timeout) / 4)
-                self._sweep()
+            await trio.sleep_forever()
+
+    @property
+    def sweep_interval(self) -> float:
+        """How often `sweep()` must run: idle and silent connections are found within a
+        quarter of their timeouts."""
+        return min(self._idle_timeout, self._liveness_timeout) / 4
 
     async def _listen(
         self, listeners: list[trio.SocketListener], *, task_status: trio.TaskStatus[None]
@@ -212,7 +217,8 @@ class Network:
     # -- sending --------------------------------------------------------------------------
 
     def send(self, peer_id: bytes, item: bytes) -> None:
-        """Queue an encoded item (wire.encode_item) for `peer_id`; dial if need be."""
+        """Queue an encoded item (wire.encode_item) for `peer_id`; dial if need be. It goes
+        out at the next `flush()`."""
         if self.closing:
             self.counters.dropped["shutdown"] += 1
             return
@@ -227,10 +233,23 @@ class Network:
         peer.queue.append(item)
         peer.queued_bytes += len(item)
         peer.close_requested = False
+        self._unflushed[peer_id] = peer
         if peer.conn is None and peer.dial_scope is None:
             self._start_dial(peer)
-        else:
-            peer.notify()
+
+    def flush(self, *, gather: bool = False) -> None:
+        """Write what `send` queued since the last flush to the peers' sockets now, from
+        the calling task (connection.py: one wakeup per burst received, no task switch);
+        `gather`: for the application's publishes (Nagle's rule, connection.GATHER_WAIT).
+        A peer still being dialled gets its queue when its connection comes up."""
+        unflushed = self._unflushed
+        if not unflushed:
+            return
+        self._unflushed = {}
+        for peer in unflushed.values():
+            conn = peer.conn
+            if conn is not None:
+                conn.flush(gather=gather)
 
     def close_peer(self, peer_id: bytes) -> None:
         """Close the peer's connection once its queue is drained (the core's ClosePeer)."""
@@ -260,9 +279,27 @@ class Network:
         for peer in crowded:
             self._overflow(peer, f"over half full for {max_wait:g} s while a publish waited")
 
+    async def flushed(self, peer_id: bytes) -> None:
+        """Return once nothing is queued or being written for `peer_id` (at once when it
+        is not connected); bound it from outside."""
+        while True:
+            progress = self._progress
+            peer = self.peers.get(peer_id)
+            conn = None if peer is None else peer.conn
+            if conn is None or (not peer.queue and conn.in_flight == 0):  # type: ignore[union-attr]
+                await trio.lowlevel.checkpoint()
+                return
+            await progress.wait()
+
     def _crowded(self) -> list[Peer]:
         items, size = self._queue_cap // 2, self._queue_max_bytes // 2
-        return [p for p in self.peers.values() if len(p.queue) > items or p.queued_bytes > size]
+        # Items taken into a write that has not completed count: they still wait on the peer.
+        return [
+            p
+            for p in self.peers.values()
+            if len(p.queue) + (p.conn.in_flight if p.conn is not None else 0) > items
+            or p.queued_bytes > size
+        ]
 
     def _overflow(self, peer: Peer, how: str = "overflowed") -> None:
         self.counters.queue_overflows += 1
@@ -466,7 +503,7 @@ class Network:
             sealed=self._encrypt,
             max_frame_size=self._max_frame_size,
             delay=None if link_delay is None else partial(link_delay, self.me, peer_id),
-            on_frame=self._on_frame,
+            on_frames=self._on_frames,
             on_written=self._on_written,
         )
         peer.conns.append(conn)
@@ -524,7 +561,7 @@ class Network:
         self._progress.set()
         self._progress = trio.Event()
 
-    def _sweep(self) -> None:
+    def sweep(self) -> None:
         """Close idle connections nobody uses; declare silent neighbours lost."""
         now = trio.current_time()
         for peer in list(self.peers.values()):

@@ -4,13 +4,20 @@ The runtime only pumps (aioquic's protocol.py): it feeds the core an input with 
 carries out the outputs, and re-arms the timer task. What each output becomes:
 
 - Send: the message is encoded once (wire.encode_item; a GOSSIP to seven peers is one
-  encoding) and handed to the network, which queues it for the peer (network.py).
-- ScheduleTimer: (deadline, seq, token) on a heap; one task sleeps until the earliest.
+  encoding) and handed to the network, which queues it for the peer (network.py); once
+  all of an input's outputs are carried out, the network writes every peer's queue from
+  the task that fed the input (network.flush): a received burst is read, processed and
+  forwarded in one wakeup.
+- ScheduleTimer: (deadline, seq, token) on a heap; one task sleeps until the earliest
+  (in one cancel scope whose deadline moves: scheduling a timer never wakes the task).
+  Its hints save wakeups: `coalesce` rounds the deadline up to a tick of the shared
+  (epoch) clock, `upkeep` to a tick of the node's own, at a phase of its own (from its
+  id); and timers due within `TIMER_SLACK` of each other fire in one wakeup.
 - ClosePeer: the network closes that connection once its queue is drained.
 - PeerMisbehaved: counted, and logged (logger "episub.net") at most once a minute per
   reason.
-- Deliver, Published, DataLost, NeighborUp, NeighborDown, Isolated: handed to `on_event`
-  (the API).
+- Deliver, Published, DataLost, NeighborUp, NeighborDown, Isolated: handed to `on_events`
+  (the API), all of one input's together, in order.
 
 Inputs come from the listener and connections (Received, ConnectionLost), the timer task
 (TimerFired) and the API (JoinTopic, LeaveTopic, Publish, ...). The core is called from
@@ -40,6 +47,7 @@ import logging
 import math
 import re
 import time
+import zlib
 from collections import deque
 from collections.abc import Callable, Hashable
 from random import Random
@@ -79,7 +87,7 @@ from episub.proto.node import NodeState
 from episub.proto.signing import Signer
 from episub.proto.wire import encode_item
 
-__all__ = ["DIAL_TIMEOUT", "LIVENESS_PINGS", "CoreError", "Runtime"]
+__all__ = ["DIAL_TIMEOUT", "LIVENESS_PINGS", "TIMER_TICK", "CoreError", "Runtime"]
 
 log = logging.getLogger("episub.net")
 
@@ -87,6 +95,19 @@ log = logging.getLogger("episub.net")
 _QUOTED = re.compile(r"""b?'(?:[^'\\]|\\.)*'|b?"(?:[^"\\]|\\.)*"|\d+""")
 
 LIVENESS_PINGS = 3  # missed pings before a silent neighbour is declared lost (guess)
+# Coalescible timers (ScheduleTimer.coalesce: pings, probes) are rounded up to a whole tick
+# of the epoch clock, upkeep timers (ScheduleTimer.upkeep) to a tick of the node's own. A
+# wakeup of an idle process costs 100-300 us of CPU here whatever it does (trio, cold
+# caches, the VM), so upkeep costs what its wakeups cost. Guess: 2 s, a small part of the
+# ping, probe, stabilisation and optimisation periods.
+TIMER_TICK = 2.0
+# Timers due this close together fire in one wakeup (Linux's timer slack does the same
+# for sleeps): ones set for the same instant by arithmetic on different clocks
+# differ by rounding. Guess: far below any protocol period, far above rounding.
+TIMER_SLACK = 0.001
+# The network's sweep (idle and silent connections) rides on the timer heap, on the
+# node's upkeep ticks: a token of the runtime's own, never fed to the core.
+_SWEEP = object()
 TIMER_RETRY = 1.0  # seconds before a timer the core failed on fires again (guess)
 
 
@@ -103,7 +124,7 @@ class Runtime:
         my_id: bytes,
         config: NodeConfig,
         rng: Random,
-        on_event: Callable[[OutEvent], None],
+        on_events: Callable[[list[OutEvent]], None],
         link_delay: LinkDelay | None = None,
         handshake_timeout: float = HANDSHAKE_TIMEOUT,
         dial_timeout: float = DIAL_TIMEOUT,
@@ -125,7 +146,7 @@ class Runtime:
             raise ValueError(f"send_queue_cap must be >= 1, not {send_queue_cap!r}")
         self.me = my_id
         self.state = NodeState(my_id, config, rng, signer=signer)
-        self._on_event = on_event
+        self._on_events = on_events
         self.max_frame_size = max_frame_size(config.broadcast.max_message_size)
         ping = config.membership
         # An active neighbour answers our pings every ping_interval (+ jitter): three
@@ -138,7 +159,7 @@ class Runtime:
             key=check_key(key),
             me=my_id,
             counters=self.counters,
-            on_frame=self._on_frame,
+            on_frames=self._on_frames,
             on_lost=self._on_lost,
             uses=self.state.uses,
             max_frame_size=self.max_frame_size,
@@ -153,9 +174,12 @@ class Runtime:
             max_connections=max_connections,
             signer=signer,
         )
-        self._timers: list[tuple[float, int, Hashable]] = []
+        self._timers: list[tuple[float, int, Hashable]] = []  # (deadline, seq, token)
         self._timer_seq = itertools.count()
-        self._timers_changed = trio.Event()
+        self._sleep: trio.CancelScope | None = None  # the timer task's, until the head
+        # The phase of this node's own upkeep ticks: spread over the tick by its id, so
+        # that nodes' upkeep decisions do not line up.
+        self._upkeep_phase = zlib.crc32(my_id) / 2**32 * TIMER_TICK
         self._deferred: deque[InEvent] = deque()
         self._pumping = False
         self._run_scope = trio.CancelScope(shield=True)
@@ -208,32 +232,32 @@ class Runtime:
 
     def input(self, event: InEvent) -> list[OutEvent]:
         """Feed the core a command (JoinTopic, Publish, ...) and carry out its outputs;
-        returns them. The caller's misuse raises LocalProtocolError; a failure of the core
-        itself is counted and raises CoreError. Either way the node carries on."""
+        returns them. What it sends goes out gathered with the application's burst, if any.
+        The caller's misuse raises LocalProtocolError; a failure of the core itself is
+        counted and raises CoreError. Either way the node carries on."""
         if self._pumping:
             self._deferred.append(event)
             return []
+        try:
+            outputs = self.state.handle(event, self.now())
+        except LocalProtocolError:
+            raise
+        except Exception as exc:
+            self._core_error(event, exc)
+            raise CoreError(f"the core failed on {type(event).__name__}: {exc!r}") from exc
         self._pumping = True
         try:
-            try:
-                outputs = self.state.handle(event, self.now())
-            except LocalProtocolError:
-                raise
-            except Exception as exc:
-                self._core_error(event, exc)
-                raise CoreError(f"the core failed on {type(event).__name__}: {exc!r}") from exc
-            try:
-                self._carry_out(outputs)
-            except Exception as exc:
-                self._core_error(event, exc)
+            self._carry_out_contained(outputs, event)
             self._feed_deferred()
         finally:
             self._pumping = False
+        self.network.flush(gather=True)
         return outputs
 
     def _feed(self, event: InEvent) -> bool:
-        """Feed the core an input from a peer, a timer or the node itself, and carry out
-        its outputs; False if the core failed on it (counted and logged, never raised)."""
+        """Feed the core an input from a peer, a timer or the node itself, carry out its
+        outputs, then write what they sent, from this task (network.flush); False if the
+        core failed on it (counted and logged, never raised)."""
         if self._pumping:
             self._deferred.append(event)
             return True
@@ -243,6 +267,7 @@ class Runtime:
             self._feed_deferred()
         finally:
             self._pumping = False
+        self.network.flush()
         return ok
 
     def _feed_one(self, event: InEvent) -> bool:
@@ -261,6 +286,12 @@ class Runtime:
     def _feed_deferred(self) -> None:
         while self._deferred:
             self._feed_one(self._deferred.popleft())
+
+    def _carry_out_contained(self, outputs: list[OutEvent], cause: InEvent) -> None:
+        try:
+            self._carry_out(outputs)
+        except Exception as exc:
+            self._core_error(cause, exc)
 
     def _core_error(self, event: InEvent, exc: Exception) -> None:
         """Count and log (at most once a minute per kind) a failure of the core."""
@@ -281,12 +312,13 @@ class Runtime:
 
     def _carry_out(self, outputs: list[OutEvent]) -> None:
         encoded: dict[tuple[str | None, int], bytes] = {}  # one encoding per message object
+        events: list[OutEvent] = []
         for out in outputs:
             kind = type(out)
             if kind is Send:
-                self._send(out, encoded)
+                self._send(out, encoded)  # type: ignore[arg-type]
             elif kind is ScheduleTimer:
-                self._schedule(out.delay, out.token)
+                self._schedule(out.delay, out.token, out.coalesce, out.upkeep)  # type: ignore[union-attr]
             elif kind is ClosePeer:
                 self.network.close_peer(out.peer)
             elif kind is PeerMisbehaved:
@@ -304,7 +336,9 @@ class Runtime:
                     out.reason,
                 )
             else:
-                self._on_event(out)
+                events.append(out)
+        if events:
+            self._on_events(events)
 
     def _send(self, out: Send, encoded: dict[tuple[str | None, int], bytes]) -> None:
         dropped = self.counters.dropped
@@ -334,40 +368,71 @@ class Runtime:
             return
         self.network.send(out.peer, item)
 
-    def _on_frame(self, conn: Connection, items: FrameItems) -> None:
+    def _on_frames(self, conn: Connection, frames: list[FrameItems]) -> None:
+        """Every frame of one read goes into the core as one input."""
         counters = self.counters
-        counters.frames_in += 1
+        counters.frames_in += len(frames)
+        items = frames[0] if len(frames) == 1 else [item for frame in frames for item in frame]
         counters.messages_in += len(items)
         counters.bytes_in += conn.take_bytes_in()
         peer_id = conn.peer.id
-        for topic, message in items:
-            if not self._feed(Received(peer_id, topic, message)):
+        if self._pumping:
+            self._deferred.extend(Received(peer_id, topic, message) for topic, message in items)
+            return
+        self._pumping = True
+        outputs: list[OutEvent] = []
+        cause = Received(peer_id, items[0][0], items[0][1])  # what a failure is logged as
+        try:
+            try:
+                # Outputs are appended as they arise: after a failure, what the items before
+                # it (and the failing one, up to where it stopped) changed still goes out.
+                self.state.handle_received(peer_id, items, self.now(), outputs)
+            except Exception as exc:
                 # A core bug met by a peer's input: the peer is cut off, the node carries on.
+                self._core_error(cause, exc)
                 conn.abort("core error")
-                return
+            self._carry_out_contained(outputs, cause)
+            self._feed_deferred()
+        finally:
+            self._pumping = False
+        self.network.flush()
 
     def _on_lost(self, peer_id: bytes) -> None:
         self._feed(ConnectionLost(peer_id))
 
     # -- timers ---------------------------------------------------------------------------
 
-    def _schedule(self, delay: float, token: Hashable) -> None:
+    def _schedule(
+        self, delay: float, token: Hashable, coalesce: bool = False, upkeep: bool = False
+    ) -> None:
         deadline = trio.current_time() + delay
-        if not self._timers or deadline < self._timers[0][0]:
-            self._timers_changed.set()  # the sleeper wakes to re-arm for the new head
-            self._timers_changed = trio.Event()
+        if coalesce:
+            # Upkeep timers fire on whole ticks of the shared (epoch) clock: a node's own
+            # pings and probes, and its neighbours', then come together, and a process
+            # wakes for them once instead of once each.
+            deadline = math.ceil((deadline + self._epoch) / TIMER_TICK) * TIMER_TICK - self._epoch
+        elif upkeep:
+            phase = self._upkeep_phase
+            deadline = math.ceil((deadline - phase) / TIMER_TICK) * TIMER_TICK + phase
         heapq.heappush(self._timers, (deadline, next(self._timer_seq), token))
+        sleep = self._sleep
+        if sleep is not None and deadline < sleep.deadline:
+            sleep.deadline = deadline  # the sleeper wakes for the new head, not now
 
     async def _timer_loop(self) -> None:
+        self._schedule(self.network.sweep_interval, _SWEEP, upkeep=True)
+        timers = self._timers
         while True:
-            changed = self._timers_changed
-            now = trio.current_time()
-            while self._timers and self._timers[0][0] <= now:
-                _, _, token = heapq.heappop(self._timers)
+            while timers and timers[0][0] <= trio.current_time() + TIMER_SLACK:
+                _, _, token = heapq.heappop(timers)
+                if token is _SWEEP:
+                    self.network.sweep()
+                    self._schedule(self.network.sweep_interval, _SWEEP, upkeep=True)
+                    continue
                 self._feed(TimerFired(token))
-            deadline = self._timers[0][0] if self._timers else math.inf
-            with trio.move_on_at(deadline):
-                await changed.wait()
+            with trio.CancelScope(deadline=timers[0][0] if timers else math.inf) as self._sleep:
+                await trio.sleep_forever()
+            self._sleep = None
 
     # -- queries ----------------------------------------------------------------------------
 

@@ -30,7 +30,14 @@ from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
 
 from episub.proto.wire import FrameError
 
-__all__ = ["RECORD_PLAINTEXT", "SealError", "SealedStream", "direction_keys"]
+__all__ = [
+    "RECORD_PLAINTEXT",
+    "RecordOpener",
+    "RecordSealer",
+    "SealError",
+    "SealedStream",
+    "direction_keys",
+]
 
 RECORD_PLAINTEXT = 64 * 1024  # bytes per record; = READ_CHUNK, so a frame costs few records
 TAG_SIZE = 16  # Poly1305
@@ -53,8 +60,86 @@ def direction_keys(session_key: bytes, *, initiator: bool) -> tuple[bytes, bytes
     return keys if initiator else (keys[1], keys[0])
 
 
-def _nonce(counter: int) -> bytes:
-    return counter.to_bytes(12, "big")
+class RecordSealer:
+    """One direction's sending side, sans-IO: `seal(plaintext)` gives the records to write."""
+
+    __slots__ = ("_aead", "_counter")
+
+    def __init__(self, key: bytes) -> None:
+        self._aead = ChaCha20Poly1305(key)
+        self._counter = 0
+
+    def seal(self, data: bytes | bytearray | memoryview) -> bytes:
+        """`data` as records of at most RECORD_PLAINTEXT bytes of plaintext each."""
+        if len(data) <= RECORD_PLAINTEXT:  # one record: most writes
+            return self._record(bytes(data))
+        out = bytearray()
+        view = memoryview(data)
+        for start in range(0, len(view), RECORD_PLAINTEXT):
+            out += self._record(bytes(view[start : start + RECORD_PLAINTEXT]))
+        return bytes(out)
+
+    def _record(self, chunk: bytes) -> bytes:
+        counter = self._counter
+        if counter >= MAX_COUNTER:
+            raise trio.BrokenResourceError("nonce space used up: the connection must end")
+        sealed = self._aead.encrypt(counter.to_bytes(12, "big"), chunk, None)
+        self._counter = counter + 1
+        return _LENGTH.pack(len(sealed)) + sealed
+
+
+class RecordOpener:
+    """One direction's receiving side, sans-IO: `feed(received)` gives the plaintext of every
+    record now complete; SealError for one that does not open."""
+
+    __slots__ = ("_aead", "_counter", "_sealed")
+
+    def __init__(self, key: bytes) -> None:
+        self._aead = ChaCha20Poly1305(key)
+        self._counter = 0
+        self._sealed = bytearray()  # received, not yet opened: at most one record
+
+    @property
+    def buffered(self) -> int:
+        """Bytes of an unfinished record held."""
+        return len(self._sealed)
+
+    def feed(self, data: bytes) -> bytes:
+        sealed = self._sealed
+        if sealed:
+            sealed += data
+            buffer: bytes | bytearray = sealed
+        else:
+            buffer = data  # nothing held: read the records out of `data` itself
+        pos, end = 0, len(buffer)
+        plain: list[bytes] = []
+        while end - pos >= _LENGTH.size:
+            (length,) = _LENGTH.unpack_from(buffer, pos)
+            if not TAG_SIZE < length <= MAX_RECORD:
+                raise SealError(
+                    f"sealed record of {length} bytes announced; they are "
+                    f"{TAG_SIZE + 1}..{MAX_RECORD} (a peer without encryption?)"
+                )
+            stop = pos + _LENGTH.size + length
+            if stop > end:
+                break
+            try:
+                record = bytes(buffer[pos + _LENGTH.size : stop])
+                plain.append(self._aead.decrypt(self._counter.to_bytes(12, "big"), record, None))
+            except InvalidTag:
+                raise SealError(
+                    f"sealed record {self._counter} does not open: altered, "
+                    "replayed or reordered in transit"
+                ) from None
+            self._counter += 1
+            pos = stop
+        if buffer is sealed:
+            del sealed[:pos]
+        elif pos < end:
+            sealed += memoryview(data)[pos:]
+        if len(plain) == 1:
+            return plain[0]
+        return b"".join(plain)
 
 
 class SealedStream(trio.abc.HalfCloseableStream):
@@ -69,30 +154,17 @@ class SealedStream(trio.abc.HalfCloseableStream):
         received: bytes = b"",
     ) -> None:
         self.transport = stream
-        self._seal = ChaCha20Poly1305(send_key)
-        self._open = ChaCha20Poly1305(receive_key)
-        self._send_counter = 0
-        self._receive_counter = 0
-        self._sealed = bytearray(received)  # received, not yet opened
+        self._sealer = RecordSealer(send_key)
+        self._opener = RecordOpener(receive_key)
+        self._received = received  # sealed bytes that came with the handshake
         self._plain = bytearray()  # opened, not yet handed out
-        self._ended = False
         self.bytes_received = len(received)  # on the wire, tags and lengths included
 
     # -- sending ------------------------------------------------------------------------------
 
     def seal(self, data: bytes) -> bytes:
         """`data` as records (sans-IO; send_all sends what this returns)."""
-        out = bytearray()
-        view = memoryview(data)
-        for start in range(0, len(view), RECORD_PLAINTEXT):
-            if self._send_counter >= MAX_COUNTER:
-                raise trio.BrokenResourceError("nonce space used up: the connection must end")
-            chunk = view[start : start + RECORD_PLAINTEXT]
-            sealed = self._seal.encrypt(_nonce(self._send_counter), bytes(chunk), None)
-            self._send_counter += 1
-            out += _LENGTH.pack(len(sealed))
-            out += sealed
-        return bytes(out)
+        return self._sealer.seal(data)
 
     async def send_all(self, data: bytes | bytearray | memoryview) -> None:
         if data:
@@ -106,45 +178,20 @@ class SealedStream(trio.abc.HalfCloseableStream):
 
     # -- receiving ----------------------------------------------------------------------------
 
-    def open_records(self) -> None:
-        """Open every whole record received (sans-IO); SealError if one fails."""
-        while len(self._sealed) >= _LENGTH.size:
-            (length,) = _LENGTH.unpack_from(self._sealed)
-            if not TAG_SIZE < length <= MAX_RECORD:
-                raise SealError(
-                    f"sealed record of {length} bytes announced; they are "
-                    f"{TAG_SIZE + 1}..{MAX_RECORD} (a peer without encryption?)"
-                )
-            end = _LENGTH.size + length
-            if len(self._sealed) < end:
-                return
-            record = bytes(self._sealed[_LENGTH.size : end])
-            try:
-                plain = self._open.decrypt(_nonce(self._receive_counter), record, None)
-            except InvalidTag:
-                raise SealError(
-                    f"sealed record {self._receive_counter} does not open: altered, "
-                    "replayed or reordered in transit"
-                ) from None
-            del self._sealed[:end]
-            self._receive_counter += 1
-            self._plain += plain
-
     async def receive_some(self, max_bytes: int | None = None) -> bytes:
+        if self._received:
+            self._plain += self._opener.feed(self._received)
+            self._received = b""
         while not self._plain:
-            self.open_records()
-            if self._plain or self._ended:
-                break
             data = await self.transport.receive_some(READ_CHUNK)
             if not data:
-                self._ended = True
-                if self._sealed:
+                if self._opener.buffered:
                     raise SealError(
-                        f"connection closed inside a sealed record ({len(self._sealed)} bytes)"
+                        f"connection closed inside a sealed record ({self._opener.buffered} bytes)"
                     )
                 break
             self.bytes_received += len(data)
-            self._sealed += data
+            self._plain += self._opener.feed(data)
         size = len(self._plain) if max_bytes is None else min(max_bytes, len(self._plain))
         out = bytes(self._plain[:size])
         del self._plain[:size]

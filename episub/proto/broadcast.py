@@ -57,7 +57,7 @@ from dataclasses import dataclass, field
 
 from episub.proto import messages as m
 from episub.proto.config import BroadcastConfig
-from episub.proto.envelope import message_id
+from episub.proto.envelope import IdHasher
 from episub.proto.errors import LocalProtocolError, MessageTooLarge
 from episub.proto.events import (
     AlreadyPublished,
@@ -72,6 +72,7 @@ from episub.proto.events import (
 from episub.proto.messages import Envelope, MessageId, PeerId
 from episub.proto.ordering import OrderedDelivery, PublisherStream
 from episub.proto.signing import Signer, check_message
+from episub.proto.tables import BroadcastCounters
 
 
 @dataclass(slots=True)
@@ -92,31 +93,6 @@ class Missing:
     grafted_from: list[PeerId] = field(default_factory=list)  # whom we GRAFTed it from
 
 
-@dataclass(slots=True)
-class BroadcastCounters:
-    published: int = 0
-    gossip_received: int = 0
-    duplicates_received: int = 0
-    delivered: int = 0
-    prunes_sent: int = 0
-    grafts_sent: int = 0
-    graft_ids_sent: int = 0
-    ihave_ids_sent: int = 0
-    pulls_sent: int = 0
-    bad_ids: int = 0
-    bad_signatures: int = 0  # signing on: unsigned, unbound or forged first copies dropped
-    data_lost: int = 0
-    optimizations: int = 0
-    recovered: int = 0  # messages pulled from behind a stream's position (history)
-    republished: int = 0  # publishes at a named stream place that was taken already
-    streams_evicted: int = 0  # idle publisher streams forgotten to make room (max_publishers)
-    rivals_won: int = 0  # first copies that took a place from another message (sooner stamp)
-    rivals_refused: int = 0  # first copies for a place whose held message stays
-    crossed_prunes: int = 0  # PRUNEs that crossed our GRAFT, answered by GRAFT again
-    regrafts: int = 0  # empty GRAFTs sent because a PRUNE took our last eager link
-    held_dropped: int = 0  # messages far beyond a gap dropped unheld (ordering.py)
-
-
 class Broadcast:
     def __init__(
         self,
@@ -133,6 +109,7 @@ class Broadcast:
         self.config = config
         self.id_key = id_key
         self.signer = signer
+        self._message_id = IdHasher(topic, id_key)
         self._timer_prefix = timer_prefix
         self.eager: dict[PeerId, None] = {}
         self.lazy: dict[PeerId, None] = {}
@@ -140,6 +117,8 @@ class Broadcast:
         self.cache_bytes = 0
         self.by_seq: dict[tuple[PeerId, int], MessageId] = {}
         self.seen: OrderedDict[MessageId, float] = OrderedDict()  # id -> when first seen
+        self._seen_due = math.inf  # when the oldest of `seen` ages out
+        self._cache_due = math.inf  # when the oldest of `cache` ages out
         self.lazy_queue: list[tuple[MessageId, int, PeerId | None]] = []
         # queued id -> neighbours known to hold it (they sent it or announced it to us):
         # the flush does not announce it to them. Emptied by each flush.
@@ -343,7 +322,7 @@ class Broadcast:
             self.counters.republished += 1
             out.append(AlreadyPublished(self.topic, publisher, seq, self.by_seq.get(stream)))
             return None
-        mid = message_id(self.topic, envelope, self.id_key)
+        mid = self._message_id(envelope.unsigned)
         if self.signer is not None:
             envelope = self.signer.sign_message(mid, envelope)
         self.counters.published += 1
@@ -358,7 +337,7 @@ class Broadcast:
         gossip = m.Gossip(id=mid, envelope=envelope, hops=1)
         for peer in self.eager:
             out.append(Send(peer, self.topic, gossip))
-        self._queue_ihave(mid, 0, None, out)
+        self._queue_ihave(mid, 0, None, now, out)
         return mid
 
     # -- messages -----------------------------------------------------------------------
@@ -379,12 +358,6 @@ class Broadcast:
                 self._on_pull(peer, publisher, first, last, out)
 
     def _on_gossip(self, peer: PeerId, msg: m.Gossip, now: float, out: list[OutEvent]) -> None:
-        envelope = msg.envelope
-        if envelope.size > self.config.max_message_size:
-            out.append(
-                PeerMisbehaved(peer, f"GOSSIP of {envelope.size} bytes exceeds max_message_size")
-            )
-            return
         if msg.hops >= m.MAX_HOPS:
             # No room to forward it (hops + 1 is past the wire's bound): checked here,
             # before it is seen or cached, or every later GRAFT or PULL answer fails too.
@@ -432,9 +405,19 @@ class Broadcast:
                 # spared by the same grace as above.
                 self._prune(peer, now, out)
             return
-        if message_id(self.topic, envelope, self.id_key) != mid:
+        try:
+            envelope = msg.envelope
+        except ValueError as exc:
+            out.append(PeerMisbehaved(peer, f"GOSSIP envelope is not canonical: {exc}"))
+            return
+        if self._message_id(envelope.unsigned) != mid:
             self.counters.bad_ids += 1
             out.append(PeerMisbehaved(peer, "GOSSIP id does not match its envelope"))
+            return
+        if envelope.size > self.config.max_message_size:
+            out.append(
+                PeerMisbehaved(peer, f"GOSSIP of {envelope.size} bytes exceeds max_message_size")
+            )
             return
         if self.signer is not None and (problem := check_message(mid, envelope)) is not None:
             self.counters.bad_signatures += 1
@@ -481,14 +464,14 @@ class Broadcast:
                 self.graft_answers[mid] = asked
                 if len(self.graft_answers) > self.config.max_missing:
                     self.graft_answers.popitem(last=False)
-        forward = m.Gossip(id=mid, envelope=envelope, hops=msg.hops + 1)
+        forward = msg.forwarded(msg.hops + 1)
         for eager_peer in self.eager:
             if eager_peer != peer and eager_peer not in holders:
                 out.append(Send(eager_peer, self.topic, forward))
         if missing is not None and self._is_neighbor(peer):
             # After the push, as Plumtree does: the announcer we graft must not get this copy.
             self._maybe_optimize(peer, msg.hops, missing.announcers, now, out)
-        self._queue_ihave(mid, msg.hops, peer, out)
+        self._queue_ihave(mid, msg.hops, peer, now, out)
         if envelope.publisher != self.me:
             self.ordering.deliver(mid, envelope, msg.hops, now, out)
 
@@ -600,7 +583,9 @@ class Broadcast:
         """Answer a GRAFT or PULL from the cache; an id we no longer hold is skipped."""
         cached = self.cache.get(mid)
         if cached is not None:
-            gossip = m.Gossip(id=mid, envelope=cached.envelope, hops=cached.hops + 1)
+            gossip = m.Gossip(
+                id=mid, envelope=cached.envelope, hops=min(cached.hops + 1, m.MAX_HOPS)
+            )
             out.append(Send(peer, self.topic, gossip))
 
     # -- timers -------------------------------------------------------------------------
@@ -618,7 +603,7 @@ class Broadcast:
             self.ordering.on_settle_timer(now, out)
 
     def _queue_ihave(
-        self, mid: MessageId, hops: int, exclude: PeerId | None, out: list[OutEvent]
+        self, mid: MessageId, hops: int, exclude: PeerId | None, now: float, out: list[OutEvent]
     ) -> None:
         self.lazy_queue.append((mid, hops, exclude))
         self.holders[mid] = [] if exclude is None else [exclude]
@@ -680,24 +665,40 @@ class Broadcast:
         self, mid: MessageId, envelope: Envelope, *, hops: int, sender: PeerId | None, now: float
     ) -> None:
         c = self.config
-        self.seen[mid] = now
-        while self.seen and (
-            len(self.seen) > c.seen_max or next(iter(self.seen.values())) + c.seen_ttl <= now
-        ):
-            self.seen.popitem(last=False)
+        seen = self.seen
+        seen[mid] = now
+        if len(seen) == 1:
+            self._seen_due = now + c.seen_ttl
+        # The age bounds are checked against the oldest entry's deadline, kept aside, so
+        # that a message costs one comparison here while nothing is due.
+        if len(seen) > c.seen_max or now >= self._seen_due:
+            while seen and (
+                len(seen) > c.seen_max or next(iter(seen.values())) + c.seen_ttl <= now
+            ):
+                seen.popitem(last=False)
+            self._seen_due = next(iter(seen.values())) + c.seen_ttl if seen else math.inf
         size = envelope.size
-        self.cache[mid] = Cached(
-            envelope=envelope, hops=hops, received_at=now, sender=sender, size=size
-        )
+        cache = self.cache
+        cache[mid] = Cached(envelope, hops, now, sender, size)
+        if len(cache) == 1:
+            self._cache_due = now + c.cache_ttl
         self.cache_bytes += size
         self.by_seq[(envelope.publisher, envelope.seq)] = mid
-        while self.cache and (
-            len(self.cache) > c.cache_max_messages
+        if (
+            len(cache) > c.cache_max_messages
             or self.cache_bytes > c.cache_max_bytes
-            or next(iter(self.cache.values())).received_at + c.cache_ttl <= now
+            or now >= self._cache_due
         ):
-            old_id, old = self.cache.popitem(last=False)
-            self.cache_bytes -= old.size
-            key = (old.envelope.publisher, old.envelope.seq)
-            if self.by_seq.get(key) == old_id:
-                del self.by_seq[key]
+            while cache and (
+                len(cache) > c.cache_max_messages
+                or self.cache_bytes > c.cache_max_bytes
+                or next(iter(cache.values())).received_at + c.cache_ttl <= now
+            ):
+                old_id, old = cache.popitem(last=False)
+                self.cache_bytes -= old.size
+                key = (old.envelope.publisher, old.envelope.seq)
+                if self.by_seq.get(key) == old_id:
+                    del self.by_seq[key]
+            self._cache_due = (
+                next(iter(cache.values())).received_at + c.cache_ttl if cache else math.inf
+            )

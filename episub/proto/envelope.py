@@ -1,30 +1,66 @@
-"""Message identity: the id of a message is blake3 over a canonical encoding of its envelope.
+"""What a publisher stamps on a message, and the message's identity.
 
-The encoding is ours, not protobuf's, because protobuf does not promise byte-identical
-serialisation across implementations; a receiver recomputes the id from the fields it
-decoded, so the id checks the fields, not the bytes they arrived in.
+An `Envelope` is its canonical bytes: the protobuf encoding of episub.proto's `Envelope`
+with fields in number order, each at most once (headers, repeated, in order), proto3
+defaults left out, varints minimal and nothing else. That is what protobuf's own
+serialiser writes for those fields, so the bytes are a protobuf message any implementation
+reads; and it is the only encoding `Envelope.decode` accepts, so bytes and fields are one
+to one. Hence:
 
-Layout: a version byte, then each field length-prefixed (u32 big-endian) in a fixed order:
-topic, publisher, seq (u64), timestamp_ms (u64), key-present flag + key, headers count +
-(name, value) pairs, payload. The signature (signed publishing) is left out: it signs
-the id (signing.py).
+- A GOSSIP carries the envelope's bytes as they were stamped, and every node forwards,
+  caches and stores those very bytes (no re-encoding on the way).
+- The message id is blake3 over a topic prefix and those bytes up to the signature
+  (`message_id`; keyed only where a NodeConfig sets `id_key`): a receiver checks it on
+  the bytes it got, without encoding anything, and the id names the fields as well as the
+  bytes. Signed publishing (signing.py) appends fields 7 and 8, the signer's public key
+  and its signature of the id: they come last and are not part of the id.
+
+Bounds checked once, where an envelope is made: by the constructor (the API's publish) or
+by `decode` (the wire). Decoding raises ValueError for anything else; the caller (a GOSSIP's
+first receipt, broadcast.py) reports the peer.
 """
 
 from __future__ import annotations
 
 import struct
+from collections.abc import Hashable
+from dataclasses import dataclass
+from typing import TypeAlias
 
 import blake3
 
-from episub.proto.messages import Envelope, MessageId, PeerId
+__all__ = [
+    "ID_VERSION",
+    "MAX_HEADERS",
+    "PUBLIC_KEY_SIZE",
+    "SIGNATURE_SIZE",
+    "Envelope",
+    "IdHasher",
+    "Signature",
+    "encode_peer_id",
+    "message_id",
+]
 
-_ENCODING_VERSION = b"\x01"
+PeerId: TypeAlias = Hashable
+MessageId: TypeAlias = bytes
+
+MAX_HEADERS = 64  # Kafka-style record headers one message may carry
+PUBLIC_KEY_SIZE = 32  # Ed25519's (signing.py)
+SIGNATURE_SIZE = 64  # Ed25519's
+MAX_SEQ = 1 << 63  # seq and timestamp_ms are below this (signed 64-bit in most consumers)
+# The version of the id's layout: blake3(ID_VERSION, u32 topic length, topic, envelope bytes).
+ID_VERSION = b"\x02"
 _U32 = struct.Struct(">I")
 _U64 = struct.Struct(">Q")
 
+# Tags (field number << 3 | wire type) of the Envelope and Header messages (episub.proto).
+_PUBLISHER, _SEQ, _TIMESTAMP, _PAYLOAD, _KEY, _HEADER = 0x0A, 0x10, 0x18, 0x22, 0x2A, 0x32
+_SIGNER, _SIGNATURE = 0x3A, 0x42
+_NAME, _VALUE = 0x0A, 0x12
+
 
 def encode_peer_id(peer: PeerId) -> bytes:
-    """Canonical bytes of a peer id: `bytes` as they are, an `int` (simulator) as 8 bytes."""
+    """Canonical bytes of a peer id: `bytes` as they are, an `int` (simulator) as 12 bytes."""
     if isinstance(peer, bytes):
         return peer
     if isinstance(peer, int) and not isinstance(peer, bool) and 0 <= peer < 1 << 64:
@@ -32,31 +68,345 @@ def encode_peer_id(peer: PeerId) -> bytes:
     raise TypeError(f"peer id must be bytes or a non-negative int, not {peer!r}")
 
 
-def _field(data: bytes) -> bytes:
-    return _U32.pack(len(data)) + data
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
 
 
-def encode_envelope(topic: str, envelope: Envelope) -> bytes:
-    parts = [
-        _ENCODING_VERSION,
-        _field(topic.encode()),
-        _field(encode_peer_id(envelope.publisher)),
-        _U64.pack(envelope.seq),
-        _U64.pack(envelope.timestamp_ms),
-    ]
-    if envelope.key is None:
-        parts.append(b"\x00")
-    else:
-        parts.append(b"\x01" + _field(envelope.key))
-    parts.append(_U32.pack(len(envelope.headers)))
-    for name, value in envelope.headers:
-        parts.append(_field(name.encode()) + _field(value))
-    parts.append(_field(envelope.payload))
-    return b"".join(parts)
+# Varints of the lengths and counts that nearly every message has, made once.
+_SMALL_VARINTS = tuple(_varint(value) for value in range(1 << 14))
+
+
+def varint(value: int) -> bytes:
+    """`value` (0 <= value < 2**64) as a protobuf varint."""
+    if value < 16384:
+        return _SMALL_VARINTS[value]
+    return _varint(value)
+
+
+def read_varint(data: bytes, pos: int) -> tuple[int, int]:
+    """The minimal varint at data[pos:] and the position after it; ValueError otherwise."""
+    byte = data[pos]
+    if byte < 0x80:
+        return byte, pos + 1
+    value = byte & 0x7F
+    shift = 7
+    pos += 1
+    while True:
+        byte = data[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            if byte == 0:
+                raise ValueError("varint is not minimal")
+            if value >= 1 << 64:
+                raise ValueError("varint exceeds 64 bits")
+            return value, pos
+        shift += 7
+        if shift > 63:
+            raise ValueError("varint longer than 10 bytes")
+
+
+def _field(tag: int, data: bytes) -> bytes:
+    return bytes((tag,)) + varint(len(data)) + data
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Signature:
+    """A message's signature (signing.py): the signer's Ed25519 public key, and its
+    signature of the message id."""
+
+    signer: bytes
+    value: bytes
+
+    def __post_init__(self) -> None:
+        if len(self.signer) != PUBLIC_KEY_SIZE:
+            raise ValueError(f"signer key must be {PUBLIC_KEY_SIZE} bytes, not {len(self.signer)}")
+        if len(self.value) != SIGNATURE_SIZE:
+            raise ValueError(f"signature must be {SIGNATURE_SIZE} bytes, not {len(self.value)}")
+
+
+class Envelope:
+    """A publisher's message: publisher, seq, timestamp_ms, payload, key, headers, and with
+    signed publishing its `signature` of the id.
+
+    Immutable by convention (slots, no setters). `raw` is the canonical encoding, `unsigned`
+    its part before the signature (what the id is over), `size` the application's bytes
+    (payload, key, headers): what size limits apply to. Two envelopes are equal when their
+    bytes are."""
+
+    __slots__ = (
+        "_payload_span",
+        "_unsigned_end",
+        "headers",
+        "key",
+        "publisher",
+        "raw",
+        "seq",
+        "signature",
+        "size",
+        "timestamp_ms",
+    )
+
+    publisher: PeerId
+    seq: int
+    timestamp_ms: int
+    key: bytes | None
+    headers: tuple[tuple[str, bytes], ...]
+    raw: bytes
+    size: int
+    signature: Signature | None
+    _payload_span: tuple[int, int]
+    _unsigned_end: int
+
+    def __init__(
+        self,
+        *,
+        publisher: PeerId,
+        seq: int,
+        timestamp_ms: int,
+        payload: bytes,
+        key: bytes | None = None,
+        headers: tuple[tuple[str, bytes], ...] = (),
+        signature: Signature | None = None,
+    ) -> None:
+        if not isinstance(seq, int) or not 0 <= seq < MAX_SEQ:
+            raise ValueError(f"seq must be a non-negative 63-bit int, not {seq!r}")
+        if not isinstance(timestamp_ms, int) or not 0 <= timestamp_ms < MAX_SEQ:
+            raise ValueError(f"timestamp_ms must be a non-negative int, not {timestamp_ms!r}")
+        if not isinstance(payload, bytes):
+            raise TypeError(f"payload must be bytes, not {type(payload).__name__}")
+        if key is not None and not isinstance(key, bytes):
+            raise TypeError(f"key must be bytes or None, not {type(key).__name__}")
+        headers = tuple(headers)
+        if len(headers) > MAX_HEADERS:
+            raise ValueError(f"at most {MAX_HEADERS} headers, not {len(headers)}")
+        parts = [_field(_PUBLISHER, encode_peer_id(publisher))]
+        if seq:
+            parts.append(b"\x10" + varint(seq))
+        if timestamp_ms:
+            parts.append(b"\x18" + varint(timestamp_ms))
+        size = len(payload)
+        if payload:
+            parts.append(bytes((_PAYLOAD,)) + varint(size))
+            start = sum(map(len, parts))
+            parts.append(payload)
+        else:
+            start = sum(map(len, parts))
+        span = (start, start + len(payload))
+        if key is not None:
+            parts.append(_field(_KEY, key))
+            size += len(key)
+        for header in headers:
+            if not (isinstance(header, tuple) and len(header) == 2):
+                raise TypeError(f"a header is a (str, bytes) pair, not {header!r:.80}")
+            name, value = header
+            if not isinstance(name, str) or not isinstance(value, bytes):
+                raise TypeError(f"a header is a (str, bytes) pair, not {header!r:.80}")
+            encoded = name.encode()
+            body = (_field(_NAME, encoded) if encoded else b"") + (
+                _field(_VALUE, value) if value else b""
+            )
+            parts.append(_field(_HEADER, body))
+            size += len(name) + len(value)
+        unsigned_end = sum(map(len, parts))
+        if signature is not None:
+            parts.append(_field(_SIGNER, signature.signer) + _field(_SIGNATURE, signature.value))
+        self.publisher = publisher
+        self.seq = seq
+        self.timestamp_ms = timestamp_ms
+        self.key = key
+        self.headers = headers
+        self.signature = signature
+        self.raw = b"".join(parts)
+        self.size = size
+        self._payload_span = span
+        self._unsigned_end = unsigned_end
+
+    @property
+    def unsigned(self) -> memoryview:
+        """The bytes before the signature: what the message id is over."""
+        return memoryview(self.raw)[: self._unsigned_end]
+
+    def signed(self, signature: Signature) -> Envelope:
+        """This envelope with `signature` (signing.py), in place of any it had."""
+        return self.replace(signature=signature)
+
+    def replace(self, **changes: object) -> Envelope:
+        """A new envelope with `changes` to its fields (as dataclasses.replace does)."""
+        fields: dict[str, object] = {
+            "publisher": self.publisher, "seq": self.seq, "timestamp_ms": self.timestamp_ms,
+            "payload": self.payload, "key": self.key, "headers": self.headers,
+            "signature": self.signature,
+        }  # fmt: skip
+        unknown = set(changes) - set(fields)
+        if unknown:
+            raise TypeError(f"Envelope has no field {sorted(unknown)[0]!r}")
+        return Envelope(**{**fields, **changes})  # type: ignore[arg-type]
+
+    @property
+    def payload(self) -> bytes:
+        start, end = self._payload_span
+        return self.raw[start:end]
+
+    @classmethod
+    def decode(cls, raw: bytes) -> Envelope:
+        """The envelope whose canonical encoding `raw` is; ValueError for any other bytes."""
+        try:
+            return cls._decode(raw)
+        except IndexError:
+            raise ValueError("envelope ends inside a field") from None
+
+    @classmethod
+    def _decode(cls, raw: bytes) -> Envelope:
+        end = len(raw)
+        if not end or raw[0] != _PUBLISHER:
+            raise ValueError("envelope does not start with its publisher")
+        size, pos = read_varint(raw, 1)
+        if not size or pos + size > end:
+            raise ValueError("envelope's publisher is empty or cut short")
+        publisher = raw[pos : pos + size]
+        pos += size
+        seq = timestamp_ms = 0
+        key = None
+        headers: list[tuple[str, bytes]] = []
+        span = (pos, pos)
+        tag = raw[pos] if pos < end else -1
+        if tag == _SEQ:
+            seq, pos = read_varint(raw, pos + 1)
+            if not 0 < seq < MAX_SEQ:
+                raise ValueError(f"seq must be 1..2**63-1 when present, not {seq}")
+            tag = raw[pos] if pos < end else -1
+        if tag == _TIMESTAMP:
+            timestamp_ms, pos = read_varint(raw, pos + 1)
+            if not 0 < timestamp_ms < MAX_SEQ:
+                raise ValueError(f"timestamp_ms must be 1..2**63-1 if present, not {timestamp_ms}")
+            tag = raw[pos] if pos < end else -1
+        app_size = 0
+        if tag == _PAYLOAD:
+            size, pos = read_varint(raw, pos + 1)
+            if not size or pos + size > end:
+                raise ValueError("envelope's payload is empty or cut short")
+            span = (pos, pos + size)
+            app_size = size
+            pos += size
+            tag = raw[pos] if pos < end else -1
+        if tag == _KEY:
+            size, pos = read_varint(raw, pos + 1)
+            if pos + size > end:
+                raise ValueError("envelope's key is cut short")
+            key = raw[pos : pos + size]
+            app_size += size
+            pos += size
+            tag = raw[pos] if pos < end else -1
+        while tag == _HEADER:
+            if len(headers) >= MAX_HEADERS:
+                raise ValueError(f"at most {MAX_HEADERS} headers")
+            size, pos = read_varint(raw, pos + 1)
+            stop = pos + size
+            if stop > end:
+                raise ValueError("envelope's header is cut short")
+            name, value = "", b""
+            if pos < stop and raw[pos] == _NAME:
+                length, pos = read_varint(raw, pos + 1)
+                if not length or pos + length > stop:
+                    raise ValueError("header name is empty or cut short")
+                name = raw[pos : pos + length].decode()  # UnicodeDecodeError is a ValueError
+                pos += length
+            if pos < stop and raw[pos] == _VALUE:
+                length, pos = read_varint(raw, pos + 1)
+                if not length or pos + length > stop:
+                    raise ValueError("header value is empty or cut short")
+                value = raw[pos : pos + length]
+                pos += length
+            if pos != stop:
+                raise ValueError("header carries fields out of order or unknown")
+            headers.append((name, value))
+            app_size += len(name) + len(value)
+            tag = raw[pos] if pos < end else -1
+        unsigned_end = pos
+        signature = None
+        if tag == _SIGNER:
+            size, pos = read_varint(raw, pos + 1)
+            signer = raw[pos : pos + size]
+            pos += size
+            if pos >= end or raw[pos] != _SIGNATURE:
+                raise ValueError("envelope has a signer but no signature")
+            size, pos = read_varint(raw, pos + 1)
+            signature = Signature(signer=signer, value=raw[pos : pos + size])  # checks sizes
+            pos += size
+        if pos != end:
+            raise ValueError("envelope carries fields out of order, repeated or unknown")
+        envelope = cls.__new__(cls)
+        envelope.publisher = publisher
+        envelope.seq = seq
+        envelope.timestamp_ms = timestamp_ms
+        envelope.key = key
+        envelope.headers = tuple(headers)
+        envelope.signature = signature
+        envelope.raw = raw
+        envelope.size = app_size
+        envelope._payload_span = span
+        envelope._unsigned_end = unsigned_end
+        return envelope
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not Envelope:
+            return NotImplemented
+        return self.raw == other.raw and self.publisher == other.publisher
+
+    def __hash__(self) -> int:
+        return hash(self.raw)
+
+    def __repr__(self) -> str:
+        return (
+            f"Envelope(publisher={self.publisher!r}, seq={self.seq!r}, "
+            f"timestamp_ms={self.timestamp_ms!r}, payload={self.payload!r:.60}, "
+            f"key={self.key!r}, headers={self.headers!r}, signature={self.signature!r})"
+        )
+
+    def __reduce__(self) -> tuple[object, ...]:
+        fields = (self.publisher, self.seq, self.timestamp_ms, self.payload, self.key)
+        return (_rebuild, (*fields, self.headers, self.signature))
+
+
+def _rebuild(
+    publisher: PeerId,
+    seq: int,
+    timestamp_ms: int,
+    payload: bytes,
+    key: bytes | None,
+    headers: tuple[tuple[str, bytes], ...],
+    signature: Signature | None,
+) -> Envelope:
+    return Envelope(
+        publisher=publisher, seq=seq, timestamp_ms=timestamp_ms, payload=payload, key=key,
+        headers=headers, signature=signature,
+    )  # fmt: skip
+
+
+class IdHasher:
+    """Message ids of one topic: blake3 over the topic prefix, hashed once, then the
+    envelope's bytes (keyed when the deployment has a 32-byte id key)."""
+
+    __slots__ = ("_base",)
+
+    def __init__(self, topic: str, key: bytes | None = None) -> None:
+        encoded = topic.encode()
+        prefix = ID_VERSION + _U32.pack(len(encoded)) + encoded
+        self._base = blake3.blake3(prefix, key=key) if key is not None else blake3.blake3(prefix)
+
+    def __call__(self, unsigned: bytes | memoryview) -> MessageId:
+        """The id of the envelope whose bytes before the signature are `unsigned`."""
+        hasher = self._base.copy()
+        hasher.update(unsigned)
+        return hasher.digest()
 
 
 def message_id(topic: str, envelope: Envelope, key: bytes | None = None) -> MessageId:
-    """blake3 of the canonical envelope; keyed mode when the deployment has a 32-byte key."""
-    hasher = blake3.blake3(key=key) if key is not None else blake3.blake3()
-    hasher.update(encode_envelope(topic, envelope))
-    return hasher.digest()
+    """The id of `envelope` on `topic` (see the module docstring)."""
+    return IdHasher(topic, key)(envelope.unsigned)

@@ -10,7 +10,7 @@ runtime or the simulator) carries out the outputs: sends, timers, deliveries.
 from __future__ import annotations
 
 from collections.abc import Hashable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TypeAlias
 
 from episub.proto.messages import (
@@ -208,10 +208,26 @@ class Send:
 @dataclass(frozen=True, slots=True)
 class ScheduleTimer:
     """Call `handle(TimerFired(token))` after `delay` seconds. Timers are never cancelled:
-    a stale one finds nothing to do when it fires."""
+    a stale one finds nothing to do when it fires.
+
+    Hints to the runtime on when a wakeup may be saved (a wakeup of an idle process costs
+    more CPU than most of what it then does). They are not part of what the timer is: they
+    take no part in equality, and the simulator fires every timer at `delay`.
+
+    `coalesce`: the timer may fire a little late, together with other such timers of this
+    node and of other nodes (the runtime rounds it up to a shared tick). For upkeep whose
+    timing does not matter to the protocol (pings, probes); never for timers whose
+    decisions must not line up across nodes (optimisation, stabilisation, shuffles).
+
+    `upkeep`: the timer may fire a little late, together with this node's other upkeep
+    (the runtime rounds it up to a tick of the node's own, at a phase of its own), so a
+    node wakes once per tick for all of it. For periodic upkeep whose decisions must not
+    line up across nodes (optimisation, stabilisation, shuffles)."""
 
     delay: float
     token: Hashable
+    coalesce: bool = field(default=False, compare=False)
+    upkeep: bool = field(default=False, compare=False)
 
 
 @dataclass(frozen=True, slots=True)

@@ -57,7 +57,7 @@ Rules from the draft, in the order a node meets them:
 from __future__ import annotations
 
 from collections.abc import Hashable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from episub.proto import messages as m
 from episub.proto.config import MembershipConfig
@@ -74,23 +74,10 @@ from episub.proto.messages import LinkKind, NeighborOp, PeerId
 from episub.proto.passive import PassiveView
 from episub.proto.peers import Rng, RttTable, choice, jittered, sample
 from episub.proto.proximity import Proximity
+from episub.proto.tables import Link, MembershipCounters
 
 # Periodic timers; each re-arms itself when it fires.
 PERIODIC_TIMERS = ("stabilize", "optimize", "shuffle", "ping", "probe")
-
-
-@dataclass(slots=True)
-class Link:
-    """One active link and what we last heard of the peer's own view."""
-
-    kind: LinkKind
-    since: float
-    peer_active: int = 0
-    peer_rand: int = 0
-    peer_view: tuple[PeerId, ...] = ()
-    relabel: LinkKind | None = None  # the kind we asked the peer to give this link
-    relabel_at: float = 0.0
-    serial: int = 0  # tells this link from an earlier one to the same peer
 
 
 @dataclass(slots=True)
@@ -101,22 +88,8 @@ class PendingRequest:
     join_ttl: int | None = None  # it answers a JOIN with this TTL: walked on if undeliverable
 
 
-@dataclass(slots=True)
-class MembershipCounters:
-    joins_accepted: int = 0
-    joins_forwarded: int = 0
-    neighbor_accepted: int = 0
-    neighbor_refused: int = 0
-    evictions: int = 0
-    stabilize_drops: int = 0
-    optimize_swaps: int = 0
-    shuffles: int = 0
-    passive_expired: int = 0
-    revived: int = 0
-    relabels: int = 0
-    one_sided_dropped: int = 0
-    recoveries: int = 0  # attempts to get back in with no neighbour and no passive peer
-    extra: dict[str, int] = field(default_factory=dict)
+_COALESCED_TIMERS = frozenset({"ping", "probe"})
+_UPKEEP_TIMERS = frozenset({"stabilize", "optimize", "shuffle"})
 
 
 class Membership:
@@ -266,10 +239,22 @@ class Membership:
             "ping": c.ping_interval,
             "probe": c.passive_probe_interval,
         }[name]
+        # Upkeep is sparse once the view is settled and measured (an idle node's CPU goes
+        # to wakeups), as frequent as it was before that.
+        if name == "probe" and self.passive_view.has_unmeasured():
+            base = min(base, c.passive_probe_interval_unmeasured)
+        elif name == "stabilize" and len(self.active) != self.active_size:
+            base = min(base, c.stabilize_interval_unsettled)
         return jittered(self.rng, base, c.timer_jitter)
 
     def _schedule(self, name: str, delay: float, out: list[OutEvent]) -> None:
-        out.append(ScheduleTimer(delay, (*self._timer_prefix, name)))
+        # Pings and probes may share wakeups with other nodes' (ScheduleTimer.coalesce):
+        # their answers then come while the node is awake anyway. The rest of the
+        # periodic upkeep shares this node's own ticks (ScheduleTimer.upkeep), at a phase
+        # of its own: lined up across nodes, it broke trees (docs/protocol.md).
+        coalesce = name in _COALESCED_TIMERS
+        upkeep = name in _UPKEEP_TIMERS
+        out.append(ScheduleTimer(delay, (*self._timer_prefix, name), coalesce, upkeep))
 
     # -- messages -----------------------------------------------------------------------
 

@@ -19,12 +19,16 @@ from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import TypeAlias
 
+from episub.proto.envelope import MAX_HEADERS as MAX_HEADERS
+from episub.proto.envelope import PUBLIC_KEY_SIZE as PUBLIC_KEY_SIZE
+from episub.proto.envelope import SIGNATURE_SIZE as SIGNATURE_SIZE
+from episub.proto.envelope import Envelope
+from episub.proto.envelope import Signature as Signature
+
 PeerId: TypeAlias = Hashable
 MessageId: TypeAlias = bytes
 
 MESSAGE_ID_SIZE = 32  # blake3's default digest size.
-PUBLIC_KEY_SIZE = 32  # Ed25519's (signing.py)
-SIGNATURE_SIZE = 64  # Ed25519's
 
 # Hard ceilings on what one message may carry, whatever a node is configured to send.
 # They exist so a hostile peer cannot make us allocate without bound; the configured
@@ -35,7 +39,6 @@ MAX_IDS_PER_MESSAGE = 4096  # IHAVE summaries and GRAFT ids
 MAX_TOPICS_PER_MESSAGE = 1024
 MAX_PULL_SPAN = 4096  # sequence numbers one PULL may ask for
 MAX_HOPS = 1 << 16
-MAX_HEADERS = 64
 MAX_TOPIC_NAME = 256  # bytes of UTF-8; Kafka caps topic names at 249 characters
 # Publisher spans one GETHELD asks about or one HELD reports: a HELD of 256 spans of 64-byte
 # publishers is ~20 KB, far below any frame limit; more publishers take more pages.
@@ -356,62 +359,69 @@ class Pong:
 # -- broadcast (Plumtree) ----------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Signature:
-    """A message's signature (signing.py): the signer's Ed25519 public key, and its
-    signature of the message id."""
-
-    signer: bytes
-    value: bytes
-
-    def __post_init__(self) -> None:
-        if len(self.signer) != PUBLIC_KEY_SIZE:
-            raise ValueError(f"signer key must be {PUBLIC_KEY_SIZE} bytes, not {len(self.signer)}")
-        if len(self.value) != SIGNATURE_SIZE:
-            raise ValueError(f"signature must be {SIGNATURE_SIZE} bytes, not {len(self.value)}")
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Envelope:
-    """What a publisher stamps: the id is blake3 of `envelope.encode_envelope(topic, self)`.
-
-    `signature` (signed publishing only) signs that id, so it is not part of it."""
-
-    publisher: PeerId
-    seq: int
-    timestamp_ms: int
-    payload: bytes
-    key: bytes | None = None
-    headers: tuple[tuple[str, bytes], ...] = ()
-    signature: Signature | None = None
-
-    def __post_init__(self) -> None:
-        if not 0 <= self.seq < 1 << 63:
-            raise ValueError(f"seq must be a non-negative 63-bit int, not {self.seq!r}")
-        if not 0 <= self.timestamp_ms < 1 << 63:
-            raise ValueError(f"timestamp_ms must be a non-negative int, not {self.timestamp_ms!r}")
-        if len(self.headers) > MAX_HEADERS:
-            raise ValueError(f"at most {MAX_HEADERS} headers, not {len(self.headers)}")
-
-    @property
-    def size(self) -> int:
-        """Bytes the application put in (payload, key, headers): what size limits apply to."""
-        size = len(self.payload) + (len(self.key) if self.key is not None else 0)
-        return size + sum(len(k) + len(v) for k, v in self.headers)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
 class Gossip:
-    """Eager push of one message. `hops` counts links travelled: 1 from the publisher."""
+    """Eager push of one message. `hops` counts links travelled: 1 from the publisher.
+
+    The envelope travels as its canonical bytes (`raw`, envelope.py). A GOSSIP read off the
+    wire (`from_wire`) holds only those bytes until its `envelope` is asked for, on its
+    first receipt: a duplicate is never decoded. `forwarded` makes the copy a node passes
+    on, sharing the bytes. Immutable by convention; equal when id, bytes and hops are."""
+
+    __slots__ = ("_envelope", "hops", "id", "raw")
 
     id: MessageId
-    envelope: Envelope
     hops: int
+    raw: bytes
+    _envelope: Envelope | None
 
-    def __post_init__(self) -> None:
-        _check_id(self.id)
-        if not 0 <= self.hops <= MAX_HOPS:
-            raise ValueError(f"hops must be in 0..{MAX_HOPS}, not {self.hops!r}")
+    def __init__(self, *, id: MessageId, envelope: Envelope, hops: int) -> None:
+        _check_id(id)
+        if not isinstance(hops, int) or not 0 <= hops <= MAX_HOPS:
+            raise ValueError(f"hops must be in 0..{MAX_HOPS}, not {hops!r}")
+        if not isinstance(envelope, Envelope):
+            raise TypeError(f"envelope must be an Envelope, not {type(envelope).__name__}")
+        self.id = id
+        self.hops = hops
+        self.raw = envelope.raw
+        self._envelope = envelope
+
+    @classmethod
+    def from_wire(cls, id: MessageId, raw: bytes, hops: int) -> Gossip:
+        """A GOSSIP whose id size and hop bound the wire decoder has checked."""
+        gossip = cls.__new__(cls)
+        gossip.id = id
+        gossip.hops = hops
+        gossip.raw = raw
+        gossip._envelope = None
+        return gossip
+
+    @property
+    def envelope(self) -> Envelope:
+        """The decoded envelope; ValueError when the bytes are not a canonical one."""
+        envelope = self._envelope
+        if envelope is None:
+            envelope = self._envelope = Envelope.decode(self.raw)
+        return envelope
+
+    def forwarded(self, hops: int) -> Gossip:
+        """This message as sent on with `hops`, sharing id, bytes and decoded envelope."""
+        gossip = Gossip.__new__(Gossip)
+        gossip.id = self.id
+        gossip.hops = hops
+        gossip.raw = self.raw
+        gossip._envelope = self._envelope
+        return gossip
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not Gossip:
+            return NotImplemented
+        return self.id == other.id and self.hops == other.hops and self.raw == other.raw
+
+    def __hash__(self) -> int:
+        return hash((self.id, self.hops))
+
+    def __repr__(self) -> str:
+        return f"Gossip(id={self.id.hex()[:16]}..., envelope={self.envelope!r}, hops={self.hops})"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -429,6 +439,13 @@ class IHave:
             _check_id(message_id)
             if not 0 <= hops <= MAX_HOPS:
                 raise ValueError(f"hops must be in 0..{MAX_HOPS}, not {hops!r}")
+
+    @classmethod
+    def from_wire(cls, summaries: tuple[tuple[MessageId, int], ...]) -> IHave:
+        """Summaries the wire decoder has checked (count, id sizes, hop bounds)."""
+        ihave = object.__new__(cls)
+        object.__setattr__(ihave, "summaries", summaries)
+        return ihave
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

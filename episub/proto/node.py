@@ -133,6 +133,24 @@ class NodeState:
         self._release_unused(out)
         return out
 
+    def handle_received(
+        self,
+        peer: PeerId,
+        items: list[tuple[str | None, m.Message]],
+        now: float,
+        out: list[OutEvent] | None = None,
+    ) -> list[OutEvent]:
+        """`Received(peer, topic, message)` for each item, in order, as one input: the items
+        of the frames of one read from `peer`. Returns all their outputs together, appended
+        to `out` if given as they arise (so a caller that contains a failure of ours still
+        has what the items before it output)."""
+        if out is None:
+            out = []
+        for topic, message in items:
+            self._on_received(peer, topic, message, now, out)
+        self._release_unused(out)
+        return out
+
     # -- commands -----------------------------------------------------------------------
 
     def _join(

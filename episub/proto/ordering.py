@@ -41,16 +41,12 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Hashable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from episub.proto import messages as m
 from episub.proto.config import BroadcastConfig
 from episub.proto.events import DataLost, Deliver, OutEvent, PeerMisbehaved, ScheduleTimer, Send
 from episub.proto.messages import Envelope, MessageId, PeerId
-
-if TYPE_CHECKING:
-    # Only for annotations: broadcast.py imports this module.
-    from episub.proto.broadcast import BroadcastCounters
+from episub.proto.tables import BroadcastCounters
 
 
 @dataclass(slots=True)
@@ -138,8 +134,23 @@ class OrderedDelivery:
         """Hand over a first copy (or our own publish at a named stream's place): the
         application gets it now if it is next, later if a gap comes before it, or never
         if its place is taken already."""
+        streams = self.streams
+        publisher = envelope.publisher
+        seq = envelope.seq
+        stream = streams.pop(publisher, None)
+        if (
+            stream is not None
+            and seq == stream.next_seq
+            and not stream.held
+            and stream.settling_until is None
+        ):
+            # The next in sequence, nothing held: what nearly every message is.
+            streams[publisher] = stream
+            stream.next_seq = seq + 1
+            self.counters.delivered += 1
+            out.append(Deliver(self.topic, mid, envelope, hops))
+            return
         c = self.config
-        stream = self.streams.pop(envelope.publisher, None)
         if stream is None:
             if len(self.streams) >= c.max_publishers and not self._evict_idle_stream():
                 out.append(PeerMisbehaved(envelope.publisher, "too many publishers on this topic"))
@@ -154,14 +165,12 @@ class OrderedDelivery:
             if settles:
                 out.append(ScheduleTimer(c.stream_settle, (*self._timer_prefix, "settle")))
         # Re-inserted on every message: `streams` runs from least to most recently active.
-        self.streams[envelope.publisher] = stream
-        seq = envelope.seq
+        streams[publisher] = stream
         if stream.settling_until is not None:
             self._hold_while_settling(stream, seq, (mid, envelope, hops))
             return
         if seq < stream.next_seq or seq in stream.held:
             return  # delivered already, or from before we joined
-        publisher = envelope.publisher
         if (
             seq > stream.next_seq
             and len(stream.held) >= c.max_held_per_publisher

@@ -37,17 +37,14 @@ Rules from the draft and HyParView:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
 from episub.proto import messages as m
 from episub.proto.config import MembershipConfig
 from episub.proto.events import OutEvent, PeerMisbehaved, Send
 from episub.proto.messages import PeerId
 from episub.proto.peers import Rng, RttTable, choice, sample
-
-if TYPE_CHECKING:
-    # Only for annotations: membership.py imports this module.
-    from episub.proto.membership import Link, MembershipCounters
+from episub.proto.tables import Link, MembershipCounters
 
 
 @dataclass(slots=True)
@@ -188,6 +185,11 @@ class PassiveView:
         """RTTs to fresh contacts let the first near links be near."""
         for p in sample(self.rng, list(self.passive), self.config.initial_probes):
             self.send_ping(p, want_view=False, now=now, out=out)
+
+    def has_unmeasured(self) -> bool:
+        """Is there a passive peer or near candidate with no RTT yet? (A query.)"""
+        get_rtt = self.rtts.get
+        return any(get_rtt(p) is None for p in (*self.near_candidates, *self.passive))
 
     def probe(self, now: float, out: list[OutEvent]) -> None:
         """Liveness, membership and RTT of known but unconnected peers (draft: passive view

@@ -36,17 +36,12 @@ Rules from GoCast and the Episub draft:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from episub.proto import messages as m
 from episub.proto.config import MembershipConfig
 from episub.proto.events import OutEvent, Send
 from episub.proto.messages import LinkKind, NeighborOp, PeerId
 from episub.proto.peers import RttTable
-
-if TYPE_CHECKING:
-    # Only for annotations: membership.py imports this module.
-    from episub.proto.membership import Link, MembershipCounters
+from episub.proto.tables import Link, MembershipCounters
 
 
 class Proximity:

@@ -42,8 +42,6 @@ called by the runtime's owner (episub.node), never by the core.
 
 from __future__ import annotations
 
-import dataclasses
-
 import blake3
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
@@ -159,4 +157,4 @@ class Signer:
             )
         value = self._private.sign(MESSAGE_DOMAIN + mid)
         signature = Signature(signer=self.public_key, value=value)
-        return dataclasses.replace(envelope, signature=signature)
+        return envelope.signed(signature)

@@ -1,0 +1,159 @@
+"""What every benchmark script reads the same way: percentiles, free ports, CPU and memory
+of processes, how busy the machine is, and a loopback-only network for peers that would
+otherwise reach out to the Internet.
+
+Not run by itself. The scripts of this directory run as scripts, so the directory is on
+`sys.path` and they `import _common`; tests that load a script by path put it there too.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import fcntl
+import math
+import os
+import resource
+import socket
+import struct
+import sys
+import time
+from collections.abc import Sequence
+
+__all__ = [
+    "busy_cpu_s",
+    "enter_loopback_namespace",
+    "free_port",
+    "free_ports",
+    "only_loopback",
+    "percentile",
+    "process_cpu_s",
+    "rss_kib",
+    "self_cpu_s",
+    "wait_quiet",
+    "wakeups",
+]
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Nearest-rank percentile (q in 0..100) of a non-empty sample: a value it holds."""
+    if not values:
+        raise ValueError("percentile of an empty sample")
+    ordered = sorted(values)
+    rank = max(1, math.ceil(q / 100 * len(ordered)))
+    return ordered[rank - 1]
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    return free_ports(1)[0]
+
+
+def free_ports(count: int) -> list[int]:
+    """`count` distinct free TCP ports on 127.0.0.1 (held open together while picking)."""
+    socks = []
+    try:
+        for _ in range(count):
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def self_cpu_s() -> float:
+    """User + system CPU seconds of this process so far."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def process_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of process `pid` so far (/proc/PID/stat); OSError once it
+    is gone."""
+    with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def rss_kib(pid: int) -> int | None:
+    """Resident set size of process `pid` in KiB (/proc/PID/status), None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+def wakeups(pid: int | str = "self") -> int | None:
+    """How many times process `pid` has blocked and been woken so far: its voluntary
+    context switches (/proc/PID/status; None where that is missing). A wakeup costs a
+    process tens of microseconds of CPU on a busy VM whatever it then does, so these
+    counts, per message or per second, say where much of the CPU goes."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("voluntary_ctxt_switches:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+def busy_cpu_s() -> float | None:
+    """Busy CPU seconds of the whole machine so far (Linux /proc/stat), else None."""
+    try:
+        with open("/proc/stat") as fh:
+            fields = [int(x) for x in fh.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+def wait_quiet(limit_s: float, max_busy_cores: float = 0.3) -> float | None:
+    """Wait (at most `limit_s`) until other processes leave the CPUs nearly idle.
+
+    Returns the busy cores seen in the last 2 s window (None where /proc/stat is missing).
+    """
+    deadline = time.monotonic() + limit_s
+    while True:
+        before = busy_cpu_s()
+        time.sleep(2.0)  # a rate over a window: there is nothing to await
+        after = busy_cpu_s()
+        if before is None or after is None:
+            return None
+        busy = (after - before) / 2.0
+        if busy <= max_busy_cores or time.monotonic() >= deadline:
+            return busy
+        print(f"waiting for a quiet machine: {busy:.2f} cores busy", file=sys.stderr)
+
+
+# -- a network of loopback only ---------------------------------------------------------------
+# iroh dials its relay servers and discovery services on the Internet by default, and its
+# Python bindings offer no switch for that. Its benchmark runs in a network namespace of its
+# own, which has nothing but a loopback interface: there is no route out at all.
+
+_CLONE_NEWNET = 0x40000000
+_SIOCGIFFLAGS, _SIOCSIFFLAGS, _IFF_UP = 0x8913, 0x8914, 0x1
+
+
+def only_loopback() -> bool:
+    """Is `lo` the only network interface this process sees?"""
+    return [name for _, name in socket.if_nameindex()] == ["lo"]
+
+
+def enter_loopback_namespace() -> None:
+    """Move this process into a new network namespace with `lo` up and nothing else (Linux,
+    root); its children inherit it. OSError when the kernel refuses."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.unshare(_CLONE_NEWNET) != 0:
+        errno = ctypes.get_errno()
+        raise OSError(errno, f"unshare(CLONE_NEWNET): {os.strerror(errno)}")
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        request = struct.pack("16sH", b"lo", 0)
+        flags = struct.unpack("16sH", fcntl.ioctl(s, _SIOCGIFFLAGS, request))[1]
+        fcntl.ioctl(s, _SIOCSIFFLAGS, struct.pack("16sH", b"lo", flags | _IFF_UP))

@@ -1,0 +1,71 @@
+"""What the parts of one topic's core share, in a leaf module: the parts import it, and so
+never each other (iroh-gossip's proto/topic.rs composes hyparview.rs and plumtree.rs the
+same way). Membership's parts (membership.py, passive.py, proximity.py) share the active
+view's links and count into one `MembershipCounters`; broadcast's parts (broadcast.py,
+ordering.py) count into one `BroadcastCounters`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from episub.proto.messages import LinkKind, PeerId
+
+__all__ = ["BroadcastCounters", "Link", "MembershipCounters"]
+
+
+@dataclass(slots=True)
+class Link:
+    """One active link and what we last heard of the peer's own view."""
+
+    kind: LinkKind
+    since: float
+    peer_active: int = 0
+    peer_rand: int = 0
+    peer_view: tuple[PeerId, ...] = ()
+    relabel: LinkKind | None = None  # the kind we asked the peer to give this link
+    relabel_at: float = 0.0
+    serial: int = 0  # tells this link from an earlier one to the same peer
+
+
+@dataclass(slots=True)
+class MembershipCounters:
+    joins_accepted: int = 0
+    joins_forwarded: int = 0
+    neighbor_accepted: int = 0
+    neighbor_refused: int = 0
+    evictions: int = 0
+    stabilize_drops: int = 0
+    optimize_swaps: int = 0
+    shuffles: int = 0
+    passive_expired: int = 0
+    revived: int = 0
+    relabels: int = 0
+    one_sided_dropped: int = 0
+    recoveries: int = 0  # attempts to get back in with no neighbour and no passive peer
+    extra: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class BroadcastCounters:
+    published: int = 0
+    gossip_received: int = 0
+    duplicates_received: int = 0
+    delivered: int = 0
+    prunes_sent: int = 0
+    grafts_sent: int = 0
+    graft_ids_sent: int = 0
+    ihave_ids_sent: int = 0
+    pulls_sent: int = 0
+    bad_ids: int = 0
+    bad_signatures: int = 0  # signing on: unsigned, unbound or forged first copies dropped
+    data_lost: int = 0
+    optimizations: int = 0
+    recovered: int = 0  # messages pulled from behind a stream's position (history)
+    republished: int = 0  # publishes at a named stream place that was taken already
+    streams_evicted: int = 0  # idle publisher streams forgotten to make room (max_publishers)
+    rivals_won: int = 0  # first copies that took a place from another message (sooner stamp)
+    rivals_refused: int = 0  # first copies for a place whose held message stays
+    crossed_prunes: int = 0  # PRUNEs that crossed our GRAFT, answered by GRAFT again
+    regrafts: int = 0  # empty GRAFTs sent because a PRUNE took our last eager link
+    held_dropped: int = 0  # messages far beyond a gap dropped unheld (ordering.py)
