@@ -28,9 +28,9 @@ Rules this machine keeps:
   delivered. A gap before a message beyond reach is given up only if the stream beyond
   goes on (two or more messages held there); a far message alone is dropped instead,
   and the stream stays where it is.
-- Held messages are bounded (`max_held_per_publisher`). When they are full, a gap before
-  a message within reach is given up at once (the stream is running away from it);
-  otherwise the farthest message goes, or the newcomer if it is the farthest.
+- Held messages are bounded (`max_held_per_publisher`). When they are full, the farthest
+  message goes, or the newcomer if it is the farthest; a full `held` gives up no gap
+  (only a stall does).
 - Every table a peer can grow is bounded: held messages per publisher, publishers (the
   least recently active idle stream is forgotten to make room), fetched spans
   (`max_fetches`).
@@ -165,7 +165,7 @@ class OrderedDelivery:
         if (
             seq > stream.next_seq
             and len(stream.held) >= c.max_held_per_publisher
-            and not self._make_room(publisher, stream, seq, out)
+            and not self._make_room(stream, seq)
         ):
             return
         # Every message goes through `held`: releasing delivers it, and what it unblocks,
@@ -198,26 +198,18 @@ class OrderedDelivery:
         held[seq] = entry
         stream.next_seq = min(stream.next_seq, seq)
 
-    def _make_room(
-        self, publisher: PeerId, stream: PublisherStream, seq: int, out: list[OutEvent]
-    ) -> bool:
+    def _make_room(self, stream: PublisherStream, seq: int) -> bool:
         """Held is full and `seq` is not next: make room for it, or say there is none.
 
-        A gap before a message within pulling reach is given up at once: the stream runs
-        away from it faster than it can be repaired (a key holder could get there by
-        forging a whole reach of places ahead of the stream; signing stops that).
-        Otherwise everything held lies beyond reach, and the farthest message goes (or
-        the newcomer, being the farthest): far messages never crowd out the stream's own
-        continuation, so a key holder that fills `held` with forged far seqs cannot make
-        a node skip to them."""
+        The farthest message goes, or the newcomer if it is the farthest; no gap is given
+        up here. A full `held` says nothing about whether in-order delivery has stalled:
+        giving up the gap at once let three forged places within reach and two far ones
+        skip a live stream (the adversarial model: seqs 3..7, not yet published, were
+        given up while the honest stream was still arriving in order). The nearest
+        messages stay, so the stream's own continuation is never crowded out; what is
+        dropped lies beyond them, inside a later gap that is pulled, or given up and
+        reported once delivery has stalled (on_gap_timer)."""
         held = stream.held
-        first = min(held)
-        if first - stream.next_seq <= self.config.max_gap:
-            # Up to the nearest message, the newcomer or the first held: next_seq passes
-            # no held message, and `seq` is not behind it afterwards.
-            self._give_up(publisher, stream, min(first, seq), out)
-            self._release_held(publisher, stream, out)
-            return True
         self.counters.held_dropped += 1
         farthest = max(held)
         if seq > farthest:
