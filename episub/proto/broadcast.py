@@ -165,7 +165,11 @@ class Broadcast:
         self.counters = BroadcastCounters()
         # Per-publisher order (ordering.py): it counts into our counters.
         self.ordering = OrderedDelivery(
-            topic=topic, config=config, timer_prefix=timer_prefix, counters=self.counters
+            topic=topic,
+            config=config,
+            timer_prefix=timer_prefix,
+            counters=self.counters,
+            forget=self._forget_seen,
         )
 
     @property
@@ -676,6 +680,9 @@ class Broadcast:
 
     # -- caches -------------------------------------------------------------------------
 
+    def _forget_seen(self, mid: MessageId) -> None:
+        self.seen.pop(mid, None)
+
     def _remember(
         self, mid: MessageId, envelope: Envelope, *, hops: int, sender: PeerId | None, now: float
     ) -> None:
@@ -686,6 +693,9 @@ class Broadcast:
         ):
             self.seen.popitem(last=False)
         size = envelope.size
+        again = self.cache.pop(mid, None)  # a copy taken again after seen forgot it
+        if again is not None:
+            self.cache_bytes -= again.size
         self.cache[mid] = Cached(
             envelope=envelope, hops=hops, received_at=now, sender=sender, size=size
         )

@@ -39,7 +39,7 @@ Rules this machine keeps:
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -77,8 +77,13 @@ class OrderedDelivery:
         config: BroadcastConfig,
         timer_prefix: tuple[Hashable, ...],
         counters: BroadcastCounters,
+        forget: Callable[[MessageId], None],
     ) -> None:
         self.topic = topic
+        # Broadcast's: a message dropped here leaves its seen set, so that a later copy
+        # (a PULL answer when the stream gets there) is taken as a first copy; otherwise
+        # an honest message dropped from a full `held` could only ever be reported lost.
+        self._forget = forget
         self.config = config
         self._timer_prefix = timer_prefix
         self.counters = counters
@@ -167,6 +172,7 @@ class OrderedDelivery:
             and len(stream.held) >= c.max_held_per_publisher
             and not self._make_room(stream, seq)
         ):
+            self._drop(mid)
             return
         # Every message goes through `held`: releasing delivers it, and what it unblocks,
         # when it is the next in sequence; otherwise it waits for the gap before it.
@@ -191,10 +197,9 @@ class OrderedDelivery:
         if len(held) >= self.config.max_held_per_publisher:
             highest = max(held)
             if seq > highest:
-                self.counters.held_dropped += 1
+                self._drop(entry[0])
                 return
-            del held[highest]
-            self.counters.held_dropped += 1
+            self._drop(held.pop(highest)[0])
         held[seq] = entry
         stream.next_seq = min(stream.next_seq, seq)
 
@@ -210,12 +215,15 @@ class OrderedDelivery:
         dropped lies beyond them, inside a later gap that is pulled, or given up and
         reported once delivery has stalled (on_gap_timer)."""
         held = stream.held
-        self.counters.held_dropped += 1
         farthest = max(held)
         if seq > farthest:
             return False
-        del held[farthest]
+        self._drop(held.pop(farthest)[0])
         return True
+
+    def _drop(self, mid: MessageId) -> None:
+        self.counters.held_dropped += 1
+        self._forget(mid)
 
     def _evict_idle_stream(self) -> bool:
         """Forget the least recently active stream that holds nothing, to make room for a
@@ -306,7 +314,8 @@ class OrderedDelivery:
             else:
                 # One message far beyond reach that nothing followed (a forged far seq
                 # looks like this): dropped; the stream stays where it is.
-                self.counters.held_dropped += 1
+                for mid, _, _ in stream.held.values():
+                    self._drop(mid)
                 stream.held.clear()
                 stream.stalled_since = None
                 stream.pull_attempts = 0
