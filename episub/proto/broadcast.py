@@ -169,7 +169,6 @@ class Broadcast:
             config=config,
             timer_prefix=timer_prefix,
             counters=self.counters,
-            forget=self._forget_seen,
         )
 
     @property
@@ -398,6 +397,16 @@ class Broadcast:
         if mid in self.seen:
             self.counters.duplicates_received += 1
             self._note_holder(mid, peer)
+            if (
+                mid in self.ordering.dropped
+                and message_id(self.topic, envelope, self.id_key) == mid
+                and (self.signer is None or check_message(mid, envelope) is None)
+                and self.ordering.take_again(mid)
+            ):
+                # Dropped unheld by ordering (its held table was full): this copy may be
+                # the one the stream needs now. Not forwarded: it was, when first seen.
+                self.ordering.deliver(mid, envelope, msg.hops, now, out)
+                return
             # A peer that just grafted us lost its parent (eager repair) or is swapping to
             # us (optimisation), and forwards what was already in flight to it: pruning it
             # for those copies would undo the repair on every link it grafted at once, and
@@ -679,9 +688,6 @@ class Broadcast:
             out.append(ScheduleTimer(c.missing_check_interval, (*self._timer_prefix, "missing")))
 
     # -- caches -------------------------------------------------------------------------
-
-    def _forget_seen(self, mid: MessageId) -> None:
-        self.seen.pop(mid, None)
 
     def _remember(
         self, mid: MessageId, envelope: Envelope, *, hops: int, sender: PeerId | None, now: float

@@ -39,7 +39,7 @@ Rules this machine keeps:
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Hashable
+from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -77,13 +77,15 @@ class OrderedDelivery:
         config: BroadcastConfig,
         timer_prefix: tuple[Hashable, ...],
         counters: BroadcastCounters,
-        forget: Callable[[MessageId], None],
     ) -> None:
         self.topic = topic
-        # Broadcast's: a message dropped here leaves its seen set, so that a later copy
-        # (a PULL answer when the stream gets there) is taken as a first copy; otherwise
-        # an honest message dropped from a full `held` could only ever be reported lost.
-        self._forget = forget
+        # Ids of messages dropped unheld, oldest first (bounded by max_held_per_publisher):
+        # a later copy of one (a PULL answer when the stream gets there) is handed here
+        # again though broadcast has seen it (`take_again`); otherwise an honest message
+        # dropped from a full `held` could only ever be reported lost. Not by leaving
+        # broadcast's seen set: a first copy is forwarded, and a message every node drops
+        # would circulate among them without end.
+        self.dropped: OrderedDict[MessageId, None] = OrderedDict()
         self.config = config
         self._timer_prefix = timer_prefix
         self.counters = counters
@@ -223,7 +225,13 @@ class OrderedDelivery:
 
     def _drop(self, mid: MessageId) -> None:
         self.counters.held_dropped += 1
-        self._forget(mid)
+        self.dropped[mid] = None
+        if len(self.dropped) > self.config.max_held_per_publisher:
+            self.dropped.popitem(last=False)
+
+    def take_again(self, mid: MessageId) -> bool:
+        """Was this message dropped here unheld? Then a copy of it is handed over again."""
+        return self.dropped.pop(mid, 0) is None
 
     def _evict_idle_stream(self) -> bool:
         """Forget the least recently active stream that holds nothing, to make room for a
