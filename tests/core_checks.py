@@ -11,8 +11,14 @@ checks, after every single input:
 - eager and lazy are disjoint and together are exactly the active view;
 - every table a peer can grow stays within its bound: cache (count, bytes), seen,
   missing ids and their announcers, held messages per publisher, publisher streams,
-  by_seq, fetches, departed peers, dormant peers, near candidates;
-- no application sees a message twice (by id, and by (publisher, seq)).
+  by_seq, fetches, ids dropped unheld, departed peers, dormant peers, near candidates;
+- no application sees a message twice (by id, and by (publisher, seq));
+- what a node says is bounded: at most `MAX_OUTPUTS_PER_INPUT` outputs for one input,
+  and at most `MAX_SENDS_PER_SECOND` messages sent in one simulated second. No one input
+  can be answered without bound, and no message can be passed on without bound (a
+  LEAVE forwarded again on every copy flooded the adversarial model's overlay
+  exponentially, 200,000 messages within a simulated second, until it ran out of
+  memory).
 """
 
 from __future__ import annotations
@@ -20,10 +26,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from episub.proto.config import MembershipConfig, NodeConfig
-from episub.proto.events import DataLost, Deliver, Published
+from episub.proto.events import DataLost, Deliver, Published, Send
 from episub.proto.node import NodeState
 
 TOPIC = "t"
+
+# Far above what any honest schedule or hostile message here makes a node say (a PULL
+# answer is bounded by the cache, an IHAVE flush by the views), and far below a storm.
+MAX_OUTPUTS_PER_INPUT = 1_000
+MAX_SENDS_PER_SECOND = 5_000
 
 # Views small enough that their bounds bind with a handful of nodes (A = 3, passive 5).
 SMALL_MEMBERSHIP = MembershipConfig(
@@ -55,6 +66,8 @@ class Checks:
     in_order: dict[int, list[tuple[object, int, bytes]]] = field(default_factory=dict)
     # node -> (publisher, first_seq, last_seq) of each range given up
     lost: dict[int, list[tuple[object, int, int]]] = field(default_factory=dict)
+    # node -> (simulated second, messages it sent in that second)
+    sent_per_second: dict[int, tuple[int, int]] = field(default_factory=dict)
 
 
 def check_node(node: NodeState) -> None:
@@ -84,6 +97,7 @@ def check_node(node: NodeState) -> None:
         ("missing", len(bc.missing), bcfg.max_missing),
         ("streams", len(bc.streams), bcfg.max_publishers),
         ("fetches", len(bc.fetches), bcfg.max_fetches),
+        ("dropped ids", len(bc.ordering.dropped), bcfg.max_held_per_publisher),
         ("by_seq", len(bc.by_seq), len(bc.cache)),
         ("left", len(mem.left), mc.max_left_memory),
         ("dormant", len(mem.dormant), mc.dormant_size),
@@ -107,6 +121,15 @@ class CheckedNode:
         outs = self.state.handle(event, now)
         me = self.state.me
         checks = self.checks
+        if len(outs) > MAX_OUTPUTS_PER_INPUT:
+            raise InvariantBroken(f"{me}: {len(outs)} outputs for one input {event!r:.200}")
+        second, sent = checks.sent_per_second.get(me, (int(now), 0))
+        if second != int(now):
+            second, sent = int(now), 0
+        sent += sum(type(out) is Send for out in outs)
+        checks.sent_per_second[me] = (second, sent)
+        if sent > MAX_SENDS_PER_SECOND:
+            raise InvariantBroken(f"{me}: sent {sent} messages in simulated second {second}")
         for out in outs:
             if type(out) is Published:
                 checks.published.append((me, out.id))

@@ -520,6 +520,21 @@ def test_leave_is_forwarded_only_once():
     assert node.handle(received(3, m.Leave(peer=9, ttl=1)), 2.0) == []
 
 
+def test_leave_is_forwarded_only_once_when_the_left_memory_is_full():
+    """The adversarial model (issue 13): a key holder sent LEAVEs of three strangers,
+    filling every node's left memory (3 in the model), then a LEAVE of a fourth with ttl
+    64. Not remembered, it was forwarded again on every copy that came back: the five
+    nodes handled 200,000 messages within a simulated second and the run ran out of
+    memory. Full, the memory forgets its oldest departure and keeps the new one."""
+    node = make_node(active=[1, 2, 3], config=node_config(membership_config(max_left_memory=2)))
+    node.handle(received(1, m.Leave(peer=7, ttl=0)), 1.0)
+    node.handle(received(1, m.Leave(peer=8, ttl=0)), 1.5)
+    assert node.handle(received(1, m.Leave(peer=9, ttl=64)), 2.0) != []
+    assert node.handle(received(2, m.Leave(peer=9, ttl=63)), 2.1) == []
+    assert node.handle(received(3, m.Leave(peer=9, ttl=62)), 2.2) == []
+    assert sorted(node._topics[TOPIC].membership.left) == [8, 9]
+
+
 def test_departed_peer_is_kept_out_of_views_for_left_memory():
     node = make_node(active=[1, 2])
     node.handle(received(1, m.Leave(peer=9, ttl=0)), 1.0)  # left_memory: until 61.0

@@ -144,7 +144,10 @@ class Broadcast:
         self.counters = BroadcastCounters()
         # Per-publisher order (ordering.py): it counts into our counters.
         self.ordering = OrderedDelivery(
-            topic=topic, config=config, timer_prefix=timer_prefix, counters=self.counters
+            topic=topic,
+            config=config,
+            timer_prefix=timer_prefix,
+            counters=self.counters,
         )
 
     @property
@@ -367,6 +370,23 @@ class Broadcast:
         if mid in self.seen:
             self.counters.duplicates_received += 1
             self._note_holder(mid, peer)
+            if mid in self.ordering.dropped:
+                # Dropped unheld by ordering (its held table was full): this copy may be
+                # the one the stream needs now. Not forwarded: it was, when first seen.
+                # Checked as a first copy is (a duplicate's envelope is otherwise never
+                # decoded).
+                try:
+                    again: Envelope | None = msg.envelope
+                except ValueError:
+                    again = None
+                if (
+                    again is not None
+                    and self._message_id(again.unsigned) == mid
+                    and (self.signer is None or check_message(mid, again) is None)
+                    and self.ordering.take_again(mid)
+                ):
+                    self.ordering.deliver(mid, again, msg.hops, now, out)
+                    return
             # A peer that just grafted us lost its parent (eager repair) or is swapping to
             # us (optimisation), and forwards what was already in flight to it: pruning it
             # for those copies would undo the repair on every link it grafted at once, and
@@ -679,6 +699,9 @@ class Broadcast:
             self._seen_due = next(iter(seen.values())) + c.seen_ttl if seen else math.inf
         size = envelope.size
         cache = self.cache
+        again = cache.pop(mid, None)  # a copy taken again after seen forgot it
+        if again is not None:
+            self.cache_bytes -= again.size
         cache[mid] = Cached(envelope, hops, now, sender, size)
         if len(cache) == 1:
             self._cache_due = now + c.cache_ttl

@@ -655,8 +655,13 @@ class Membership:
         self._expire_left(now)
         removed = self._forget(departed, out)
         first_time = departed not in self.left
-        if len(self.left) < self.config.max_left_memory or not first_time:
-            self.left[departed] = now + self.config.left_memory
+        if first_time and len(self.left) >= self.config.max_left_memory:
+            # Full: the departure remembered longest goes. A LEAVE not remembered was
+            # forwarded again on every copy: with max_left_memory LEAVEs of strangers
+            # first, one LEAVE of ttl 64 flooded the overlay exponentially (the
+            # adversarial model: 200,000 messages within a simulated second, then OOM).
+            del self.left[min(self.left, key=self.left.__getitem__)]
+        self.left[departed] = now + self.config.left_memory
         if first_time and (removed or ttl > 0):
             fwd = m.Leave(peer=departed, ttl=max(ttl - 1, 0))
             for peer in self.active:

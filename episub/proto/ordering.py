@@ -28,9 +28,9 @@ Rules this machine keeps:
   delivered. A gap before a message beyond reach is given up only if the stream beyond
   goes on (two or more messages held there); a far message alone is dropped instead,
   and the stream stays where it is.
-- Held messages are bounded (`max_held_per_publisher`). When they are full, a gap before
-  a message within reach is given up at once (the stream is running away from it);
-  otherwise the farthest message goes, or the newcomer if it is the farthest.
+- Held messages are bounded (`max_held_per_publisher`). When they are full, the farthest
+  message goes, or the newcomer if it is the farthest; a full `held` gives up no gap
+  (only a stall does).
 - Every table a peer can grow is bounded: held messages per publisher, publishers (the
   least recently active idle stream is forgotten to make room), fetched spans
   (`max_fetches`).
@@ -75,6 +75,13 @@ class OrderedDelivery:
         counters: BroadcastCounters,
     ) -> None:
         self.topic = topic
+        # Ids of messages dropped unheld, oldest first (bounded by max_held_per_publisher):
+        # a later copy of one (a PULL answer when the stream gets there) is handed here
+        # again though broadcast has seen it (`take_again`); otherwise an honest message
+        # dropped from a full `held` could only ever be reported lost. Not by leaving
+        # broadcast's seen set: a first copy is forwarded, and a message every node drops
+        # would circulate among them without end.
+        self.dropped: OrderedDict[MessageId, None] = OrderedDict()
         self.config = config
         self._timer_prefix = timer_prefix
         self.counters = counters
@@ -174,8 +181,9 @@ class OrderedDelivery:
         if (
             seq > stream.next_seq
             and len(stream.held) >= c.max_held_per_publisher
-            and not self._make_room(publisher, stream, seq, out)
+            and not self._make_room(stream, seq)
         ):
+            self._drop(mid)
             return
         # Every message goes through `held`: releasing delivers it, and what it unblocks,
         # when it is the next in sequence; otherwise it waits for the gap before it.
@@ -200,39 +208,39 @@ class OrderedDelivery:
         if len(held) >= self.config.max_held_per_publisher:
             highest = max(held)
             if seq > highest:
-                self.counters.held_dropped += 1
+                self._drop(entry[0])
                 return
-            del held[highest]
-            self.counters.held_dropped += 1
+            self._drop(held.pop(highest)[0])
         held[seq] = entry
         stream.next_seq = min(stream.next_seq, seq)
 
-    def _make_room(
-        self, publisher: PeerId, stream: PublisherStream, seq: int, out: list[OutEvent]
-    ) -> bool:
+    def _make_room(self, stream: PublisherStream, seq: int) -> bool:
         """Held is full and `seq` is not next: make room for it, or say there is none.
 
-        A gap before a message within pulling reach is given up at once: the stream runs
-        away from it faster than it can be repaired (a key holder could get there by
-        forging a whole reach of places ahead of the stream; signing stops that).
-        Otherwise everything held lies beyond reach, and the farthest message goes (or
-        the newcomer, being the farthest): far messages never crowd out the stream's own
-        continuation, so a key holder that fills `held` with forged far seqs cannot make
-        a node skip to them."""
+        The farthest message goes, or the newcomer if it is the farthest; no gap is given
+        up here. A full `held` says nothing about whether in-order delivery has stalled:
+        giving up the gap at once let three forged places within reach and two far ones
+        skip a live stream (the adversarial model: seqs 3..7, not yet published, were
+        given up while the honest stream was still arriving in order). The nearest
+        messages stay, so the stream's own continuation is never crowded out; what is
+        dropped lies beyond them, inside a later gap that is pulled, or given up and
+        reported once delivery has stalled (on_gap_timer)."""
         held = stream.held
-        first = min(held)
-        if first - stream.next_seq <= self.config.max_gap:
-            # Up to the nearest message, the newcomer or the first held: next_seq passes
-            # no held message, and `seq` is not behind it afterwards.
-            self._give_up(publisher, stream, min(first, seq), out)
-            self._release_held(publisher, stream, out)
-            return True
-        self.counters.held_dropped += 1
         farthest = max(held)
         if seq > farthest:
             return False
-        del held[farthest]
+        self._drop(held.pop(farthest)[0])
         return True
+
+    def _drop(self, mid: MessageId) -> None:
+        self.counters.held_dropped += 1
+        self.dropped[mid] = None
+        if len(self.dropped) > self.config.max_held_per_publisher:
+            self.dropped.popitem(last=False)
+
+    def take_again(self, mid: MessageId) -> bool:
+        """Was this message dropped here unheld? Then a copy of it is handed over again."""
+        return self.dropped.pop(mid, 0) is None
 
     def _evict_idle_stream(self) -> bool:
         """Forget the least recently active stream that holds nothing, to make room for a
@@ -323,7 +331,8 @@ class OrderedDelivery:
             else:
                 # One message far beyond reach that nothing followed (a forged far seq
                 # looks like this): dropped; the stream stays where it is.
-                self.counters.held_dropped += 1
+                for mid, _, _ in stream.held.values():
+                    self._drop(mid)
                 stream.held.clear()
                 stream.stalled_since = None
                 stream.pull_attempts = 0

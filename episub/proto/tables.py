@@ -68,4 +68,4 @@ class BroadcastCounters:
     rivals_refused: int = 0  # first copies for a place whose held message stays
     crossed_prunes: int = 0  # PRUNEs that crossed our GRAFT, answered by GRAFT again
     regrafts: int = 0  # empty GRAFTs sent because a PRUNE took our last eager link
-    held_dropped: int = 0  # messages far beyond a gap dropped unheld (ordering.py)
+    held_dropped: int = 0  # messages beyond a gap dropped unheld, held full (ordering.py)
