@@ -733,7 +733,8 @@ class Node:
         """Fetch from `peer` the seqs of `span` since our join (its since_seq) that this
         node lacks, when `peer` holds more of them than we do; while the fetches gain."""
         publisher = span.publisher
-        assert isinstance(publisher, bytes)
+        if not isinstance(publisher, bytes) or not publisher:
+            return
         last = span.last_seq
         first = max(span.since_seq, span.first_seq, last - FETCH_MAX_SPAN + 1)
         if first > last:
