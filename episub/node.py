@@ -32,6 +32,7 @@ from __future__ import annotations
 import itertools
 import logging
 import secrets
+import time
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
 from dataclasses import dataclass
@@ -134,6 +135,14 @@ SUBSCRIPTION_BUFFER = 1024  # guess: ~a second of a busy topic; trio has no defa
 VIEW_TIMEOUT = 2.0  # guess: a dial plus a round trip on a LAN, with room; view_of's wait
 HELD_TIMEOUT = 2.0  # guess: as VIEW_TIMEOUT, per page of a held_by answer
 HELD_MAX_PAGES = 400  # pages one held_by follows: 102,400 publishers = max_publishers
+# Catch-up with a neighbour whose link came up (see _catch_up): how many run at once, and
+# how long one may take in all. A link is lost with its send queue (a peer too slow for a
+# burst), and nothing announces those messages again, so the link's return is when the two
+# ends compare what they hold and pull the difference.
+CATCH_UP_AT_ONCE = 4  # guess: a few neighbours' holdings compared at a time
+CATCH_UP_TIMEOUT = 60.0  # guess: several FETCH_TIMEOUTs; a catch-up is background work
+# Stamps are the publishers' clocks, the join time ours: asked from a little before it.
+CATCH_UP_CLOCK_SLACK_MS = 2000  # guess: NTP keeps a cluster's hosts within milliseconds
 # Named streams whose publisher starts with this carry a deployment's own bookkeeping (a
 # Spark sink's batch index): held, relayed and readable by range like any message, never
 # delivered to subscriptions or listeners. Application streams must not use the prefix.
@@ -256,6 +265,16 @@ class Node:
         self._held_waiters: dict[int, _HeldWaiter] = {}
         self._held_nonces = itertools.count(1)
         self._topics_waiters: dict[bytes, list[_TopicsWaiter]] = {}
+        # When each topic was joined (wall clock, ms): a catch-up asks only for what was
+        # published since, what this node should hold. (topic, peer) catch-ups pending or
+        # running, one per link (so bounded by topics times the active view), each with
+        # whether the link came up again since it started.
+        self._joined_ms: dict[str, int] = {}
+        self._catching_up: dict[tuple[str, bytes], bool] = {}
+        self._catch_up_locks: dict[str, trio.Lock] = {}  # topics with a catch-up pending
+        self._catch_up_slots = trio.CapacityLimiter(CATCH_UP_AT_ONCE)
+        self._catch_ups = 0
+        self._caught_up = 0
 
     # -- lifetime ---------------------------------------------------------------------------
 
@@ -380,6 +399,7 @@ class Node:
         else:
             await trio.lowlevel.checkpoint()
         up, who = self._first_neighbor[topic] = (trio.Event(), [])
+        self._joined_ms[topic] = int(time.time() * 1000)
         runtime.input(JoinTopic(topic, tuple(dict.fromkeys(contacts))))
         self._bootstrap[topic] = addresses
         if not contacts:
@@ -430,6 +450,7 @@ class Node:
         await trio.lowlevel.checkpoint()
         runtime.input(LeaveTopic(topic))
         self._bootstrap.pop(topic, None)
+        self._joined_ms.pop(topic, None)
 
     async def _refresh_contacts(self, topic: str, addresses: list[Address]) -> None:
         """Dial a topic's bootstrap addresses again and hand the core the ids they answer
@@ -585,6 +606,12 @@ class Node:
                 if waiting is not None and not waiting[0].is_set():
                     waiting[1].append(event.peer)  # type: ignore[union-attr]
                     waiting[0].set()
+                link = (event.topic, event.peer)  # type: ignore[union-attr]
+                if link in self._catching_up:
+                    self._catching_up[link] = True  # compare again once this one is done
+                elif self._nursery is not None:
+                    self._catching_up[link] = False
+                    self._nursery.start_soon(self._catch_up, *link)
             elif kind is Isolated:
                 self._on_isolated(event.topic)  # type: ignore[union-attr]
             elif kind is ViewReport:
@@ -669,6 +696,80 @@ class Node:
         if found:
             self._running().input(ServeHistory(event.topic, event.peer, found))
 
+    async def _catch_up(self, topic: str, peer: bytes) -> None:
+        """A link came up: pull from `peer` what it holds of `topic`, published since we
+        joined, that this node lacks; again if the link came up again meanwhile.
+
+        Messages are lost with a link: a peer too slow for a burst overflows its send queue
+        and the link closes with the queue's messages, IHAVEs included; once the burst has
+        ended no later message shows the gap, and no IHAVE comes again. Comparing holdings
+        (GETHELD, answered from retention) when the link returns repairs that, whichever end
+        lost the messages. After the tree's own repair (gap_timeout), so that live traffic
+        in flight is not pulled twice; at most CATCH_UP_AT_ONCE at once, each bounded by
+        CATCH_UP_TIMEOUT."""
+        link = (topic, peer)
+        try:
+            while True:
+                # One link of a topic at a time: the next finds what this one pulled held,
+                # instead of pulling it a second time from another neighbour.
+                lock = self._catch_up_locks.setdefault(topic, trio.Lock())
+                async with lock, self._catch_up_slots:
+                    await self._catch_up_once(topic, peer)
+                if not self._catching_up.get(link):
+                    return
+                self._catching_up[link] = False  # it came up again while we compared
+        except LocalProtocolError:
+            return  # the node stopped
+        finally:
+            self._catching_up.pop(link, None)
+            if not any(t == topic for t, _ in self._catching_up):
+                self._catch_up_locks.pop(topic, None)
+
+    async def _catch_up_once(self, topic: str, peer: bytes) -> None:
+        runtime = self._running()
+        pause = self._config.broadcast.gap_timeout
+        with trio.move_on_after(CATCH_UP_TIMEOUT):
+            while True:
+                await trio.sleep(pause)  # the tree's own repair first; then between asks
+                if peer not in (n.peer_id for n in self.neighbors(topic)):
+                    return  # the link went again (its return starts another catch-up)
+                joined = self._joined_ms.get(topic)
+                if joined is None:
+                    return
+                since = max(1, joined - CATCH_UP_CLOCK_SLACK_MS)
+                spans = await self.held_by(topic, peer, since_ms=since)
+                if spans is not None:
+                    break  # else no answer: the link may be closing, or the peer busy
+        if spans is None:
+            return
+        self._catch_ups += 1
+        with trio.move_on_after(CATCH_UP_TIMEOUT):
+            for span in spans:
+                if span.publisher != runtime.me:
+                    await self._catch_up_stream(topic, peer, span)
+
+    async def _catch_up_stream(self, topic: str, peer: bytes, span: HeldSpan) -> None:
+        """Fetch from `peer` the seqs of `span` since our join (its since_seq) that this
+        node lacks, when `peer` holds more of them than we do; while the fetches gain."""
+        publisher = span.publisher
+        if not isinstance(publisher, bytes) or not publisher:
+            return
+        last = span.last_seq
+        first = max(span.since_seq, span.first_seq, last - FETCH_MAX_SPAN + 1)
+        if first > last:
+            return
+        # The peer holds at least this many of first..last (count covers first_seq..last).
+        theirs = span.count - (first - span.first_seq)
+        while True:
+            ours = self._retention.span(topic, publisher, first, last, trio.current_time())
+            had = 0 if ours is None else ours.count
+            if had >= last - first + 1 or had >= theirs:
+                return
+            got = len(await self.fetch(topic, publisher, first, last, holders=[peer]))
+            self._caught_up += max(0, got - had)
+            if got <= had:
+                return  # nobody gave more: what is left is not to be had now
+
     # -- queries ----------------------------------------------------------------------------
 
     def neighbors(self, topic: str) -> list[Neighbor]:
@@ -736,6 +837,8 @@ class Node:
         out["subscribers_lagged"] = sum(1 for s in subs if s.dropped)
         out["listeners"] = sum(len(group) for group in self._listeners.values())
         out["listener_errors"] = self._listener_errors
+        out["catch_ups"] = self._catch_ups  # links whose holdings were compared on coming up
+        out["caught_up"] = self._caught_up  # messages those catch-ups pulled
         out["signed"] = int(self._sign)  # signed publishing on (1) or off (0)
         out["retained_messages"] = len(self._retention)
         out["retained_bytes"] = self._retention.bytes
