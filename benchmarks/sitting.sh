@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # The acceptance sitting of docs/benchmarks.md: every comparison, systems interleaved, one
-# sitting, under the shared lock. Writes benchmarks/results/sitting/*.json.
-#   flock /tmp/episub-heavy.lock bash benchmarks/sitting.sh
+# sitting, under the shared lock. Writes benchmarks/results/sitting/*.json, or into DIR:
+#   flock /tmp/episub-heavy.lock bash benchmarks/sitting.sh [DIR]
+# PACED_RUNS=1 takes one paced run of each system instead of two (development figures).
 # Peers: redis-server (Debian), iroh in its own venv ($IROH_PYTHON, default
 # /work/iroh-venv/bin/python: python3 -m venv DIR && DIR/bin/pip install iroh==0.35.0 trio).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
 IROH_PYTHON=${IROH_PYTHON:-/work/iroh-venv/bin/python}
-R=benchmarks/results/sitting
+R=${1:-benchmarks/results/sitting}
 mkdir -p "$R"
 export PYTHONPATH=$PWD
 uptime > "$R/load_before.txt"
@@ -16,7 +17,7 @@ $PY benchmarks/loopback.py --system episub --nodes 8 --size 256 --messages 20000
     --out $R/episub_n8_256B_burst20000.json
 $PY benchmarks/loopback.py --system episub --nodes 16 --size 4096 --messages 5000 \
     --out $R/episub_n16_4KiB_burst5000.json
-for run in 1 2; do
+for run in $(seq 1 "${PACED_RUNS:-2}"); do
     $PY benchmarks/loopback.py --system episub --nodes 8 --size 256 --messages 1000 --rate 100 \
         --out $R/episub_n8_256B_paced100_run$run.json
     $PY benchmarks/loopback.py --system iroh --python "$IROH_PYTHON" --nodes 8 --size 256 \
