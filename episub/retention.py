@@ -19,6 +19,13 @@ Rules this store keeps:
   same one, whatever order they came in. The same message again changes nothing.
 - Per-publisher summaries (first and last seq held, how many) cost O(1) for streams that
   arrive roughly in order and age out oldest first, as publishers' streams do.
+
+Storage: rows in columns (`array`s and lists) in the order stored, and each publisher's
+places in a SeqIndex (an array indexed by seq while the stream is dense). A message costs
+what `add` was given (the node gives the envelope's bytes, the same object its broadcast
+cache holds: one copy of a payload per node) plus ~70 bytes; see docs/operations.md.
+`add_item` and `entries` are `add` and `get` for a caller that keeps the fields apart from
+the stored item.
 """
 
 from __future__ import annotations
