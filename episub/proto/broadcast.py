@@ -307,11 +307,19 @@ class Broadcast:
                 for mid, publisher, seq, hops in queue
                 if peer not in holders.get(mid, ())
             ]
-        return [
-            (publisher, seq, hops)
-            for mid, publisher, seq, hops in queue
-            if peer not in holders.get(mid, ()) and not _in_ranges(publisher, seq, noted)
-        ]
+        spans: dict[PeerId, list[tuple[int, int]]] = {}
+        for publisher, first, last, _ in noted:
+            spans.setdefault(publisher, []).append((first, last))
+        unheld = []
+        for mid, publisher, seq, hops in queue:
+            if peer in holders.get(mid, ()):
+                continue
+            for first, last in spans.get(publisher, ()):
+                if first <= seq <= last:
+                    break
+            else:
+                unheld.append((publisher, seq, hops))
+        return unheld
 
     def _send_ihave(
         self, peer: PeerId, places: list[tuple[PeerId, int, int]], out: list[OutEvent]
@@ -859,7 +867,3 @@ def _chunks(ranges: list[m.StreamRange]) -> list[tuple[m.StreamRange, ...]]:
     """`ranges` in groups of at most MAX_RANGES_PER_MESSAGE, one message each."""
     size = m.MAX_RANGES_PER_MESSAGE
     return [tuple(ranges[i : i + size]) for i in range(0, len(ranges), size)]
-
-
-def _in_ranges(publisher: PeerId, seq: int, ranges: list[m.StreamRange]) -> bool:
-    return any(p == publisher and first <= seq <= last for p, first, last, _ in ranges)
