@@ -481,7 +481,7 @@ class _TopicCache(dict[str, bytes]):
 
 
 _topic_fields = _TopicCache()
-_FAST_BODIES = (0x12, 0x1A)  # Item.gossip, Item.ihave
+_GOSSIP_BODY = 0x12  # Item.gossip
 _topic_names: dict[bytes, str] = {}  # topic bytes read -> the checked name, for reading
 
 
@@ -691,8 +691,8 @@ class FrameDecoder:
                     )
                 item = None
                 ahead = pos + 2 + body[pos + 1] if size > 3 else stop  # after a short topic
-                if ahead < stop and body[pos] == 0x0A and body[ahead] in _FAST_BODIES:
-                    item = _read_fast(body, pos, stop)  # a topic, then a GOSSIP or an IHAVE
+                if ahead < stop and body[pos] == 0x0A and body[ahead] == _GOSSIP_BODY:
+                    item = _read_fast(body, pos, stop)  # a topic, then a GOSSIP
                 if item is None:
                     parsed = pb.Item()
                     try:
