@@ -19,7 +19,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import secrets
+import random
 import struct
 
 import trio
@@ -32,7 +32,6 @@ from episub.proto.messages import (
     Graft,
     IHave,
     Join,
-    MessageId,
     Neighbor,
     NeighborOp,
 )
@@ -44,11 +43,7 @@ __all__ = ["BEHAVIOURS", "FAR_JUMP_SEQS", "forged_gossip", "join_as_neighbour"]
 FAR_JUMP_SEQS = (0, 1, 2, 3, 4, 5, 10, 5_000_000)
 
 JOIN_WAIT = 10.0  # s for the target's link request
-IDS_PER_MESSAGE = 1000  # ~36 KB a frame: within any node's frame limit (FRAME_OVERHEAD)
-
-
-def random_ids(count: int) -> list[MessageId]:
-    return [secrets.token_bytes(32) for _ in range(count)]
+RANGES = 62  # ranges of 16 places per IHAVE: 992 messages named, within MAX_IDS_PER_MESSAGE
 
 
 async def join_as_neighbour(raw: RawPeer, topic: str) -> None:
@@ -69,17 +64,24 @@ async def join_as_neighbour(raw: RawPeer, topic: str) -> None:
 async def ihave_flood(raw: RawPeer, topic: str, rounds: int = 20) -> None:
     await join_as_neighbour(raw, topic)
     for _ in range(rounds):
-        ids = random_ids(IDS_PER_MESSAGE)
-        await raw.send_items([(topic, IHave(summaries=tuple((i, 1) for i in ids)))])
+        # Places no one published, the most one IHAVE may name: each is tracked as missing
+        # and grafted, within the bounds of max_missing and the GRAFT size.
+        base = random.randrange(1 << 40)
+        ranges = tuple((raw.id, base + i * 16, base + i * 16 + 15, 1) for i in range(RANGES))
+        await raw.send_items([(topic, IHave(ranges=ranges))])
 
 
 async def graft_all(
-    raw: RawPeer, topic: str, rounds: int = 20, known: list[MessageId] | None = None
+    raw: RawPeer, topic: str, rounds: int = 20, known: list[bytes] | None = None
 ) -> None:
     await join_as_neighbour(raw, topic)
     for _ in range(rounds):
-        ids = ((known or []) + random_ids(IDS_PER_MESSAGE))[:IDS_PER_MESSAGE]
-        await raw.send_items([(topic, Graft(ids=tuple(ids)))])
+        # The first 1,024 places of the publishers it knows the target holds (`known`), and
+        # wide ranges of nothing.
+        ranges = [(publisher, 0, 1023, 0) for publisher in (known or [])[:2]]
+        base = random.randrange(1 << 40)
+        ranges += [(raw.id, base + i * 1024, base + i * 1024 + 1023, 0) for i in range(2)]
+        await raw.send_items([(topic, Graft(ranges=tuple(ranges)))])
 
 
 async def huge_ttl(raw: RawPeer, topic: str) -> None:

@@ -148,6 +148,17 @@ class Adversary(RuleBasedStateMachine):
         seq = self.published + value if kind == "rel" else value
         return min(max(seq, 0), (1 << 63) - 1)
 
+    def _ranges(self, draw: Any, least: int) -> tuple[m.StreamRange, ...]:
+        """IHAVE/GRAFT ranges near the live stream or far from it, up to the bound of
+        messages one may name (4 x 1,024 = MAX_IDS_PER_MESSAGE)."""
+        out = []
+        for _ in range(draw(st.integers(least, 4), label="ranges")):
+            first = self._seq(draw(seqs, label="first"))
+            span = draw(st.sampled_from([0, 1, 7, 63, 1023]), label="span")
+            last = min(first + span, (1 << 63) - 1)
+            out.append((draw(publishers, label="publisher"), first, last, draw(hops)))
+        return tuple(out)
+
     def _message(self, data: st.DataObject) -> tuple[str | None, m.Message]:
         ids = st.sampled_from(self.ids) | st.binary(min_size=32, max_size=32)
         kind = data.draw(
@@ -179,10 +190,9 @@ class Adversary(RuleBasedStateMachine):
                 self.ids.append(right)
                 return TOPIC, m.Gossip(id=mid, envelope=envelope, hops=draw(hops, label="hops"))
             case "ihave":
-                summaries = draw(st.lists(st.tuples(ids, hops), min_size=1, max_size=4))
-                return TOPIC, m.IHave(summaries=tuple(summaries))
+                return TOPIC, m.IHave(ranges=self._ranges(draw, least=1))
             case "graft":
-                return TOPIC, m.Graft(ids=tuple(draw(st.lists(ids, max_size=4))))
+                return TOPIC, m.Graft(ranges=self._ranges(draw, least=0))
             case "prune":
                 return TOPIC, m.Prune()
             case "pull":

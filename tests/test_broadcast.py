@@ -79,6 +79,15 @@ def fake_id(n: int) -> bytes:
     return bytes([n]) * 32
 
 
+def at(e: m.Envelope, hops: int = 0) -> m.StreamRange:
+    """The one-message range of `e`'s place, as IHAVE and GRAFT name it."""
+    return (e.publisher, e.seq, e.seq, hops)
+
+
+def place(e: m.Envelope) -> tuple[object, int]:
+    return (e.publisher, e.seq)
+
+
 # -- publishing ---------------------------------------------------------------------------
 
 
@@ -89,7 +98,7 @@ def test_publish_sends_gossip_hops_1_to_eager_peers_queues_ihave_and_emits_publi
     e = envelope(ME, 0, b"hi", timestamp_ms=1000)
     g = m.Gossip(id=mid(e), envelope=e, hops=1)
     assert out == [Published(TOPIC, mid(e), e), send(1, g), send(2, g), IHAVE_TIMER]
-    assert fire(node, "ihave", 1.125) == [send(3, m.IHave(summaries=((mid(e), 0),)))]
+    assert fire(node, "ihave", 1.125) == [send(3, m.IHave(ranges=(at(e),)))]
 
 
 def test_publish_stamps_publisher_sequence_and_timestamp():
@@ -217,8 +226,8 @@ def test_ihave_is_flushed_to_lazy_peers_only_excluding_the_peer_it_came_from():
     node.handle(received(2, gossip(b, hops=2)), 1.0)
     make_lazy(node, 2, now=1.0)
     assert fire(node, "ihave", 1.125) == [
-        send(3, m.IHave(summaries=((mid(a), 1), (mid(b), 2)))),
-        send(2, m.IHave(summaries=((mid(a), 1),))),
+        send(3, m.IHave(ranges=(at(a, 1), at(b, 2)))),  # two hop counts: two runs
+        send(2, m.IHave(ranges=(at(a, 1),))),
     ]
     assert fire(node, "ihave", 1.25) == []  # the queue was emptied
 
@@ -229,23 +238,24 @@ def test_ihave_leaves_out_ids_a_peer_sent_or_announced_to_us_meanwhile():
     a, b = env(0), env(1)
     node.handle(received(1, gossip(a, hops=1)), 1.0)
     node.handle(received(1, gossip(b, hops=1)), 1.0)
-    node.handle(received(2, m.IHave(summaries=((mid(a), 1),))), 1.05)  # 2 holds a
+    node.handle(received(2, m.IHave(ranges=(at(a, 1),))), 1.05)  # 2 holds a
     node.handle(received(3, gossip(b, hops=2)), 1.06)  # 3 holds b (a duplicate)
     assert fire(node, "ihave", 1.125) == [
-        send(2, m.IHave(summaries=((mid(b), 1),))),
-        send(3, m.IHave(summaries=((mid(a), 1),))),
-        send(4, m.IHave(summaries=((mid(a), 1), (mid(b), 1)))),
+        send(2, m.IHave(ranges=(at(b, 1),))),
+        send(3, m.IHave(ranges=(at(a, 1),))),
+        send(4, m.IHave(ranges=((PUBLISHER, 0, 1, 1),))),  # one run: seqs 0..1 at hops 1
     ]
 
 
 def test_ihave_is_chunked_by_max_ihave_ids():
     node = node_with(1, 9, max_ihave_ids=2)  # 9 stays eager: a node keeps a parent
     make_lazy(node, 1)
-    ids = [node.handle(Publish(TOPIC, bytes([i])), 1.0)[0].id for i in range(5)]
+    for i in range(5):
+        node.handle(Publish(TOPIC, bytes([i])), 1.0)
     assert fire(node, "ihave", 1.125) == [
-        send(1, m.IHave(summaries=((ids[0], 0), (ids[1], 0)))),
-        send(1, m.IHave(summaries=((ids[2], 0), (ids[3], 0)))),
-        send(1, m.IHave(summaries=((ids[4], 0),))),
+        send(1, m.IHave(ranges=((ME, 0, 1, 0),))),
+        send(1, m.IHave(ranges=((ME, 2, 3, 0),))),
+        send(1, m.IHave(ranges=((ME, 4, 4, 0),))),
     ]
 
 
@@ -260,43 +270,43 @@ def test_ihave_timer_is_armed_once_per_batch():
 def test_ihave_of_an_unknown_id_makes_it_missing_and_arms_the_missing_timer():
     node = node_with(1, 2, 3)
     make_lazy(node, 2, 3)
-    x = fake_id(1)
-    assert node.handle(received(2, m.IHave(summaries=((x, 3),))), 1.0) == [MISSING_TIMER]
-    assert node.handle(received(3, m.IHave(summaries=((x, 1),))), 1.0) == []
-    assert broadcast(node).missing[x].announcers == [(2, 3), (3, 1)]
+    x = env(1)
+    assert node.handle(received(2, m.IHave(ranges=(at(x, 3),))), 1.0) == [MISSING_TIMER]
+    assert node.handle(received(3, m.IHave(ranges=(at(x, 1),))), 1.0) == []
+    assert broadcast(node).missing[place(x)].announcers == [(2, 3), (3, 1)]
 
 
 def test_ihave_of_a_seen_id_is_ignored():
     node = node_with(1, 2)
     node.handle(received(1, gossip(env(0))), 1.0)
-    assert node.handle(received(2, m.IHave(summaries=((mid(env(0)), 1),))), 1.0) == []
+    assert node.handle(received(2, m.IHave(ranges=(at(env(0), 1),))), 1.0) == []
     assert broadcast(node).missing == {}
 
 
 def test_ihave_from_a_non_neighbour_is_ignored():
     node = node_with(1)
-    assert node.handle(received(7, m.IHave(summaries=((fake_id(1), 1),))), 1.0) == []
+    assert node.handle(received(7, m.IHave(ranges=(at(env(1), 1),))), 1.0) == []
     assert broadcast(node).missing == {}
 
 
 def test_first_missing_tick_marks_second_grafts_from_first_announcer_next_from_the_next():
     node = node_with(1, 2, 3)
     make_lazy(node, 2, 3)
-    x = fake_id(1)
-    node.handle(received(2, m.IHave(summaries=((x, 3),))), 1.0)
-    node.handle(received(3, m.IHave(summaries=((x, 1),))), 1.0)
+    x = env(1)
+    node.handle(received(2, m.IHave(ranges=(at(x, 3),))), 1.0)
+    node.handle(received(3, m.IHave(ranges=(at(x, 1),))), 1.0)
     assert fire(node, "missing", 1.25) == [MISSING_TIMER]
-    assert fire(node, "missing", 1.5) == [send(2, m.Graft(ids=(x,))), MISSING_TIMER]
+    assert fire(node, "missing", 1.5) == [send(2, m.Graft(ranges=(at(x),))), MISSING_TIMER]
     assert node.eager_peers(TOPIC) == [1, 2]  # grafting makes the link eager
-    assert fire(node, "missing", 1.75) == [send(3, m.Graft(ids=(x,))), MISSING_TIMER]
-    assert fire(node, "missing", 2.0) == [send(2, m.Graft(ids=(x,))), MISSING_TIMER]
+    assert fire(node, "missing", 1.75) == [send(3, m.Graft(ranges=(at(x),))), MISSING_TIMER]
+    assert fire(node, "missing", 2.0) == [send(2, m.Graft(ranges=(at(x),))), MISSING_TIMER]
 
 
 def test_a_missing_id_that_arrives_is_no_longer_grafted():
     node = node_with(1, 2)
     make_lazy(node, 2)
     e = env(0)
-    node.handle(received(2, m.IHave(summaries=((mid(e), 1),))), 1.0)
+    node.handle(received(2, m.IHave(ranges=(at(e, 1),))), 1.0)
     node.handle(received(1, gossip(e, hops=3)), 1.125)
     assert fire(node, "missing", 1.25) == []
 
@@ -304,11 +314,11 @@ def test_a_missing_id_that_arrives_is_no_longer_grafted():
 def test_a_missing_id_is_given_up_after_missing_give_up_ticks():
     node = node_with(1, 2, missing_give_up_ticks=3)
     make_lazy(node, 2)
-    x = fake_id(1)
-    node.handle(received(2, m.IHave(summaries=((x, 1),))), 1.0)
+    x = env(1)
+    node.handle(received(2, m.IHave(ranges=(at(x, 1),))), 1.0)
     fire(node, "missing", 1.25)
     fire(node, "missing", 1.5)
-    assert fire(node, "missing", 1.75) == [send(2, m.Graft(ids=(x,))), MISSING_TIMER]
+    assert fire(node, "missing", 1.75) == [send(2, m.Graft(ranges=(at(x),))), MISSING_TIMER]
     assert fire(node, "missing", 2.0) == []
     assert broadcast(node).missing == {}
 
@@ -316,7 +326,7 @@ def test_a_missing_id_is_given_up_after_missing_give_up_ticks():
 def test_a_missing_id_is_dropped_when_no_announcer_is_still_a_neighbour():
     node = node_with(1, 2)
     make_lazy(node, 2)
-    node.handle(received(2, m.IHave(summaries=((fake_id(1), 1),))), 1.0)
+    node.handle(received(2, m.IHave(ranges=(at(env(1), 1),))), 1.0)
     fire(node, "missing", 1.25)
     node.handle(received(2, m.Disconnect()), 1.375)
     assert fire(node, "missing", 1.5) == []
@@ -326,12 +336,11 @@ def test_a_missing_id_is_dropped_when_no_announcer_is_still_a_neighbour():
 def test_grafts_are_batched_per_peer_and_chunked_by_max_graft_ids():
     node = node_with(1, 2, max_graft_ids=2)
     make_lazy(node, 2)
-    x, y, z = fake_id(1), fake_id(2), fake_id(3)
-    node.handle(received(2, m.IHave(summaries=((x, 1), (y, 1), (z, 1)))), 1.0)
+    node.handle(received(2, m.IHave(ranges=((PUBLISHER, 1, 3, 1),))), 1.0)
     fire(node, "missing", 1.25)
     assert fire(node, "missing", 1.5) == [
-        send(2, m.Graft(ids=(x, y))),
-        send(2, m.Graft(ids=(z,))),
+        send(2, m.Graft(ranges=((PUBLISHER, 1, 2, 0),))),
+        send(2, m.Graft(ranges=((PUBLISHER, 3, 3, 0),))),
         MISSING_TIMER,
     ]
 
@@ -342,7 +351,7 @@ def test_graft_makes_sender_eager_and_is_answered_from_cache():
     e = env(0)
     node.handle(received(2, gossip(e, hops=4)), 1.0)
     make_lazy(node, 1)
-    out = node.handle(received(1, m.Graft(ids=(published.id, fake_id(7), mid(e)))), 2.0)
+    out = node.handle(received(1, m.Graft(ranges=((ME, 0, 0, 0), at(env(7)), at(e)))), 2.0)
     assert out == [
         send(1, m.Gossip(id=published.id, envelope=published.envelope, hops=1)),
         send(1, m.Gossip(id=mid(e), envelope=e, hops=5)),
@@ -377,11 +386,11 @@ def grafted_from_two_announcers() -> tuple[NodeState, m.Envelope]:
     node = node_with(1, 2, 3)
     make_lazy(node, 2, 3)
     e = env(0)
-    node.handle(received(2, m.IHave(summaries=((mid(e), 1),))), 1.0)
-    node.handle(received(3, m.IHave(summaries=((mid(e), 1),))), 1.0)
+    node.handle(received(2, m.IHave(ranges=(at(e, 1),))), 1.0)
+    node.handle(received(3, m.IHave(ranges=(at(e, 1),))), 1.0)
     fire(node, "missing", 1.25)
-    assert sends(fire(node, "missing", 1.5), m.Graft) == [send(2, m.Graft(ids=(mid(e),)))]
-    assert sends(fire(node, "missing", 1.75), m.Graft) == [send(3, m.Graft(ids=(mid(e),)))]
+    assert sends(fire(node, "missing", 1.5), m.Graft) == [send(2, m.Graft(ranges=(at(e),)))]
+    assert sends(fire(node, "missing", 1.75), m.Graft) == [send(3, m.Graft(ranges=(at(e),)))]
     return node, e
 
 
@@ -503,7 +512,7 @@ def announced_then_received(eager_hops: int) -> tuple[NodeState, list, m.Envelop
     node = node_with(1, 2, optimization_threshold=7)
     make_lazy(node, 2)
     e = env(0)
-    node.handle(received(2, m.IHave(summaries=((mid(e), 1),))), 1.0)
+    node.handle(received(2, m.IHave(ranges=(at(e, 1),))), 1.0)
     out = node.handle(received(1, gossip(e, hops=eager_hops)), 1.125)
     return node, out, e
 
@@ -811,7 +820,7 @@ def test_a_gossip_whose_hops_leave_no_room_to_forward_is_refused_before_it_is_ke
     e = env(0)
     out = node.handle(received(1, gossip(e, hops=m.MAX_HOPS)), 1.0)
     assert out == [PeerMisbehaved(1, f"GOSSIP hops {m.MAX_HOPS} leaves no room to forward")]
-    assert node.handle(received(2, m.Graft(ids=(mid(e),))), 1.1) == []
+    assert node.handle(received(2, m.Graft(ranges=(at(e),))), 1.1) == []
     # Not kept, so a PULL finds nothing in the cache and is only passed on to retention
     # (which never held it either): no GOSSIP of it goes out.
     pulled = node.handle(received(2, m.Pull(publisher=PUBLISHER, first_seq=0, last_seq=0)), 1.2)
@@ -819,7 +828,7 @@ def test_a_gossip_whose_hops_leave_no_room_to_forward_is_refused_before_it_is_ke
     # One hop of room: taken, and forwarded at the bound.
     out = node.handle(received(1, gossip(e, hops=m.MAX_HOPS - 1)), 1.3)
     assert send(2, gossip(e, hops=m.MAX_HOPS)) in out
-    assert node.handle(received(2, m.Graft(ids=(mid(e),))), 1.4) == [
+    assert node.handle(received(2, m.Graft(ranges=(at(e),))), 1.4) == [
         send(2, gossip(e, hops=m.MAX_HOPS))
     ]
 
@@ -830,19 +839,18 @@ def test_a_gossip_whose_hops_leave_no_room_to_forward_is_refused_before_it_is_ke
 def test_max_missing_bounds_the_ids_tracked():
     node = node_with(1, 9, max_missing=2)
     make_lazy(node, 1)
-    x, y, z = fake_id(1), fake_id(2), fake_id(3)
-    node.handle(received(1, m.IHave(summaries=((x, 1), (y, 1), (z, 1)))), 1.0)
-    assert list(broadcast(node).missing) == [x, y]
+    node.handle(received(1, m.IHave(ranges=((PUBLISHER, 1, 3, 1),))), 1.0)
+    assert list(broadcast(node).missing) == [(PUBLISHER, 1), (PUBLISHER, 2)]
     fire(node, "missing", 1.25)
-    assert sends(fire(node, "missing", 1.5)) == [send(1, m.Graft(ids=(x, y)))]
+    assert sends(fire(node, "missing", 1.5)) == [send(1, m.Graft(ranges=((PUBLISHER, 1, 2, 0),)))]
 
 
 def test_max_announcers_bounds_whom_we_graft_from():
     node = node_with(1, 2, 3, 9, max_announcers=2)
     make_lazy(node, 1, 2, 3)
-    x = fake_id(1)
+    x = env(1)
     for peer in (1, 2, 3):
-        node.handle(received(peer, m.IHave(summaries=((x, 1),))), 1.0)
+        node.handle(received(peer, m.IHave(ranges=(at(x, 1),))), 1.0)
     fire(node, "missing", 1.25)
     grafted = [sends(fire(node, "missing", t))[0].peer for t in (1.5, 1.75, 2.0)]
     assert grafted == [1, 2, 1]
@@ -851,16 +859,16 @@ def test_max_announcers_bounds_whom_we_graft_from():
 def test_the_same_announcer_is_counted_once():
     node = node_with(1, 2, 9)
     make_lazy(node, 1, 2)
-    x = fake_id(1)
+    x = env(1)
     for peer in (1, 1, 2):
-        node.handle(received(peer, m.IHave(summaries=((x, 1),))), 1.0)
-    assert broadcast(node).missing[x].announcers == [(1, 1), (2, 1)]
+        node.handle(received(peer, m.IHave(ranges=(at(x, 1),))), 1.0)
+    assert broadcast(node).missing[place(x)].announcers == [(1, 1), (2, 1)]
 
 
 def test_cache_is_bounded_by_count():
     node = node_with(1, cache_max_messages=2)
     ids = [node.handle(Publish(TOPIC, bytes([i])), 1.0)[0].id for i in range(3)]
-    out = node.handle(received(1, m.Graft(ids=tuple(ids))), 2.0)
+    out = node.handle(received(1, m.Graft(ranges=((ME, 0, 2, 0),))), 2.0)
     assert [s.message.id for s in out] == ids[1:]
     out = node.handle(received(1, m.Pull(publisher=ME, first_seq=0, last_seq=2)), 2.0)
     assert [s.message.envelope.seq for s in sends(out)] == [1, 2]
@@ -870,7 +878,7 @@ def test_cache_is_bounded_by_count():
 def test_cache_is_bounded_by_bytes():
     node = node_with(1, cache_max_bytes=5)
     ids = [node.handle(Publish(TOPIC, b"abc"), 1.0)[0].id for _ in range(2)]
-    out = node.handle(received(1, m.Graft(ids=tuple(ids))), 2.0)
+    out = node.handle(received(1, m.Graft(ranges=((ME, 0, 1, 0),))), 2.0)
     assert [s.message.id for s in out] == ids[1:]
     assert broadcast(node).cache_bytes == 3
 
@@ -879,8 +887,9 @@ def test_cache_forgets_messages_older_than_cache_ttl():
     node = node_with(1, cache_ttl=10.0)
     old = node.handle(Publish(TOPIC, b"a"), 0.0)[0].id
     new = node.handle(Publish(TOPIC, b"b"), 10.0)[0].id
-    out = node.handle(received(1, m.Graft(ids=(old, new))), 10.0)
+    out = node.handle(received(1, m.Graft(ranges=((ME, 0, 1, 0),))), 10.0)
     assert [s.message.id for s in out] == [new]
+    assert old not in broadcast(node).cache
 
 
 def test_seen_is_bounded_by_count():
@@ -1112,8 +1121,8 @@ def test_a_lazy_peer_made_eager_is_told_at_once_of_ids_queued_for_ihave():
     make_lazy(node, 1)
     e = env(0)
     node.handle(received(2, gossip(e, hops=3)), 1.0)  # queued for IHAVE to lazy peer 1
-    out = node.handle(received(1, m.Graft(ids=())), 1.01)
-    assert out == [send(1, m.IHave(summaries=((mid(e), 3),)))]
+    out = node.handle(received(1, m.Graft()), 1.01)
+    assert out == [send(1, m.IHave(ranges=(at(e, 3),)))]
     assert node.eager_peers(TOPIC) == [2, 1]
 
 

@@ -66,8 +66,8 @@ SAMPLE_FRAME = encode_frame(
         ("t", m.Ping(nonce=7, want_view=True)),
         ("t", m.Pong(nonce=7, subscribed=True, active_count=2, rand_count=1, active=(b"p",))),
         ("t", m.Neighbor(op=m.NeighborOp.REQUEST, kind=m.LinkKind.NEAR, rtt=0.01)),
-        ("t", m.IHave(summaries=((b"\x01" * 32, 3),))),
-        ("t", m.Graft(ids=(b"\x02" * 32,))),
+        ("t", m.IHave(ranges=((b"\x01" * 32, 0, 3, 3),))),
+        ("t", m.Graft(ranges=((b"\x02" * 32, 5, 5, 0),))),
         ("t", m.Pull(publisher=b"pub", first_seq=1, last_seq=9)),
         ("t", m.Shuffle(origin=b"o", ttl=3, peers=(b"a", b"b"))),
         (

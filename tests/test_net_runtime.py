@@ -20,7 +20,7 @@ from episub.net.peer_id import make_peer_id, parse_address
 from episub.net.runtime import TIMER_TICK, Runtime
 from episub.proto.config import NodeConfig
 from episub.proto.events import ClosePeer, OutEvent, Send
-from episub.proto.messages import Ping, Prune
+from episub.proto.messages import GetTopics, Ping, Prune, Topics
 from tests.net_helpers import KEY, TOPIC, WAIT, RawPeer, fast_config, run, wait_until
 
 
@@ -217,3 +217,36 @@ def test_upkeep_timers_fire_on_ticks_of_the_nodes_own_phase() -> None:
             assert ticks == pytest.approx(round(ticks), abs=1e-6)
 
     trio.run(main)
+
+
+def test_a_timer_that_may_fire_early_fires_while_the_node_handles_a_frame() -> None:
+    """ScheduleTimer.early (the IHAVE flush): once inside its early window, the timer fires
+    in the wakeup of the next frame the node reads, not in a wakeup of its own; before
+    the window it waits, and a timer fired early is gone from the heap."""
+
+    async def main() -> None:
+        async with Node(key=KEY) as node:
+            runtime = runtime_of(node)
+            fired: list[object] = []
+            feed_one = runtime._feed_one
+
+            def recording(event: object) -> bool:
+                token = getattr(event, "token", None)
+                if token in ("ripe", "green"):  # ours, not the core's
+                    fired.append(token)
+                    return True
+                return feed_one(event)  # type: ignore[arg-type]
+
+            runtime._feed_one = recording  # type: ignore[method-assign]
+            runtime._schedule(3600.0, "ripe", early=3600.0)  # may fire at once
+            runtime._schedule(3600.0, "green", early=1.0)  # not for an hour
+            raw = await RawPeer.connect(node.address)
+            await raw.send_items([(None, GetTopics())])
+            frame = await raw.reader.receive_frame()  # the answer: the frame was handled
+            assert frame is not None and isinstance(frame[0][1], Topics)
+            assert fired == ["ripe"]
+            tokens = [token for _, _, token in runtime._timers]
+            assert "ripe" not in tokens and "green" in tokens
+            await raw.aclose()
+
+    run(main)

@@ -80,7 +80,7 @@ def test_getnodes_for_a_topic_we_are_not_in_is_answered_with_no_nodes():
         request(RAND),
         request(NEAR, high_priority=True),
         m.Shuffle(origin=5, ttl=2, peers=(5,)),
-        m.Graft(ids=()),
+        m.Graft(),
     ],
     ids=["join", "neighbor-request", "neighbor-request-high-priority", "shuffle", "graft"],
 )
@@ -99,7 +99,7 @@ def test_a_request_for_a_topic_we_are_not_in_is_answered_with_disconnect_not_ali
         m.Pong(nonce=1),
         m.Nodes(peers=(6,)),
         m.ShuffleReply(peers=(6,)),
-        m.IHave(summaries=((bytes(32), 1),)),
+        m.IHave(ranges=((bytes(32), 0, 0, 1),)),
         m.Prune(),
         m.Pull(publisher=5, first_seq=0, last_seq=0),
         gossip(envelope(5, 0), topic=OTHER),

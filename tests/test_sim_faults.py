@@ -98,7 +98,7 @@ def two_nodes(script: list, **faults) -> tuple[Simulator, list]:
 
 
 def test_a_dropped_kind_never_arrives_and_a_delayed_one_arrives_late():
-    script = [IHave(summaries=((b"x" * 32, 1),)), Graft(ids=()), Ping(nonce=1)]
+    script = [IHave(ranges=((7, 0, 0, 1),)), Graft(), Ping(nonce=1)]
     sim, got = two_nodes(script, drop={IHave: 1.0}, delay={Ping: 1.0})
     sim.input(0, JoinTopic("t"))
     sim.run(0.5)

@@ -176,6 +176,9 @@ class Runtime:
         )
         self._timers: list[tuple[float, int, Hashable]] = []  # (deadline, seq, token)
         self._timer_seq = itertools.count()
+        # Timers that may fire early while the node is awake (ScheduleTimer.early):
+        # heap entry -> when it may. A few at a time (one IHAVE flush per topic).
+        self._early: dict[tuple[float, int, Hashable], float] = {}
         self._sleep: trio.CancelScope | None = None  # the timer task's, until the head
         # The phase of this node's own upkeep ticks: spread over the tick by its id, so
         # that nodes' upkeep decisions do not line up.
@@ -318,7 +321,7 @@ class Runtime:
             if kind is Send:
                 self._send(out, encoded)  # type: ignore[arg-type]
             elif kind is ScheduleTimer:
-                self._schedule(out.delay, out.token, out.coalesce, out.upkeep)  # type: ignore[union-attr]
+                self._schedule(out.delay, out.token, out.coalesce, out.upkeep, out.early)  # type: ignore[union-attr]
             elif kind is ClosePeer:
                 self.network.close_peer(out.peer)
             elif kind is PeerMisbehaved:
@@ -393,9 +396,30 @@ class Runtime:
                 conn.abort("core error")
             self._carry_out_contained(outputs, cause)
             self._feed_deferred()
+            if self._early:
+                self._fire_early()
         finally:
             self._pumping = False
         self.network.flush()
+
+    def _fire_early(self) -> None:
+        """Fire the timers that may fire early (ScheduleTimer.early) and may by now, while
+        the node is awake for a message: what they send goes out with what it sent."""
+        now = trio.current_time()
+        due = [entry for entry, at in self._early.items() if at <= now]
+        if not due:
+            return
+        timers = self._timers
+        for entry in due:
+            del self._early[entry]
+            timers.remove(entry)
+        heapq.heapify(timers)
+        sleep = self._sleep
+        if sleep is not None:
+            sleep.deadline = timers[0][0] if timers else math.inf  # not for a timer gone
+        for _, _, token in due:
+            self._feed_one(TimerFired(token))
+        self._feed_deferred()
 
     def _on_lost(self, peer_id: bytes) -> None:
         self._feed(ConnectionLost(peer_id))
@@ -403,7 +427,12 @@ class Runtime:
     # -- timers ---------------------------------------------------------------------------
 
     def _schedule(
-        self, delay: float, token: Hashable, coalesce: bool = False, upkeep: bool = False
+        self,
+        delay: float,
+        token: Hashable,
+        coalesce: bool = False,
+        upkeep: bool = False,
+        early: float = 0.0,
     ) -> None:
         deadline = trio.current_time() + delay
         if coalesce:
@@ -414,7 +443,10 @@ class Runtime:
         elif upkeep:
             phase = self._upkeep_phase
             deadline = math.ceil((deadline - phase) / TIMER_TICK) * TIMER_TICK + phase
-        heapq.heappush(self._timers, (deadline, next(self._timer_seq), token))
+        entry = (deadline, next(self._timer_seq), token)
+        heapq.heappush(self._timers, entry)
+        if early > 0:
+            self._early[entry] = deadline - early
         sleep = self._sleep
         if sleep is not None and deadline < sleep.deadline:
             sleep.deadline = deadline  # the sleeper wakes for the new head, not now
@@ -424,7 +456,10 @@ class Runtime:
         timers = self._timers
         while True:
             while timers and timers[0][0] <= trio.current_time() + TIMER_SLACK:
-                _, _, token = heapq.heappop(timers)
+                entry = heapq.heappop(timers)
+                token = entry[2]
+                if self._early:
+                    self._early.pop(entry, None)
                 if token is _SWEEP:
                     self.network.sweep()
                     self._schedule(self.network.sweep_interval, _SWEEP, upkeep=True)

@@ -14,7 +14,8 @@ Rules this machine keeps:
   `ordering` (ordering.py), which gives the application each publisher's messages in
   sequence order, each once, and repairs gaps; its rules are at the top of that module.
 - Every table a peer can grow is bounded: cache (count, bytes, age), seen (count, age),
-  missing ids, announcers per id; ordering.py bounds its own.
+  missing places, announcers per place, ranges noted per neighbour between flushes;
+  ordering.py bounds its own.
 
 Rules from the draft (and Plumtree):
 - publish / first receipt: GOSSIP to eager peers with hops + 1, id queued for IHAVE;
@@ -32,10 +33,15 @@ Rules from the draft (and Plumtree):
   eager one feeding us since, an empty GRAFT goes to the lazy neighbour that fed us most
   lately, or another lazy one (see `_keep_a_parent`).
 - every `ihave_interval` the queue is flushed as IHAVE batches to lazy peers, leaving out
-  ids a peer sent or announced to us meanwhile.
-- IHAVE of an unknown id: the id is missing; one periodic timer marks it on its first tick
-  and from the second tick on GRAFTs it (batched per peer) from the next announcer.
-- GRAFT: the sender becomes eager and gets the ids it asked for from the cache.
+  messages a peer sent or announced to us meanwhile. An IHAVE names messages by place:
+  runs (publisher, first_seq..last_seq, hops) of consecutive seqs received at one hop
+  count, so a burst is one range per flush and link, not an id per message.
+- IHAVE of a place we do not hold (not cached, not delivered, not held by ordering): the
+  place is missing; one periodic timer marks it on its first tick and from the second tick
+  on GRAFTs it (as ranges, batched per peer) from the next announcer. A range wholly
+  behind the publisher's stream position costs one comparison.
+- GRAFT: the sender becomes eager and gets the messages of the ranges it asked for that
+  the cache holds.
 - PULL: the sender gets the publisher's messages it asked for that the cache holds; the
   others are asked of retention, above the core (HistoryAsked).
 - one message per place: a first copy for a (publisher, seq) the cache holds another
@@ -54,6 +60,7 @@ import math
 from collections import OrderedDict
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
+from typing import Any, TypeAlias
 
 from episub.proto import messages as m
 from episub.proto.cache import MessageCache
@@ -75,10 +82,22 @@ from episub.proto.ordering import OrderedDelivery, PublisherStream
 from episub.proto.signing import Signer, check_message
 from episub.proto.tables import BroadcastCounters
 
+# Ranges a neighbour announced to us that we note between two flushes (to leave out of
+# what we announce to it): a few per publisher it relays; beyond, we may announce some
+# back, which costs a little traffic and nothing else.
+MAX_NOTED_RANGES = 64  # guess: publishers active in one ihave_interval, with room
+
+# The IHAVE flush may come this part of ihave_interval early when the node is awake for a
+# message anyway (ScheduleTimer.early): at 50 messages/s (the config benchmark) one always
+# comes within it. Guess: a quarter, so flushes stay about ihave_interval apart.
+IHAVE_EARLY = 0.25
+
+Place: TypeAlias = tuple[PeerId, int]  # (publisher, seq): a message's place in its stream
+
 
 @dataclass(slots=True)
 class Missing:
-    """An id announced by IHAVE that we have not received."""
+    """A place announced by IHAVE whose message we have not received."""
 
     announcers: list[tuple[PeerId, int]]  # (peer, hops it announced), first come first
     ticks: int = 0
@@ -111,11 +130,15 @@ class Broadcast:
         self.seen = self.messages.seen
         self.cache = self.messages.cache
         self.by_seq = self.messages.by_seq
-        self.lazy_queue: list[tuple[MessageId, int, PeerId | None]] = []
-        # queued id -> neighbours known to hold it (they sent it or announced it to us):
+        # (id, publisher, seq, hops) of what we received or published since the last flush.
+        self.lazy_queue: list[tuple[MessageId, PeerId, int, int]] = []
+        # queued id -> neighbours known to hold it (they sent it to us, or a duplicate):
         # the flush does not announce it to them. Emptied by each flush.
         self.holders: dict[MessageId, list[PeerId]] = {}
-        self.missing: dict[MessageId, Missing] = {}
+        # neighbour -> ranges it announced to us since the last flush (MAX_NOTED_RANGES):
+        # the flush does not announce those places back to it. Emptied by each flush.
+        self.announced: dict[PeerId, list[m.StreamRange]] = {}
+        self.missing: dict[Place, Missing] = {}
         # neighbour -> when it last sent us an empty GRAFT (it lost its parent); at most
         # one entry per active neighbour, dropped when it goes down.
         self.grafted_at: dict[PeerId, float] = {}
@@ -168,6 +191,7 @@ class Broadcast:
         self.grafted_at.pop(peer, None)
         self.graft_sent_at.pop(peer, None)
         self.pruned_at.pop(peer, None)
+        self.announced.pop(peer, None)
         lost_at = self.first_from.pop(peer, None)
         if was_eager and repair and self.config.eager_repair and not self._still_fed(lost_at):
             for lazy_peer in list(self.lazy):
@@ -175,10 +199,10 @@ class Broadcast:
                 self._make_eager(lazy_peer, out)
 
     def _graft(
-        self, peer: PeerId, ids: tuple[MessageId, ...], now: float, out: list[OutEvent]
+        self, peer: PeerId, ranges: tuple[m.StreamRange, ...], now: float, out: list[OutEvent]
     ) -> None:
         self.graft_sent_at[peer] = now
-        out.append(Send(peer, self.topic, m.Graft(ids=ids)))
+        out.append(Send(peer, self.topic, m.Graft(ranges=ranges)))
 
     def _prune(self, peer: PeerId, now: float, out: list[OutEvent]) -> None:
         self.pruned_at[peer] = now
@@ -195,7 +219,7 @@ class Broadcast:
             # again, once, so the last word on the link is the same at both ends.
             self.counters.crossed_prunes += 1
             # Not through _graft: no new graft_sent_at, so a second PRUNE is taken.
-            out.append(Send(peer, self.topic, m.Graft(ids=())))
+            out.append(Send(peer, self.topic, m.Graft()))
             return
         lost_at = self.first_from.get(peer)
         was_eager = peer in self.eager
@@ -245,31 +269,61 @@ class Broadcast:
         )
 
     def _make_eager(
-        self, peer: PeerId, out: list[OutEvent], skip: frozenset[MessageId] = frozenset()
+        self, peer: PeerId, out: list[OutEvent], skip: tuple[m.StreamRange, ...] = ()
     ) -> None:
         if peer not in self.lazy:
             return
         del self.lazy[peer]
         self.eager[peer] = None
-        # Ids queued for IHAVE while the peer was lazy were not pushed to it, and the next
-        # flush goes to lazy peers only: announce them now, or they fall through the gap
+        # What was queued for IHAVE while the peer was lazy was not pushed to it, and the
+        # next flush goes to lazy peers only: announce it now, or it falls through the gap
         # (seen in the simulator after a partition: a node lost its eager parent, grafted
         # its lazy peers, and a message that had just passed them never reached it).
-        pending = [
-            (mid, hops)
-            for mid, hops, _ in self.lazy_queue
-            if mid not in skip and peer not in self.holders.get(mid, ())
-        ]
-        self._send_ihave(peer, pending, out)
+        self._send_ihave(peer, self._unheld(peer, self.lazy_queue, skip), out)
+
+    def _unheld(
+        self,
+        peer: PeerId,
+        queue: list[tuple[MessageId, PeerId, int, int]],
+        skip: tuple[m.StreamRange, ...] = (),
+    ) -> list[tuple[PeerId, int, int]]:
+        """(publisher, seq, hops) of the queued messages `peer` is not known to hold."""
+        holders = self.holders
+        noted: list[m.StreamRange] = self.announced.get(peer, [])
+        if skip:
+            noted = [*noted, *skip]
+        if not noted:
+            return [
+                (publisher, seq, hops)
+                for mid, publisher, seq, hops in queue
+                if peer not in holders.get(mid, ())
+            ]
+        spans: dict[PeerId, list[tuple[int, int]]] = {}
+        for publisher, first, last, _ in noted:
+            spans.setdefault(publisher, []).append((first, last))
+        unheld = []
+        for mid, publisher, seq, hops in queue:
+            if peer in holders.get(mid, ()):
+                continue
+            for first, last in spans.get(publisher, ()):
+                if first <= seq <= last:
+                    break
+            else:
+                unheld.append((publisher, seq, hops))
+        return unheld
 
     def _send_ihave(
-        self, peer: PeerId, summaries: list[tuple[MessageId, int]], out: list[OutEvent]
+        self, peer: PeerId, places: list[tuple[PeerId, int, int]], out: list[OutEvent]
     ) -> None:
+        """Announce `places` (publisher, seq, hops) to `peer` as runs, in IHAVEs of at most
+        max_ihave_ids messages and MAX_RANGES_PER_MESSAGE ranges."""
+        if not places:
+            return
         limit = self.config.max_ihave_ids
-        for start in range(0, len(summaries), limit):
-            chunk = tuple(summaries[start : start + limit])
-            self.counters.ihave_ids_sent += len(chunk)
-            out.append(Send(peer, self.topic, m.IHave(summaries=chunk)))
+        self.counters.ihave_ids_sent += len(places)
+        for start in range(0, len(places), limit):
+            for ranges in _chunks(_runs(places[start : start + limit])):
+                out.append(Send(peer, self.topic, m.IHave(ranges=ranges)))
 
     def _make_lazy(self, peer: PeerId) -> None:
         if peer in self.eager:
@@ -368,7 +422,7 @@ class Broadcast:
         topic = self.topic
         for peer in self.eager:
             out.append(Send(peer, topic, gossip))
-        self._queue_ihave(mid, 0, None, now, out)
+        self._queue_ihave(mid, envelope.publisher, envelope.seq, 0, None, out)
         return mid
 
     # -- messages -----------------------------------------------------------------------
@@ -379,12 +433,12 @@ class Broadcast:
         match msg:
             case m.Gossip():
                 self._on_gossip(peer, msg, now, out)
-            case m.IHave(summaries=summaries):
-                self._on_ihave(peer, summaries, now, out)
+            case m.IHave(ranges=ranges):
+                self._on_ihave(peer, ranges, now, out)
             case m.Prune():
                 self._on_prune(peer, now, out)
-            case m.Graft(ids=ids):
-                self._on_graft(peer, ids, now, out)
+            case m.Graft(ranges=ranges):
+                self._on_graft(peer, ranges, now, out)
             case m.Pull(publisher=publisher, first_seq=first, last_seq=last):
                 self._on_pull(peer, publisher, first, last, out)
 
@@ -482,9 +536,9 @@ class Broadcast:
             self.counters.recovered += 1
             out.append(Recovered(self.topic, mid, envelope))
             if self.ordering.fetched(envelope):
-                self.missing.pop(mid, None)
+                self.missing.pop((envelope.publisher, envelope.seq), None)
                 return
-        missing = self.missing.pop(mid, None)
+        missing = self.missing.pop((envelope.publisher, envelope.seq), None)
         if self._is_neighbor(peer):
             # A first copy from a lazy neighbour: it becomes our eager parent (Plumtree),
             # at both ends: we say so with an empty GRAFT. Flipping only our end was wrong
@@ -519,7 +573,7 @@ class Broadcast:
         if missing is not None and self._is_neighbor(peer):
             # After the push, as Plumtree does: the announcer we graft must not get this copy.
             self._maybe_optimize(peer, msg.hops, missing.announcers, now, out)
-        self._queue_ihave(mid, msg.hops, peer, now, out)
+        self._queue_ihave(mid, envelope.publisher, envelope.seq, msg.hops, peer, out)
         if envelope.publisher != self.me:
             self.ordering.deliver(mid, envelope, msg.hops, now, out)
 
@@ -577,39 +631,59 @@ class Broadcast:
     def _on_ihave(
         self,
         peer: PeerId,
-        summaries: tuple[tuple[MessageId, int], ...],
+        ranges: tuple[m.StreamRange, ...],
         now: float,
         out: list[OutEvent],
     ) -> None:
         if not self._is_neighbor(peer):
             return  # IHAVE is lazy push along active links only
         c = self.config
-        for mid, hops in summaries:
-            if mid in self.seen:
-                self._note_holder(mid, peer)
-                continue
-            entry = self.missing.get(mid)
-            if entry is None:
-                if len(self.missing) >= c.max_missing:
+        missing = self.missing
+        streams = self.ordering.streams
+        noted = self.announced.setdefault(peer, [])
+        for announced in ranges:
+            publisher, first, last, hops = announced
+            if len(noted) < MAX_NOTED_RANGES:
+                noted.append(announced)
+            if publisher == self.me:
+                continue  # our own stream: we hold all of it that exists
+            stream = streams.get(publisher)
+            if stream is not None and last < stream.next_seq:
+                continue  # wholly behind the stream's position: delivered or given up
+            for seq in range(first, last + 1):
+                place = (publisher, seq)
+                if self._holds(place):
                     continue
-                self.missing[mid] = Missing(announcers=[(peer, hops)])
-            elif len(entry.announcers) < c.max_announcers and all(
-                p != peer for p, _ in entry.announcers
-            ):
-                entry.announcers.append((peer, hops))
-        if self.missing and not self._missing_armed:
+                entry = missing.get(place)
+                if entry is None:
+                    if len(missing) >= c.max_missing:
+                        continue
+                    missing[place] = Missing(announcers=[(peer, hops)])
+                elif len(entry.announcers) < c.max_announcers and all(
+                    p != peer for p, _ in entry.announcers
+                ):
+                    entry.announcers.append((peer, hops))
+        if missing and not self._missing_armed:
             self._missing_armed = True
             out.append(ScheduleTimer(c.missing_check_interval, (*self._timer_prefix, "missing")))
 
+    def _holds(self, place: Place) -> bool:
+        """Have we this place's message: cached, delivered or given up, or held?"""
+        return place in self.by_seq or self.ordering.place_taken(*place)
+
     def _on_graft(
-        self, peer: PeerId, ids: tuple[MessageId, ...], now: float, out: list[OutEvent]
+        self, peer: PeerId, ranges: tuple[m.StreamRange, ...], now: float, out: list[OutEvent]
     ) -> None:
         if self._is_neighbor(peer):
-            self._make_eager(peer, out, skip=frozenset(ids))
-            if not ids:
+            self._make_eager(peer, out, skip=ranges)
+            if not ranges:
                 self.grafted_at[peer] = now
-        for mid in ids:
-            self._send_cached(peer, mid, out)
+        by_seq = self.by_seq
+        for publisher, first, last, _ in ranges:
+            for seq in range(first, last + 1):
+                mid = by_seq.get((publisher, seq))
+                if mid is not None:
+                    self._send_cached(peer, mid, out)
 
     def _on_pull(
         self, peer: PeerId, publisher: PeerId, first: int, last: int, out: list[OutEvent]
@@ -646,13 +720,21 @@ class Broadcast:
             self.ordering.on_settle_timer(now, out)
 
     def _queue_ihave(
-        self, mid: MessageId, hops: int, exclude: PeerId | None, now: float, out: list[OutEvent]
+        self,
+        mid: MessageId,
+        publisher: PeerId,
+        seq: int,
+        hops: int,
+        exclude: PeerId | None,
+        out: list[OutEvent],
     ) -> None:
-        self.lazy_queue.append((mid, hops, exclude))
+        self.lazy_queue.append((mid, publisher, seq, hops))
         self.holders[mid] = [] if exclude is None else [exclude]
         if not self._ihave_armed:
             self._ihave_armed = True
-            out.append(ScheduleTimer(self.config.ihave_interval, (*self._timer_prefix, "ihave")))
+            interval = self.config.ihave_interval
+            token = (*self._timer_prefix, "ihave")
+            out.append(ScheduleTimer(interval, token, early=interval * IHAVE_EARLY))
 
     def _note_holder(self, mid: MessageId, peer: PeerId) -> None:
         """`peer` holds `mid` (it sent or announced it): while `mid` waits for the IHAVE
@@ -664,40 +746,41 @@ class Broadcast:
             holders.append(peer)
 
     def _flush_ihave(self, out: list[OutEvent]) -> None:
-        queue, self.lazy_queue = self.lazy_queue, []
-        holders, self.holders = self.holders, {}
+        queue = self.lazy_queue
         for peer in self.lazy:
-            summaries = [(mid, hops) for mid, hops, _ in queue if peer not in holders.get(mid, ())]
-            self._send_ihave(peer, summaries, out)
+            self._send_ihave(peer, self._unheld(peer, queue), out)
+        self.lazy_queue = []
+        self.holders = {}
+        self.announced = {}
 
     def _check_missing(self, now: float, out: list[OutEvent]) -> None:
         """The draft's single heartbeat: mark on the first tick, GRAFT from the second, one
         announcer per tick in the order they announced, give up after enough ticks."""
         c = self.config
-        grafts: dict[PeerId, list[MessageId]] = {}
-        for mid in list(self.missing):
-            entry = self.missing[mid]
+        grafts: dict[PeerId, list[tuple[PeerId, int, int]]] = {}
+        for place in list(self.missing):
+            entry = self.missing[place]
             entry.ticks += 1
             if entry.ticks > c.missing_give_up_ticks:
-                del self.missing[mid]  # the per-publisher gap pull may still recover it
+                del self.missing[place]  # the per-publisher gap pull may still recover it
                 continue
             if entry.ticks < 2:
                 continue
             live = [p for p, _ in entry.announcers if self._is_neighbor(p)]
             if not live:
-                del self.missing[mid]
+                del self.missing[place]
                 continue
             peer = live[(entry.ticks - 2) % len(live)]
             if peer not in entry.grafted_from:
                 entry.grafted_from.append(peer)
-            grafts.setdefault(peer, []).append(mid)
-        for peer, ids in grafts.items():
+            grafts.setdefault(peer, []).append((*place, 0))
+        for peer, places in grafts.items():
             self._make_eager(peer, out)
-            for start in range(0, len(ids), c.max_graft_ids):
-                chunk = tuple(ids[start : start + c.max_graft_ids])
-                self.counters.grafts_sent += 1
-                self.counters.graft_ids_sent += len(chunk)
-                self._graft(peer, chunk, now, out)
+            for start in range(0, len(places), c.max_graft_ids):
+                for ranges in _chunks(_runs(places[start : start + c.max_graft_ids])):
+                    self.counters.grafts_sent += 1
+                    self.counters.graft_ids_sent += sum(r[2] - r[1] + 1 for r in ranges)
+                    self._graft(peer, ranges, now, out)
         if self.missing:
             self._missing_armed = True
             out.append(ScheduleTimer(c.missing_check_interval, (*self._timer_prefix, "missing")))
@@ -713,3 +796,25 @@ class Broadcast:
         self, mid: MessageId, envelope: Envelope, *, hops: int, sender: PeerId | None, now: float
     ) -> None:
         self.messages.remember(mid, envelope, hops, now)
+
+
+def _runs(places: list[tuple[PeerId, int, int]]) -> list[m.StreamRange]:
+    """`places` (publisher, seq, hops) as runs: consecutive seqs of one publisher at one
+    hop count make one range; ranges come in the order of their first place."""
+    runs: list[list[Any]] = []  # [publisher, first, last, hops]
+    open_runs: dict[PeerId, list[Any]] = {}
+    for publisher, seq, hops in places:
+        run = open_runs.get(publisher)
+        if run is not None and seq == run[2] + 1 and hops == run[3]:
+            run[2] = seq
+            continue
+        run = [publisher, seq, seq, hops]
+        open_runs[publisher] = run
+        runs.append(run)
+    return [(p, first, last, hops) for p, first, last, hops in runs]
+
+
+def _chunks(ranges: list[m.StreamRange]) -> list[tuple[m.StreamRange, ...]]:
+    """`ranges` in groups of at most MAX_RANGES_PER_MESSAGE, one message each."""
+    size = m.MAX_RANGES_PER_MESSAGE
+    return [tuple(ranges[i : i + size]) for i in range(0, len(ranges), size)]

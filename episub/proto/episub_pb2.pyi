@@ -282,28 +282,33 @@ class Gossip(_message.Message):
     hops: int
     def __init__(self, id: _Optional[bytes] = ..., envelope: _Optional[_Union[Envelope, _Mapping]] = ..., hops: _Optional[int] = ...) -> None: ...
 
+class StreamRange(_message.Message):
+    __slots__ = ("publisher", "first_seq", "last_seq", "hops")
+    PUBLISHER_FIELD_NUMBER: _ClassVar[int]
+    FIRST_SEQ_FIELD_NUMBER: _ClassVar[int]
+    LAST_SEQ_FIELD_NUMBER: _ClassVar[int]
+    HOPS_FIELD_NUMBER: _ClassVar[int]
+    publisher: bytes
+    first_seq: int
+    last_seq: int
+    hops: int
+    def __init__(self, publisher: _Optional[bytes] = ..., first_seq: _Optional[int] = ..., last_seq: _Optional[int] = ..., hops: _Optional[int] = ...) -> None: ...
+
 class IHave(_message.Message):
-    __slots__ = ("summaries",)
-    class Summary(_message.Message):
-        __slots__ = ("id", "hops")
-        ID_FIELD_NUMBER: _ClassVar[int]
-        HOPS_FIELD_NUMBER: _ClassVar[int]
-        id: bytes
-        hops: int
-        def __init__(self, id: _Optional[bytes] = ..., hops: _Optional[int] = ...) -> None: ...
-    SUMMARIES_FIELD_NUMBER: _ClassVar[int]
-    summaries: _containers.RepeatedCompositeFieldContainer[IHave.Summary]
-    def __init__(self, summaries: _Optional[_Iterable[_Union[IHave.Summary, _Mapping]]] = ...) -> None: ...
+    __slots__ = ("ranges",)
+    RANGES_FIELD_NUMBER: _ClassVar[int]
+    ranges: _containers.RepeatedCompositeFieldContainer[StreamRange]
+    def __init__(self, ranges: _Optional[_Iterable[_Union[StreamRange, _Mapping]]] = ...) -> None: ...
 
 class Prune(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
 class Graft(_message.Message):
-    __slots__ = ("ids",)
-    IDS_FIELD_NUMBER: _ClassVar[int]
-    ids: _containers.RepeatedScalarFieldContainer[bytes]
-    def __init__(self, ids: _Optional[_Iterable[bytes]] = ...) -> None: ...
+    __slots__ = ("ranges",)
+    RANGES_FIELD_NUMBER: _ClassVar[int]
+    ranges: _containers.RepeatedCompositeFieldContainer[StreamRange]
+    def __init__(self, ranges: _Optional[_Iterable[_Union[StreamRange, _Mapping]]] = ...) -> None: ...
 
 class Pull(_message.Message):
     __slots__ = ("publisher", "first_seq", "last_seq")

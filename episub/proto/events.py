@@ -235,12 +235,18 @@ class ScheduleTimer:
     `upkeep`: the timer may fire a little late, together with this node's other upkeep
     (the runtime rounds it up to a tick of the node's own, at a phase of its own), so a
     node wakes once per tick for all of it. For periodic upkeep whose decisions must not
-    line up across nodes (optimisation, stabilisation, shuffles)."""
+    line up across nodes (optimisation, stabilisation, shuffles).
+
+    `early`: the timer may fire up to this many seconds before `delay`, when the node is
+    awake for a message anyway (the IHAVE flush: a node that receives messages flushes
+    while it handles one, and its neighbours, which got the same message about then, read
+    the IHAVE in the same wakeup, instead of one wakeup each for the timer and the IHAVE)."""
 
     delay: float
     token: Hashable
     coalesce: bool = field(default=False, compare=False)
     upkeep: bool = field(default=False, compare=False)
+    early: float = field(default=0.0, compare=False)
 
 
 @dataclass(frozen=True, slots=True)

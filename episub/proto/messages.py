@@ -35,7 +35,8 @@ MESSAGE_ID_SIZE = 32  # blake3's default digest size.
 # (smaller) limits live in config.py.
 MAX_TTL = 64  # walks longer than this only cost traffic; the draft's walks are ~6
 MAX_PEERS_PER_MESSAGE = 256  # SHUFFLE/NODES/PONG lists; views are 7 + 42 by default
-MAX_IDS_PER_MESSAGE = 4096  # IHAVE summaries and GRAFT ids
+MAX_IDS_PER_MESSAGE = 4096  # messages one IHAVE or GRAFT names, over all its ranges
+MAX_RANGES_PER_MESSAGE = 1024  # ranges of one IHAVE or GRAFT: a few per publisher heard
 MAX_TOPICS_PER_MESSAGE = 1024
 MAX_PULL_SPAN = 4096  # sequence numbers one PULL may ask for
 MAX_HOPS = 1 << 16
@@ -85,6 +86,37 @@ def _check_nonce(nonce: int) -> None:
 def _check_id(message_id: bytes) -> None:
     if not isinstance(message_id, bytes) or len(message_id) != MESSAGE_ID_SIZE:
         raise ValueError(f"message id must be {MESSAGE_ID_SIZE} bytes, not {len(message_id)}")
+
+
+# A run of one publisher's stream, as IHAVE and GRAFT name messages: (publisher, first_seq,
+# last_seq, hops).
+StreamRange: TypeAlias = tuple[PeerId, int, int, int]
+
+
+def _check_ranges(ranges: tuple[StreamRange, ...], what: str) -> None:
+    """Bounded at entry: at most MAX_RANGES_PER_MESSAGE ranges naming at most
+    MAX_IDS_PER_MESSAGE messages in all, so the work one message asks for is bounded."""
+    if len(ranges) > MAX_RANGES_PER_MESSAGE:
+        raise ValueError(
+            f"{what} carries at most {MAX_RANGES_PER_MESSAGE} ranges, not {len(ranges)}"
+        )
+    named = 0
+    for publisher, first, last, hops in ranges:
+        if isinstance(publisher, bytes):
+            if not 0 < len(publisher) <= MAX_PUBLISHER_NAME:
+                raise ValueError(
+                    f"a range's publisher must be 1..{MAX_PUBLISHER_NAME} bytes, "
+                    f"not {len(publisher)}"
+                )
+        elif not isinstance(publisher, int) or isinstance(publisher, bool) or publisher < 0:
+            raise TypeError(f"a range's publisher must be bytes, not {publisher!r:.80}")
+        if not 0 <= first <= last <= MAX_SEQ:
+            raise ValueError(f"bad range {first!r}..{last!r}")
+        if not 0 <= hops <= MAX_HOPS:
+            raise ValueError(f"hops must be in 0..{MAX_HOPS}, not {hops!r}")
+        named += last - first + 1
+    if named > MAX_IDS_PER_MESSAGE:
+        raise ValueError(f"{what} names at most {MAX_IDS_PER_MESSAGE} messages, not {named}")
 
 
 # -- node level ------------------------------------------------------------------------
@@ -426,46 +458,33 @@ class Gossip:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class IHave:
-    """Batched lazy-push summaries: (id, hops at which the announcer received it)."""
+    """Batched lazy-push announcements, as runs of publishers' streams: each range is
+    (publisher, first_seq, last_seq, hops at which the announcer received them). A burst
+    a node relays in one flush interval is one range per publisher, not an id per message.
+    """
 
-    summaries: tuple[tuple[MessageId, int], ...]
+    ranges: tuple[StreamRange, ...]
 
     def __post_init__(self) -> None:
-        if not 0 < len(self.summaries) <= MAX_IDS_PER_MESSAGE:
-            raise ValueError(
-                f"IHAVE carries 1..{MAX_IDS_PER_MESSAGE} ids, not {len(self.summaries)}"
-            )
-        for message_id, hops in self.summaries:
-            _check_id(message_id)
-            if not 0 <= hops <= MAX_HOPS:
-                raise ValueError(f"hops must be in 0..{MAX_HOPS}, not {hops!r}")
+        if not self.ranges:
+            raise ValueError("IHAVE carries at least one range")
+        _check_ranges(self.ranges, "IHAVE")
 
-    @classmethod
-    def from_wire(cls, summaries: tuple[tuple[MessageId, int], ...]) -> IHave:
-        """Summaries the wire decoder has checked (count, id sizes, hop bounds)."""
-        ihave = object.__new__(cls)
-        object.__setattr__(ihave, "summaries", summaries)
-        return ihave
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Graft:
+    """Move me to your eager set and send me the messages of these ranges (publisher,
+    first_seq, last_seq, hops unused: 0); none: only the move."""
+
+    ranges: tuple[StreamRange, ...] = ()
+
+    def __post_init__(self) -> None:
+        _check_ranges(self.ranges, "GRAFT")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Prune:
     """Move me to your lazy set."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Graft:
-    """Move me to your eager set and send me these messages (empty: only the move)."""
-
-    ids: tuple[MessageId, ...] = ()
-
-    def __post_init__(self) -> None:
-        if len(self.ids) > MAX_IDS_PER_MESSAGE:
-            raise ValueError(
-                f"GRAFT carries at most {MAX_IDS_PER_MESSAGE} ids, not {len(self.ids)}"
-            )
-        for message_id in self.ids:
-            _check_id(message_id)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

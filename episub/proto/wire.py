@@ -30,7 +30,7 @@ from episub.proto import messages as _messages
 from episub.proto.envelope import read_varint, varint
 from episub.proto.messages import (
     MAX_HOPS,
-    MAX_IDS_PER_MESSAGE,
+    MAX_RANGES_PER_MESSAGE,
     MESSAGE_ID_SIZE,
     Disconnect,
     ForwardJoin,
@@ -57,6 +57,7 @@ from episub.proto.messages import (
     Pull,
     Shuffle,
     ShuffleReply,
+    StreamRange,
     Topics,
     View,
     ViewEntry,
@@ -246,9 +247,15 @@ def _check_gossip(message_id: bytes, hops: int) -> None:
         raise FrameError(f"GOSSIP hops must be in 0..{MAX_HOPS}, not {hops}")
 
 
-def _ihave_to_pb(m: IHave, out: pb.IHave) -> None:
-    for message_id, hops in m.summaries:
-        out.summaries.add(id=message_id, hops=hops)
+def _ranges_to_pb(m: IHave | Graft, out: pb.IHave | pb.Graft) -> None:
+    for publisher, first, last, hops in m.ranges:
+        out.ranges.add(publisher=_peer_to_pb(publisher), first_seq=first, last_seq=last, hops=hops)
+
+
+def _ranges_from_pb(p: pb.IHave | pb.Graft) -> tuple[StreamRange, ...]:
+    if len(p.ranges) > MAX_RANGES_PER_MESSAGE:  # before any is looked at
+        raise FrameError(f"at most {MAX_RANGES_PER_MESSAGE} ranges, not {len(p.ranges)}")
+    return tuple((_peer_from_pb(r.publisher), r.first_seq, r.last_seq, r.hops) for r in p.ranges)
 
 
 def _pull_to_pb(m: Pull, out: pb.Pull) -> None:
@@ -384,17 +391,9 @@ _CODECS: dict[type, _Codec] = {
     Ping: _Codec("ping", _ping_to_pb, lambda p: Ping(nonce=p.nonce, want_view=p.want_view)),
     Pong: _Codec("pong", _pong_to_pb, _pong_from_pb),
     Gossip: _Codec("gossip", _nothing_to_pb, _gossip_from_pb),  # encoded by _gossip_item
-    IHave: _Codec(
-        "ihave",
-        _ihave_to_pb,
-        lambda p: IHave(summaries=tuple((s.id, s.hops) for s in p.summaries)),
-    ),
+    IHave: _Codec("ihave", _ranges_to_pb, lambda p: IHave(ranges=_ranges_from_pb(p))),
     Prune: _Codec("prune", _nothing_to_pb, lambda p: Prune()),
-    Graft: _Codec(
-        "graft",
-        lambda m, out: out.ids.extend(m.ids),
-        lambda p: Graft(ids=tuple(p.ids)),
-    ),
+    Graft: _Codec("graft", _ranges_to_pb, lambda p: Graft(ranges=_ranges_from_pb(p))),
     Pull: _Codec("pull", _pull_to_pb, _pull_from_pb),
     GetView: _Codec("get_view", _nothing_to_pb, lambda p: GetView()),
     View: _Codec("view", _view_to_pb, _view_from_pb),
@@ -436,11 +435,8 @@ def encode_item(topic: str | None, message: Message) -> bytes:
     so a sender can encode a message once, whoever it goes to, and pack queued items into
     frames by size. Raises like `encode_frame`.
     """
-    if type(topic) is str:
-        if type(message) is Gossip:
-            return _gossip_item(topic, message)
-        if type(message) is IHave:
-            return _ihave_item(topic, message)
+    if type(topic) is str and type(message) is Gossip:
+        return _gossip_item(topic, message)
     codec = _CODECS.get(type(message))
     if codec is None:
         raise TypeError(f"not an episub message: {_show(message)}")
@@ -461,13 +457,11 @@ def encode_item(topic: str | None, message: Message) -> bytes:
     return frame.SerializeToString()
 
 
-# GOSSIP and IHAVE items, written and read by hand: they are most of the traffic, and
-# protobuf's object layer cost ~25 us to write a GOSSIP and ~10 to read one, ~1 us per IHAVE
-# summary. The layout is what protobuf writes:
+# GOSSIP items, written and read by hand: they are most of the traffic, and protobuf's
+# object layer cost ~25 us to write a GOSSIP and ~10 to read one. (IHAVE names runs of
+# streams, a few per flush, and goes through protobuf.) The layout is what protobuf writes:
 #   Frame.items (0x0A) len Item{ topic (0x0A) len utf8, gossip (0x12) len Gossip{
 #       id (0x0A) 0x20 32 bytes, envelope (0x12) len raw, [hops (0x18) varint] } }
-#   ... Item{ topic, ihave (0x1A) len IHave{ summaries (0x0A) len Summary{
-#       id (0x0A) 0x20 32 bytes, [hops (0x10) varint] } ... } }
 # Reading falls back on protobuf for any other layout of the same fields.
 _GOSSIP_ID_FIELD = b"\x0a\x20"
 _MAX_TOPIC_CACHE = 1024  # topic names whose item prefix is kept; topics are few
@@ -487,7 +481,7 @@ class _TopicCache(dict[str, bytes]):
 
 
 _topic_fields = _TopicCache()
-_FAST_BODIES = (0x12, 0x1A)  # Item.gossip, Item.ihave
+_GOSSIP_BODY = 0x12  # Item.gossip
 _topic_names: dict[bytes, str] = {}  # topic bytes read -> the checked name, for reading
 
 
@@ -514,58 +508,6 @@ def _gossip_item(topic: str, message: Gossip) -> bytes:
     return b"".join(parts)
 
 
-def _ihave_item(topic: str, message: IHave) -> bytes:
-    summaries = []
-    for message_id, hops in message.summaries:
-        if hops:
-            hops_field = b"\x10" + varint(hops)
-            summaries.append(bytes((0x0A, 34 + len(hops_field))) + _GOSSIP_ID_FIELD + message_id)
-            summaries.append(hops_field)
-        else:
-            summaries.append(b"\x0a\x22" + _GOSSIP_ID_FIELD + message_id)
-    body = b"".join(summaries)
-    topic_field = _topic_fields[topic]
-    head = b"\x1a" + varint(len(body))
-    item_len = len(topic_field) + len(head) + len(body)
-    return b"".join((b"\x0a", varint(item_len), topic_field, head, body))
-
-
-def _read_ihave(body: bytes, pos: int, end: int, topic: str) -> tuple[str, IHave] | None:
-    """The IHAVE at body[pos:end] (after its topic) in its canonical layout, else None."""
-    size, pos = read_varint(body, pos + 1)
-    if pos + size != end:
-        return None
-    summaries = []
-    while pos < end:
-        if body[pos] != 0x0A:
-            return None
-        size = body[pos + 1]
-        stop = pos + 2 + size
-        if (
-            size not in (34, 36, 37, 38)
-            or stop > end
-            or body[pos + 2 : pos + 4] != _GOSSIP_ID_FIELD
-        ):
-            return None
-        message_id = body[pos + 4 : pos + 36]
-        hops = 0
-        if size > 34:
-            if body[pos + 36] != 0x10:
-                return None
-            hops, after = read_varint(body, pos + 37)
-            if after != stop:
-                return None
-            if hops > MAX_HOPS:
-                raise FrameError(f"IHAVE hops must be in 0..{MAX_HOPS}, not {hops}")
-        summaries.append((message_id, hops))
-        pos = stop
-        if len(summaries) > MAX_IDS_PER_MESSAGE:
-            return None  # protobuf's path counts them all and says so
-    if not summaries:
-        return None  # protobuf's path says why an empty IHAVE is refused
-    return topic, IHave.from_wire(tuple(summaries))
-
-
 def _read_topic(body: bytes, pos: int, end: int) -> tuple[str, int]:
     size, pos = read_varint(body, pos)
     stop = pos + size
@@ -584,14 +526,12 @@ def _read_topic(body: bytes, pos: int, end: int) -> tuple[str, int]:
 
 
 def _read_fast(body: bytes, pos: int, end: int) -> tuple[str, Message] | None:
-    """The GOSSIP or IHAVE item at body[pos:end] in its canonical layout, else None."""
+    """The GOSSIP item at body[pos:end] in its canonical layout, else None."""
     if body[pos] != 0x0A:
         return None
     topic, pos = _read_topic(body, pos + 1, end)
     if pos >= end:
         return None
-    if body[pos] == 0x1A:
-        return _read_ihave(body, pos, end, topic)
     if body[pos] != 0x12:
         return None
     size, pos = read_varint(body, pos + 1)
@@ -751,8 +691,8 @@ class FrameDecoder:
                     )
                 item = None
                 ahead = pos + 2 + body[pos + 1] if size > 3 else stop  # after a short topic
-                if ahead < stop and body[pos] == 0x0A and body[ahead] in _FAST_BODIES:
-                    item = _read_fast(body, pos, stop)  # a topic, then a GOSSIP or an IHAVE
+                if ahead < stop and body[pos] == 0x0A and body[ahead] == _GOSSIP_BODY:
+                    item = _read_fast(body, pos, stop)  # a topic, then a GOSSIP
                 if item is None:
                     parsed = pb.Item()
                     try:
