@@ -36,7 +36,8 @@ import struct
 import sys
 from array import array
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import TypeVar
 
 __all__ = [
     "BATCH_HEADER",
@@ -47,6 +48,7 @@ __all__ = [
     "encode",
     "encode_columns",
     "is_batch",
+    "unbatch",
 ]
 
 BATCH_HEADER = "_episub.batch"  # a message header: its value is a record batch
@@ -58,6 +60,9 @@ _HEAD = struct.Struct("<4sBBHIQ")
 _LENGTHS = struct.Struct(f"<{BUFFERS}I")
 _DATA_START = -(-(_HEAD.size + _LENGTHS.size) // 8) * 8
 _LITTLE = sys.byteorder == "little"
+
+
+M = TypeVar("M")
 
 
 class BatchFormatError(ValueError):
@@ -286,3 +291,23 @@ class RecordBatch:
 
     def __iter__(self) -> Iterator[BatchRow]:
         return (self.row(i) for i in range(self.rows))
+
+
+def unbatch(message: M) -> list[M]:
+    """A message as its rows: a record batch (see `is_batch`) as one message per row, each
+    with its row's offset as seq, its stamp, key, value and headers, and the batch's id;
+    any other message as itself. BatchFormatError if the batch is not well formed."""
+    if not is_batch(message.headers):  # type: ignore[attr-defined]
+        return [message]
+    batch = RecordBatch.decode(message.value)  # type: ignore[attr-defined]
+    return [
+        replace(
+            message,  # type: ignore[type-var]
+            seq=row.offset,
+            timestamp_ms=row.timestamp_ms,
+            key=row.key,
+            value=row.value,
+            headers=row.headers,
+        )
+        for row in batch
+    ]

@@ -37,7 +37,7 @@ DEFAULT_FETCH_TIMEOUT = 10.0
 DEFAULT_MAX_ROWS_PER_PARTITION = 20_000
 # A task publishes its partition's rows in requests of this many. Guess: the agent's batch
 # bound (10,000) is the most; 1,000 keeps a request's memory small for 1 MiB messages.
-DEFAULT_SINK_BATCH = 1_000
+DEFAULT_SINK_BATCH = 4096  # rows per record batch (arrow_rows.BATCH_ROWS)
 # Kafka's maxTriggerDelay default: with minOffsetsPerTrigger, a batch runs at the latest
 # this long after the previous one.
 DEFAULT_MAX_TRIGGER_DELAY = 15 * 60.0

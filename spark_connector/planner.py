@@ -110,7 +110,7 @@ def union(nodes: Iterable[tuple[bytes, Iterable[HeldSpan]]]) -> Holdings:
 
 @dataclass(frozen=True, slots=True)
 class Range:
-    """Seqs first_seq..last_seq of one publisher, for one task to read."""
+    """Rows first_seq..last_seq (offsets) of one publisher, for one task to read."""
 
     topic: str
     publisher: str
@@ -118,6 +118,10 @@ class Range:
     last_seq: int
     # Nodes known to hold it when planned (the task asks them first if its node lacks it).
     holders: tuple[bytes, ...] = ()
+    # The seqs of the messages holding its first and last row, when they are record
+    # batches (rowmap.py); -1: plain messages, whose seq is their row's offset.
+    first_msg: int = -1
+    last_msg: int = -1
 
     @property
     def rows(self) -> int:

@@ -288,12 +288,14 @@ class AgentClient:
         *,
         fetch_timeout: float = 0.0,
         holders: Iterable[bytes] = (),
+        value_prefix: int = 0,
     ) -> list[Message]:
         """Retained messages of `publisher`, first_seq..last_seq, in order (what the agent
         no longer holds is absent). Large ranges come in several replies. fetch_timeout > 0:
         the agent's node first asks `holders` (node ids known to hold the range) and its
         neighbours for what it lacks (per reply page); the client's own timeout must leave
-        room for that."""
+        room for that. value_prefix > 0: each value cut to its first that many bytes (a
+        record batch's header, see episub.recordbatch)."""
         if not 0 <= first_seq <= last_seq:
             raise ValueError(f"need 0 <= first_seq <= last_seq, not {first_seq!r}..{last_seq!r}")
         out: list[Message] = []
@@ -306,6 +308,7 @@ class AgentClient:
                 last_seq=last_seq,
                 fetch_timeout=fetch_timeout,
                 holders=list(holders),
+                value_prefix=value_prefix,
             )
             page = self._call(wait=fetch_timeout, read_range=body).messages
             out += (message_from_pb(m) for m in page.messages)
