@@ -49,11 +49,18 @@ from episub.agent.wire import (
 )
 from episub.config.codec import entry_for, value_of
 from episub.config.state import Entry
-from episub.crawl import CRAWL_TIMEOUT
-from episub.node import HELD_TIMEOUT, SUBSCRIPTION_BUFFER, Neighbor
 from episub.proto.messages import HeldSpan
+from episub.records import (
+    CRAWL_TIMEOUT,
+    HELD_TIMEOUT,
+    SUBSCRIPTION_BUFFER,
+    Item,
+    LagBuffer,
+    Lagged,
+    Message,
+    Neighbor,
+)
 from episub.retention import Span
-from episub.subscription import Item, LagBuffer, Lagged, Message
 
 __all__ = [
     "DEFAULT_TIMEOUT",
