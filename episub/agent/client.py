@@ -78,7 +78,7 @@ __all__ = [
 # Longest wait for one reply. Guess: a join may spend the node's 10 s DIAL_TIMEOUT on a
 # bootstrap address that does not answer; this leaves room for a loaded machine on top.
 DEFAULT_TIMEOUT = 30.0
-RECEIVE_CHUNK = 65_536  # bytes read at a time, as the server (trio's default receive size)
+RECEIVE_CHUNK = 1 << 20  # bytes read at a time, as the server (record batches: ~1 MiB)
 # Room for the Request envelope around a batch's records (topic, field tags, lengths).
 _BATCH_OVERHEAD = 1024
 
