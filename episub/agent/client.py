@@ -25,7 +25,7 @@ import contextlib
 import itertools
 import socket
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 
@@ -50,6 +50,9 @@ from episub.agent.wire import (
 from episub.config.codec import entry_for, value_of
 from episub.config.state import Entry
 from episub.proto.messages import HeldSpan
+from episub.recordbatch import BATCH_HEADER
+from episub.recordbatch import MAX_ROWS as MAX_BATCH_ROWS
+from episub.recordbatch import encode as encode_batch
 from episub.records import (
     CRAWL_TIMEOUT,
     HELD_TIMEOUT,
@@ -261,6 +264,37 @@ class AgentClient:
         if chunk:
             out += self._publish_chunk(topic, chunk, out)
         return out
+
+    def publish_rows(
+        self,
+        topic: str,
+        stream: bytes,
+        rows: Sequence[tuple[int, bytes | None, bytes, Sequence[tuple[str, bytes]]]],
+        *,
+        place: int = 0,
+        first_row: int = 0,
+        batch_rows: int = 4096,
+    ) -> tuple[int, int]:
+        """Publish `rows` ((timestamp_ms, key, value, headers) each) as record batches of
+        `batch_rows` at places place, place+1, ... of the named `stream`, numbered from
+        `first_row` (episub/recordbatch.py): many rows per overlay message, each keeping its
+        own offset. Returns the next place and the next row; a place taken already
+        publishes nothing (so a retry with the same arguments publishes each row once)."""
+        if not 1 <= batch_rows <= MAX_BATCH_ROWS:
+            raise ValueError(f"batch_rows must be in 1..{MAX_BATCH_ROWS}, not {batch_rows!r}")
+        records = []
+        for low in range(0, len(rows), batch_rows):
+            part = rows[low : low + batch_rows]
+            records.append(
+                Record(
+                    value=encode_batch(first_row + low, part),
+                    headers=((BATCH_HEADER, b"1"),),
+                    stream=(stream, place + len(records)),
+                    timestamp_ms=part[0][0],
+                )
+            )
+        self.publish_batch(topic, records)
+        return place + len(records), first_row + len(rows)
 
     def _publish_chunk(
         self, topic: str, chunk: list[pb.Record], before: list[Published]
