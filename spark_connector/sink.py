@@ -6,14 +6,21 @@ Columns: `value` (binary or string, required), `key` (binary or string), `header
 match as Spark matches them, whatever their case. Each task publishes through its own
 executor's node.
 
+Rows arrive as Arrow record batches (the Arrow writers) and travel as episub record
+batches (episub/recordbatch.py): `batchSize` rows a message, fewer past 960 KiB, cut by the
+rows alone (arrow_rows.Chunker), so the same rows always make the same messages; each row
+keeps its own offset in its stream (the stream's rows are numbered on without gaps).
+
 One message per place, exactly once toward subscribers. A row's place does not depend on
 which executor or which attempt writes it: partition p of a streaming query writes its
-rows, in the order the partition yields them, at the next places of a stream of its own,
+rows, in the order the partition yields them, as record batches at the next places of a
+stream of its own,
 `sink/<query>/<generation>/<p>`, one stream per partition for the life of the query, not
 one per batch (so the source's offsets stay small). Where batch B's rows start in each
 stream comes from the sink's index: after every batch, the driver's commit publishes the
-streams' ends at place B of a control stream, `_episub/sink/<query>` (held and relayed in
-the topic like any message, never delivered to subscribers), and batch B+1's tasks read
+streams' ends (next place and next row) at place B of a control stream,
+`_episub/sink/<query>` (held and relayed in the topic like any message, never delivered
+to subscribers), and batch B+1's tasks read
 place B back from the driver's node. A retried task or a re-run batch (after a driver
 restart too: the index is held by every node of the topic) so names the same places; it
 first fetches what an earlier attempt wrote there, so taken places publish nothing, and
@@ -92,7 +99,8 @@ class SinkAckTimeout(RuntimeError):
 
 @dataclass
 class SinkCommit(WriterCommitMessage):
-    """What one task did: where its rows went, rows published, places taken already."""
+    """What one task did: where its rows went, record batches published, places taken
+    already (by an earlier attempt)."""
 
     partition: int
     published: int
@@ -550,7 +558,7 @@ class EpisubStreamWriter(DataSourceStreamArrowWriter):
         driver's node, in every topic of the sink."""
         done = [m for m in messages if isinstance(m, SinkCommit)]
         log.info(
-            "batch %d: %d rows published, %d already published before (retried tasks)",
+            "batch %d: %d record batches published, %d already published before (retries)",
             batchId,
             sum(m.published for m in done),
             sum(m.duplicates for m in done),
