@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/spark_stream.py --mode paced --rate 1000 --seconds 30 --trigger 1
     .venv/bin/python benchmarks/spark_stream.py --mode burst --messages 100000
     .venv/bin/python benchmarks/spark_stream.py --mode bulk --rows 1000000
+    .venv/bin/python benchmarks/spark_stream.py --mode steady --seconds 30
 
 Both sources feed the same sink: a foreachBatch on the driver that collects each batch's
 `timestamp` column. A row's latency is the time that collect returned (the row is then
@@ -22,6 +23,11 @@ rows seen over the time from the first to the last batch that had rows.
   data source with the same schema and partitioning (tuples, as PySpark's own Python
   source path), and the sink (`df.write` and `writeStream` `availableNow` from parquet) of
   --rows rows of --size bytes. Rows/s = rows / the Spark job's wall time.
+
+- steady: the same bulk publisher publishes record batches of 16,384 rows as fast as it
+  can for --seconds while a stream query (default trigger, foreachBatch counting rows)
+  reads from the start: the rows/s the query kept up with, and the oldest row's age in
+  each micro-batch.
 
 Warm-up is not measured: the first micro-batches of a query start Python workers and the
 data source's planners, seconds each. The publisher first sends --warmup messages (at
@@ -264,6 +270,72 @@ with AgentClient(socket_path, timeout=60) as client:
 """
 
 
+STEADY_PUBLISHER = r"""
+import sys, time
+from episub.agent import AgentClient
+socket_path, topic, seconds, size = sys.argv[1], sys.argv[2], float(sys.argv[3]), int(sys.argv[4])
+with AgentClient(socket_path, timeout=60) as client:
+    client.join(topic)
+    value = b"x" * size
+    place = row = 0
+    start = time.monotonic()
+    while time.monotonic() - start < seconds:
+        stamp = int(time.time() * 1000)
+        place, row = client.publish_rows(
+            topic, b"bench/steady", [(stamp, None, value, ())] * 16384, place=place, first_row=row
+        )
+    print("published", row, "in", round(time.monotonic() - start, 3), flush=True)
+"""
+
+
+def run_steady(spark: Any, args: argparse.Namespace, deployment: Any) -> dict[str, Any]:
+    """A publisher outside Spark publishing record batches as fast as it can for --seconds
+    while a stream query (default trigger) reads; rows/s the query kept up with."""
+    batches: list[tuple[float, int, float]] = []  # when, rows, oldest row's age (s)
+
+    def on_batch(batch: Any, batch_id: int) -> None:
+        row = batch.selectExpr("count(*) c", "min(timestamp) t").collect()[0]
+        if row.c:
+            now = time.time()
+            batches.append((now, row.c, now - row.t.timestamp()))
+
+    topic = "steady"
+    with spark_connector_client(deployment) as client:
+        client.join(topic)
+    query = (
+        spark.readStream.format("episub").option("topic", topic)
+        .option("startingOffsets", "earliest").load()
+        .writeStream.foreachBatch(on_batch).start()
+    )  # fmt: skip
+    try:
+        publisher = subprocess.run(
+            [sys.executable, "-c", STEADY_PUBLISHER, deployment.driver_socket, topic,
+             str(args.seconds), str(args.size)],
+            capture_output=True, text=True, check=True, timeout=LIMIT,
+        )  # fmt: skip
+        words = publisher.stdout.split()
+        published, publish_seconds = int(words[1]), float(words[-1])
+        wait(lambda: sum(b[1] for b in batches) >= published, f"{published} steady rows")
+    finally:
+        query.stop()
+    span = batches[-1][0] - batches[0][0] if len(batches) > 1 else 0.0
+    read = sum(b[1] for b in batches[1:])  # rows after the first batch, over the span
+    return {
+        "published": published,
+        "publisher_rows_per_s": round(published / publish_seconds),
+        "batches": len(batches),
+        "query_rows_per_s": round(read / span) if span else None,
+        "oldest_row_age_s_max": round(max(b[2] for b in batches), 2),
+        "per_batch": [{"rows": b[1], "oldest_age_s": round(b[2], 2)} for b in batches],
+    }
+
+
+def spark_connector_client(deployment: Any) -> Any:
+    from spark_connector.deployment import driver_client
+
+    return driver_client(deployment)
+
+
 def trivial_source(partitions: int, rows: int, size: int, include_headers: bool) -> Any:
     """A Python data source of `rows` in-memory rows with the episub source's schema, in
     `partitions` partitions, yielding tuples (PySpark's own Python source path)."""
@@ -390,7 +462,7 @@ def run_bulk(spark: Any, args: argparse.Namespace, deployment: Any, work: Path) 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--mode", choices=("paced", "burst", "bulk"), default="paced")
+    parser.add_argument("--mode", choices=("paced", "burst", "bulk", "steady"), default="paced")
     parser.add_argument("--rows", type=int, default=1_000_000, help="bulk: rows")
     parser.add_argument("--partitions", type=int, default=10, help="bulk: sink partitions")
     parser.add_argument("--repeat", type=int, default=2, help="bulk: interleaved rounds")
@@ -429,7 +501,9 @@ def main() -> None:
         if args.master.startswith("local-cluster"):
             wait(lambda: sc._jsc.sc().getExecutorMemoryStatus().size() == 3, "two executors")
         spark_connector.overlay(spark, deployment)  # every executor's agent up first
-        if args.mode == "bulk":
+        if args.mode == "steady":
+            rate_figures, episub_figures = None, run_steady(spark, args, deployment)
+        elif args.mode == "bulk":
             import tempfile
 
             with tempfile.TemporaryDirectory(prefix="episub-bench-") as work:
