@@ -476,6 +476,7 @@ def main() -> None:
     parser.add_argument("--master", default="local-cluster[2,1,1024]")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
+    load_before = os.getloadavg()
     out = args.out or Path(__file__).parent / "results" / f"spark_stream_{args.mode}.json"
 
     from pyspark.sql import SparkSession
@@ -517,7 +518,7 @@ def main() -> None:
     result = {
         "command": " ".join([".venv/bin/python", *sys.argv]),
         "mode": args.mode,
-        "load_before": os.getloadavg(),
+        "load_before": load_before,
         "master": args.master,
         "size": args.size,
         "episub": episub_figures,
