@@ -62,6 +62,7 @@ def test_every_example_has_a_smoke_test() -> None:
         "signed_publishing.py",
         "from_kafka.py",
         "publish_many.py",
+        "record_batches.py",
     }
     assert {p.name for p in EXAMPLES.glob("*.py")} == tested
 
