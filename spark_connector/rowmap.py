@@ -9,6 +9,8 @@ kept between plannings and only new seqs are read; it forgets seqs no longer hel
 
 A stream is one kind or the other: it is taken as batched when its last held message is a
 batch (a sink's streams; a bulk publisher's named stream), else as plain (a node's own).
+A stream that mixes the two has no row offsets one could tell: MixedStreamError names it
+(the planner's, or the task's that meets it).
 """
 
 from __future__ import annotations
@@ -21,11 +23,28 @@ from typing import Any
 
 from episub.recordbatch import BatchFormatError, is_batch
 
-__all__ = ["HEADER_BYTES", "StreamRows", "row_holding"]
+__all__ = ["HEADER_BYTES", "MixedStreamError", "StreamRows", "mixed", "row_holding"]
 
 HEADER_BYTES = 20  # magic, version, flags, buffer count, rows, first row (recordbatch._HEAD)
 _HEAD = struct.Struct("<4sBBHIQ")
 READ_TIMEOUT = 2.0  # seconds the driver's node may spend fetching headers it lacks
+
+
+class MixedStreamError(RuntimeError):
+    """A stream carries both plain messages and record batches."""
+
+
+def mixed(topic: str, publisher: bytes, seq: int, batch: bool) -> MixedStreamError:
+    what = (
+        "a record batch in a stream of plain messages"
+        if batch
+        else ("a plain message in a stream of record batches")
+    )
+    return MixedStreamError(
+        f"topic {topic!r}, publisher {publisher.decode('latin-1')!r}: seq {seq} is {what}; a "
+        "stream carries one kind or the other (its rows' offsets cannot be told otherwise): "
+        "publish record batches on a named stream of their own"
+    )
 
 
 def _header_rows(value: bytes) -> tuple[int, int]:
@@ -76,7 +95,7 @@ class StreamRows:
         )  # fmt: skip
         for message in found:
             if not is_batch(message.headers):
-                continue  # a plain message in a batched stream has no row of its own here
+                raise mixed(topic, publisher, message.seq, batch=False)
             try:
                 first_row, rows = _header_rows(message.value)
             except BatchFormatError:

@@ -56,7 +56,7 @@ from spark_connector.planner import (
     publisher_text,
     union,
 )
-from spark_connector.rowmap import StreamRows, row_holding
+from spark_connector.rowmap import StreamRows, mixed, row_holding
 
 __all__ = [
     "DataLossError",
@@ -427,7 +427,9 @@ def read_ranges(partition: RangePartition) -> Iterator[Any]:
             found = 0
             plain = []
             for m in messages:
-                if not is_batch(m.headers):
+                if is_batch(m.headers) != batched:
+                    raise mixed(rng.topic, m.publisher, m.seq, batch=not batched)
+                if not batched:
                     if rng.first_seq <= m.seq <= rng.last_seq:
                         plain.append(m)
                     continue
