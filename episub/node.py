@@ -88,7 +88,6 @@ from episub.proto.messages import (
     Held,
     HeldSpan,
     LinkKind,
-    Signature,
     View,
     check_topic_name,
 )
@@ -227,7 +226,9 @@ class Node:
         self._advertise = parse_address(format_address(host, 1)).host
         self._config = config if config is not None else NodeConfig()
         self._link_delay = link_delay
-        self._retention = RetentionStore[_Kept](retention or RetentionConfig())
+        # Retention keeps each message's envelope bytes: the very bytes object the core's
+        # cache holds (one copy of a payload on this node), decoded again when read.
+        self._retention = RetentionStore[bytes](retention or RetentionConfig())
         self._handshake_timeout = handshake_timeout
         self._dial_timeout = dial_timeout
         self._encrypt = encrypt
@@ -585,23 +586,38 @@ class Node:
         then to each subscription of their topic as one batch, and to listeners; queries
         from peers are answered from retention."""
         now = trio.current_time()
-        retain = self._retention.add
+        retain = self._retention.add_item
         fetching = self._fetching
         batches: dict[str, list[Message | Lost]] = {}
         for event in events:
             kind = type(event)
             if kind is Deliver or kind is Published or kind is Recovered:
                 envelope = event.envelope  # type: ignore[union-attr]
-                message = _message(event.topic, event.id, envelope)  # type: ignore[union-attr]
-                retain(_Kept(message, envelope.signature), now)
+                topic, publisher, seq = event.topic, envelope.publisher, envelope.seq  # type: ignore[union-attr]
+                retain(
+                    envelope.raw,
+                    topic=topic,
+                    publisher=publisher,
+                    seq=seq,
+                    timestamp_ms=envelope.timestamp_ms,
+                    size=envelope.size,
+                    id=event.id,  # type: ignore[union-attr]
+                    now=now,
+                )
                 if fetching:
-                    for waiter in fetching.get((message.topic, message.publisher), ()):
-                        if waiter.low <= message.seq <= waiter.high:
+                    for waiter in fetching.get((topic, publisher), ()):
+                        if waiter.low <= seq <= waiter.high:
                             waiter.arrived.set()
                 # History is for retention, and control streams are bookkeeping: neither
-                # is news for subscribers.
-                if kind is not Recovered and not message.publisher.startswith(CONTROL_PREFIX):
-                    batches.setdefault(message.topic, []).append(message)
+                # is news for subscribers. A message (a copy of the payload) is made only
+                # for a topic someone subscribes or listens to.
+                if (
+                    kind is not Recovered
+                    and (topic in self._subscriptions or topic in self._listeners)
+                    and not publisher.startswith(CONTROL_PREFIX)
+                ):
+                    message = _message(topic, event.id, envelope)  # type: ignore[union-attr]
+                    batches.setdefault(topic, []).append(message)
             elif kind is DataLost:
                 lost = Lost(event.publisher, event.first_seq, event.last_seq)  # type: ignore[union-attr]
                 batches.setdefault(event.topic, []).append(lost)  # type: ignore[union-attr]
@@ -689,14 +705,15 @@ class Node:
     def _serve_history(self, event: HistoryAsked) -> None:
         """A PULL's seqs the core's cache lacked, from retention when it holds them."""
         wanted = set(event.seqs)
-        kept = self._retention.get(
+        kept = self._retention.entries(
             event.topic,
             event.publisher,  # type: ignore[arg-type]
             min(event.seqs),
             max(event.seqs),
             trio.current_time(),
         )
-        found = tuple((k.message.id, k.envelope()) for k in kept if k.message.seq in wanted)
+        envelopes = ((mid, Envelope.decode(raw)) for mid, raw in kept)
+        found = tuple((mid, env) for mid, env in envelopes if env.seq in wanted)
         if found:
             self._running().input(ServeHistory(event.topic, event.peer, found))
 
@@ -919,7 +936,8 @@ class Node:
         was never delivered here, or has aged out of retention, is absent."""
         self._running()
         now = trio.current_time()
-        return [k.message for k in self._retention.get(topic, publisher, first_seq, last_seq, now)]
+        kept = self._retention.entries(topic, publisher, first_seq, last_seq, now)
+        return [_message(topic, mid, Envelope.decode(raw)) for mid, raw in kept]
 
     def held(self, topic: str) -> dict[bytes, Span]:
         """publisher -> what this node holds of it on `topic` (retention's summary): the
@@ -1023,54 +1041,6 @@ class _HeldWaiter:
 class _TopicsWaiter:
     arrived: trio.Event
     topics: tuple[str, ...] | None = None
-
-
-class _Kept:
-    """What retention keeps of a message: the application's view of it, and its signature
-    (signed publishing), so that it can be served to other nodes as it was published."""
-
-    __slots__ = ("message", "signature")
-
-    def __init__(self, message: Message, signature: Signature | None) -> None:
-        self.message = message
-        self.signature = signature
-
-    # What RetentionStore reads (retention.Storable):
-    @property
-    def topic(self) -> str:
-        return self.message.topic
-
-    @property
-    def publisher(self) -> bytes:
-        return self.message.publisher
-
-    @property
-    def seq(self) -> int:
-        return self.message.seq
-
-    @property
-    def size(self) -> int:
-        return self.message.size
-
-    @property
-    def timestamp_ms(self) -> int:
-        return self.message.timestamp_ms
-
-    @property
-    def id(self) -> bytes:
-        return self.message.id
-
-    def envelope(self) -> Envelope:
-        m = self.message
-        return Envelope(
-            publisher=m.publisher,
-            seq=m.seq,
-            timestamp_ms=m.timestamp_ms,
-            payload=m.value,
-            key=m.key,
-            headers=m.headers,
-            signature=self.signature,
-        )
 
 
 @dataclass(slots=True)

@@ -19,13 +19,22 @@ Rules this store keeps:
   same one, whatever order they came in. The same message again changes nothing.
 - Per-publisher summaries (first and last seq held, how many) cost O(1) for streams that
   arrive roughly in order and age out oldest first, as publishers' streams do.
+
+Storage: rows in columns (`array`s and lists) in the order stored, and each publisher's
+places in a SeqIndex (an array indexed by seq while the stream is dense). A message costs
+what `add` was given (the node gives the envelope's bytes, the same object its broadcast
+cache holds: one copy of a payload per node) plus ~70 bytes; see docs/operations.md.
+`add_item` and `entries` are `add` and `get` for a caller that keeps the fields apart from
+the stored item.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from array import array
 from dataclasses import dataclass
-from typing import Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
+
+from episub.proto.seqindex import SeqIndex
 
 __all__ = ["RetentionConfig", "RetentionStore", "Span"]
 
@@ -80,52 +89,20 @@ class Storable(Protocol):
     def id(self) -> bytes: ...
 
 
-M = TypeVar("M", bound=Storable)
-_Key = tuple[str, bytes, int]
+M = TypeVar("M")
+
+_COMPACT_AT = 4096  # spent rows before the columns are shifted down (amortised O(1))
 
 
-class _Stream(Generic[M]):
-    """One publisher's held messages of one topic, with its lowest and highest seq."""
+class _Stream(SeqIndex):
+    """One publisher's held messages of one topic: seq -> row (seqindex.py)."""
 
-    __slots__ = ("high", "low", "messages")
+    __slots__ = ("publisher", "topic")
 
-    def __init__(self, seq: int, message: M) -> None:
-        self.messages: dict[int, M] = {seq: message}
-        self.low = seq
-        self.high = seq
-
-    def put(self, seq: int, message: M) -> None:
-        self.messages[seq] = message
-        if seq < self.low:
-            self.low = seq
-        elif seq > self.high:
-            self.high = seq
-
-    def remove(self, seq: int) -> None:
-        messages = self.messages
-        del messages[seq]
-        if not messages or (seq != self.low and seq != self.high):
-            return
-        if self.high - self.low > 4 * len(messages):  # sparse: walking would cost more
-            self.low, self.high = min(messages), max(messages)
-            return
-        while self.low not in messages:
-            self.low += 1
-        while self.high not in messages:
-            self.high -= 1
-
-    def span(self, first: int, last: int) -> Span | None:
-        low, high = max(first, self.low), min(last, self.high)
-        if low > high:
-            return None
-        messages = self.messages
-        if low == self.low and high == self.high:
-            return Span(low, high, len(messages))
-        if high - low + 1 <= len(messages):
-            held = [s for s in range(low, high + 1) if s in messages]
-        else:
-            held = sorted(s for s in messages if low <= s <= high)
-        return Span(held[0], held[-1], len(held)) if held else None
+    def __init__(self, topic: str, publisher: bytes) -> None:
+        super().__init__()
+        self.topic = topic
+        self.publisher = publisher
 
 
 def _wins(new: Storable, old: Storable) -> bool:
@@ -135,57 +112,168 @@ def _wins(new: Storable, old: Storable) -> bool:
 
 
 class RetentionStore(Generic[M]):
+    """The messages held, as rows in the order stored: columns (lists and arrays) indexed
+    by row serial - `_base`, the oldest live row at or after `_head`. A message costs its
+    item (what `add` was given: the node stores the envelope's bytes, the very object its
+    broadcast cache holds) and ~70 bytes of columns and index. A replaced or evicted row
+    is spent (its item None) until the head passes it or the columns are compacted."""
+
     def __init__(self, config: RetentionConfig) -> None:
         self.config = config
-        self._by_age: OrderedDict[_Key, float] = OrderedDict()  # oldest first
-        self._topics: dict[str, dict[bytes, _Stream[M]]] = {}
+        self._topics: dict[str, dict[bytes, _Stream]] = {}
+        self._items: list[M | None] = []  # None: spent
+        self._ids: list[bytes] = []
+        self._added = array("d")  # when stored
+        self._stamps = array("q")  # timestamp_ms
+        self._sizes = array("q")
+        self._streams: list[_Stream | None] = []
+        self._seqs = array("q")
+        self._base = 0  # serial of the row at index 0
+        self._head = 0  # serial of the oldest row that may be live
+        self._live = 0
         self.bytes = 0
         self.evicted = 0
         self.replaced = 0  # held messages another message took the place of (see _wins)
 
     def __len__(self) -> int:
-        return len(self._by_age)
+        return self._live
 
     def add(self, message: M, now: float) -> bool:
-        """Store `message`; False when its place holds another message that stays."""
-        topic, publisher, seq = message.topic, message.publisher, message.seq
-        streams = self._topics.setdefault(topic, {})
+        """Store `message` (a Storable); False when its place holds another that stays."""
+        m: Storable = message  # type: ignore[assignment]
+        return self.add_item(
+            message,
+            topic=m.topic,
+            publisher=m.publisher,
+            seq=m.seq,
+            timestamp_ms=m.timestamp_ms,
+            size=m.size,
+            id=m.id,
+            now=now,
+        )
+
+    def add_item(
+        self,
+        item: M,
+        *,
+        topic: str,
+        publisher: bytes,
+        seq: int,
+        timestamp_ms: int,
+        size: int,
+        id: bytes,
+        now: float,
+    ) -> bool:
+        """`add`, with the message's fields given apart from what is stored (`item`, which
+        `get` returns): the node keeps only the envelope's bytes."""
+        streams = self._topics.get(topic)
+        if streams is None:
+            streams = self._topics[topic] = {}
         stream = streams.get(publisher)
         if stream is None:
-            streams[publisher] = _Stream(seq, message)
+            stream = streams[publisher] = _Stream(topic, publisher)
         else:
-            old = stream.messages.get(seq)
-            if old is not None:
-                if old.id == message.id or not _wins(message, old):
+            held = stream.get(seq)
+            if held is not None:
+                i = held - self._base
+                old_id = self._ids[i]
+                if old_id == id or not (timestamp_ms, id) < (self._stamps[i], old_id):
                     return False
-                self.bytes -= old.size
                 self.replaced += 1
-                del self._by_age[(topic, publisher, seq)]
-            stream.put(seq, message)
-        self._by_age[(topic, publisher, seq)] = now
-        self.bytes += message.size
+                self._spend(i, keep_stream=True)
+        serial = self._base + len(self._items)
+        self._items.append(item)
+        self._ids.append(id)
+        self._added.append(now)
+        self._stamps.append(timestamp_ms)
+        self._sizes.append(size)
+        self._streams.append(stream)
+        self._seqs.append(seq)
+        stream.put(seq, serial)
+        self._live += 1
+        self.bytes += size
         self.expire(now)
         return True
+
+    def _spend(self, i: int, keep_stream: bool = False) -> None:
+        """Row i (live) is held no more (its stream stays registered if `keep_stream`:
+        another message is taking its place)."""
+        stream = self._streams[i]
+        assert stream is not None
+        self._items[i] = None
+        self._streams[i] = None
+        self._live -= 1
+        self.bytes -= self._sizes[i]
+        stream.remove(self._seqs[i])
+        if not stream.count and not keep_stream:
+            streams = self._topics[stream.topic]
+            del streams[stream.publisher]
+            if not streams:
+                del self._topics[stream.topic]
 
     def expire(self, now: float) -> None:
         """Drop what is past any bound; `add` and the queries call it, callers may too."""
         c = self.config
-        by_age = self._by_age
-        while by_age and (
-            len(by_age) > c.max_messages
-            or self.bytes > c.max_bytes
-            or next(iter(by_age.values())) + c.max_age <= now
-        ):
-            (topic, publisher, seq), _ = by_age.popitem(last=False)
-            streams = self._topics[topic]
-            stream = streams[publisher]
-            self.bytes -= stream.messages[seq].size
+        items, added, base = self._items, self._added, self._base
+        end = base + len(items)
+        while self._live:
+            i = self._head - base
+            if items[i] is None:  # spent: not held, not counted
+                self._head += 1
+                continue
+            if not (
+                self._live > c.max_messages
+                or self.bytes > c.max_bytes
+                or added[i] + c.max_age <= now
+            ):
+                break
+            self._spend(i)
             self.evicted += 1
-            stream.remove(seq)
-            if not stream.messages:
-                del streams[publisher]
-                if not streams:
-                    del self._topics[topic]
+            self._head += 1
+        if not self._live:
+            self._head = end
+        self._compact()
+
+    def _compact(self) -> None:
+        """Give back spent rows: those before the head once they are an eighth of the
+        table (each row moves O(1) times on average; the columns stay within ~1/8 of what
+        they hold), or every spent row once they outnumber the live ones (replacements)."""
+        spent_before = self._head - self._base
+        total = len(self._items)
+        if total - spent_before > 2 * self._live + _COMPACT_AT:  # spent rows amid live ones
+            keep = [i for i in range(spent_before, total) if self._items[i] is not None]
+            self._rebuild(keep)
+        elif spent_before >= _COMPACT_AT and 8 * spent_before >= total:
+            for column in self._columns():
+                del column[:spent_before]
+            self._base = self._head
+
+    def _columns(self) -> tuple[Any, ...]:
+        return (self._items, self._ids, self._added, self._stamps, self._sizes,
+                self._streams, self._seqs)  # fmt: skip
+
+    def _rebuild(self, keep: list[int]) -> None:
+        base = self._next_serial()
+        for column in self._columns():
+            column[:] = (
+                type(column)(column[i] for i in keep)
+                if isinstance(column, list)
+                else (array(column.typecode, [column[i] for i in keep]))
+            )
+        for i, (stream, seq) in enumerate(zip(self._streams, self._seqs, strict=True)):
+            assert stream is not None
+            stream.put(seq, base + i)
+        self._base = self._head = base
+
+    def _next_serial(self) -> int:
+        return self._base + len(self._items)
+
+    def _rows(self, topic: str, publisher: bytes, first: int, last: int) -> list[int]:
+        stream = self._topics.get(topic, {}).get(publisher)
+        if stream is None:
+            return []
+        base = self._base
+        return [row - base for _, row in stream.rows_in(first, last)]
 
     def get(
         self, topic: str, publisher: bytes, first_seq: int, last_seq: int, now: float
@@ -194,20 +282,24 @@ class RetentionStore(Generic[M]):
         in sequence order; those not (or no longer) stored are simply absent."""
         _check_range(first_seq, last_seq)
         self.expire(now)
-        stream = self._topics.get(topic, {}).get(publisher)
-        if stream is None:
-            return []
-        low, high = max(first_seq, stream.low), min(last_seq, stream.high)
-        messages = stream.messages
-        if high - low + 1 <= len(messages):
-            return [messages[s] for s in range(low, high + 1) if s in messages]
-        return [messages[s] for s in sorted(messages) if low <= s <= high]
+        items = self._items
+        return [items[i] for i in self._rows(topic, publisher, first_seq, last_seq)]  # type: ignore[misc]
+
+    def entries(
+        self, topic: str, publisher: bytes, first_seq: int, last_seq: int, now: float
+    ) -> list[tuple[bytes, M]]:
+        """`get`, with each message's id: (id, item) pairs in sequence order."""
+        _check_range(first_seq, last_seq)
+        self.expire(now)
+        items, ids = self._items, self._ids
+        rows = self._rows(topic, publisher, first_seq, last_seq)
+        return [(ids[i], items[i]) for i in rows]  # type: ignore[misc]
 
     def offsets(self, topic: str, now: float) -> dict[bytes, Span]:
         """publisher -> what is held of it on `topic`, for every publisher held."""
         self.expire(now)
         streams = self._topics.get(topic, {})
-        return {p: Span(s.low, s.high, len(s.messages)) for p, s in streams.items()}
+        return {p: Span(s.low, s.high, s.count) for p, s in streams.items()}
 
     def span(
         self, topic: str, publisher: bytes, first_seq: int, last_seq: int, now: float
@@ -216,7 +308,15 @@ class RetentionStore(Generic[M]):
         _check_range(first_seq, last_seq)
         self.expire(now)
         stream = self._topics.get(topic, {}).get(publisher)
-        return None if stream is None else stream.span(first_seq, last_seq)
+        if stream is None:
+            return None
+        low, high = max(first_seq, stream.low), min(last_seq, stream.high)
+        if low > high:
+            return None
+        if low == stream.low and high == stream.high:
+            return Span(low, high, stream.count)
+        held = stream.rows_in(low, high)
+        return Span(held[0][0], held[-1][0], len(held)) if held else None
 
     def first_since(
         self, topic: str, publisher: bytes, timestamp_ms: int, now: float
@@ -227,8 +327,9 @@ class RetentionStore(Generic[M]):
         stream = self._topics.get(topic, {}).get(publisher)
         if stream is None:
             return None
+        stamps, base = self._stamps, self._base
         return min(
-            (s for s, m in stream.messages.items() if m.timestamp_ms >= timestamp_ms),
+            (seq for seq, row in stream.seqs() if stamps[row - base] >= timestamp_ms),
             default=None,
         )
 

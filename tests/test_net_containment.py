@@ -136,10 +136,10 @@ def test_a_core_error_on_a_command_reaches_the_caller_as_core_error_and_the_node
         async with honest_pair() as (a, b):
             topic = core(a)
 
-            def publish(*args: object, **kwargs: object) -> None:
+            def publish_many(*args: object, **kwargs: object) -> None:
                 raise ValueError("injected")
 
-            monkeypatch.setattr(topic, "publish", publish)
+            monkeypatch.setattr(topic, "publish_many", publish_many)  # Node.publish's way in
             with pytest.raises(CoreError, match="injected"):
                 await a.publish(TOPIC, b"lost")
             monkeypatch.undo()

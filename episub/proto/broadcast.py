@@ -56,6 +56,7 @@ from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 
 from episub.proto import messages as m
+from episub.proto.cache import MessageCache
 from episub.proto.config import BroadcastConfig
 from episub.proto.envelope import IdHasher, Record
 from episub.proto.errors import LocalProtocolError, MessageTooLarge
@@ -73,15 +74,6 @@ from episub.proto.messages import Envelope, MessageId, PeerId
 from episub.proto.ordering import OrderedDelivery, PublisherStream
 from episub.proto.signing import Signer, check_message
 from episub.proto.tables import BroadcastCounters
-
-
-@dataclass(slots=True)
-class Cached:
-    envelope: Envelope
-    hops: int  # hops at which we received it (0: we published it)
-    received_at: float
-    sender: PeerId | None  # who sent it to us (None: we published it)
-    size: int
 
 
 @dataclass(slots=True)
@@ -113,12 +105,12 @@ class Broadcast:
         self._timer_prefix = timer_prefix
         self.eager: dict[PeerId, None] = {}
         self.lazy: dict[PeerId, None] = {}
-        self.cache: OrderedDict[MessageId, Cached] = OrderedDict()
-        self.cache_bytes = 0
-        self.by_seq: dict[tuple[PeerId, int], MessageId] = {}
-        self.seen: OrderedDict[MessageId, float] = OrderedDict()  # id -> when first seen
-        self._seen_due = math.inf  # when the oldest of `seen` ages out
-        self._cache_due = math.inf  # when the oldest of `cache` ages out
+        # Seen ids and cached envelope bytes, one table (cache.py); `seen`, `cache` and
+        # `by_seq` (place -> cached id) are its views.
+        self.messages = MessageCache(config)
+        self.seen = self.messages.seen
+        self.cache = self.messages.cache
+        self.by_seq = self.messages.by_seq
         self.lazy_queue: list[tuple[MessageId, int, PeerId | None]] = []
         # queued id -> neighbours known to hold it (they sent it or announced it to us):
         # the flush does not announce it to them. Emptied by each flush.
@@ -549,9 +541,7 @@ class Broadcast:
             self.counters.rivals_won += 1
             return False
         self.counters.rivals_refused += 1
-        out.append(
-            Send(peer, self.topic, m.Gossip(id=held, envelope=cached.envelope, hops=1))  # type: ignore[arg-type]
-        )
+        out.append(Send(peer, self.topic, cached.gossip(1)))
         return True
 
     def fetch(
@@ -639,10 +629,7 @@ class Broadcast:
         """Answer a GRAFT or PULL from the cache; an id we no longer hold is skipped."""
         cached = self.cache.get(mid)
         if cached is not None:
-            gossip = m.Gossip(
-                id=mid, envelope=cached.envelope, hops=min(cached.hops + 1, m.MAX_HOPS)
-            )
-            out.append(Send(peer, self.topic, gossip))
+            out.append(Send(peer, self.topic, cached.gossip(min(cached.hops + 1, m.MAX_HOPS))))
 
     # -- timers -------------------------------------------------------------------------
 
@@ -717,47 +704,12 @@ class Broadcast:
 
     # -- caches -------------------------------------------------------------------------
 
+    @property
+    def cache_bytes(self) -> int:
+        """Application bytes the cache holds (bounded by cache_max_bytes)."""
+        return self.messages.cache_bytes
+
     def _remember(
         self, mid: MessageId, envelope: Envelope, *, hops: int, sender: PeerId | None, now: float
     ) -> None:
-        c = self.config
-        seen = self.seen
-        seen[mid] = now
-        if len(seen) == 1:
-            self._seen_due = now + c.seen_ttl
-        # The age bounds are checked against the oldest entry's deadline, kept aside, so
-        # that a message costs one comparison here while nothing is due.
-        if len(seen) > c.seen_max or now >= self._seen_due:
-            while seen and (
-                len(seen) > c.seen_max or next(iter(seen.values())) + c.seen_ttl <= now
-            ):
-                seen.popitem(last=False)
-            self._seen_due = next(iter(seen.values())) + c.seen_ttl if seen else math.inf
-        size = envelope.size
-        cache = self.cache
-        again = cache.pop(mid, None)  # a copy taken again after seen forgot it
-        if again is not None:
-            self.cache_bytes -= again.size
-        cache[mid] = Cached(envelope, hops, now, sender, size)
-        if len(cache) == 1:
-            self._cache_due = now + c.cache_ttl
-        self.cache_bytes += size
-        self.by_seq[(envelope.publisher, envelope.seq)] = mid
-        if (
-            len(cache) > c.cache_max_messages
-            or self.cache_bytes > c.cache_max_bytes
-            or now >= self._cache_due
-        ):
-            while cache and (
-                len(cache) > c.cache_max_messages
-                or self.cache_bytes > c.cache_max_bytes
-                or next(iter(cache.values())).received_at + c.cache_ttl <= now
-            ):
-                old_id, old = cache.popitem(last=False)
-                self.cache_bytes -= old.size
-                key = (old.envelope.publisher, old.envelope.seq)
-                if self.by_seq.get(key) == old_id:
-                    del self.by_seq[key]
-            self._cache_due = (
-                next(iter(cache.values())).received_at + c.cache_ttl if cache else math.inf
-            )
+        self.messages.remember(mid, envelope, hops, now)

@@ -136,7 +136,10 @@ class BroadcastConfig:
     graft_grace: float = 0.5  # guess: ihave_interval + 2 * 200 ms
     cache_ttl: float = 120.0  # guess: payloads kept for GRAFT and PULL answers
     cache_max_messages: int = 100_000  # guess: bounds memory with cache_max_bytes
-    cache_max_bytes: int = 256 * 1024 * 1024  # guess
+    # No more than retention's default (episub/retention.py): on a node the cache shares
+    # retention's bytes objects, and a cache larger than retention would keep payloads
+    # retention has let go. Older messages are served from retention (PULL).
+    cache_max_bytes: int = 64 * 1024 * 1024
     seen_ttl: float = 600.0  # guess: must exceed the longest time a copy can wander
     seen_max: int = 1_000_000  # guess
     max_missing: int = 10_000  # guess: ids we track as announced but not received

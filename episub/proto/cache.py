@@ -1,0 +1,290 @@
+"""The ids one topic's broadcast has seen, and the envelopes it keeps to answer GRAFT and PULL.
+
+One table, in arrival order, because both are kept in the order messages arrive and the
+cache is always the newest part of what was seen: a message is seen and cached at once
+(`remember`), and the cache's bounds drop its oldest while seen keeps the id longer. The
+cache keeps each envelope's bytes as they arrived (the very object the GOSSIP carried and
+retention holds above the core), never a decoded Envelope: an answer is sent as those
+bytes, and a message costs its bytes plus ~150 bytes of table here
+(its id, an index entry, and ~60 bytes of columns).
+
+Rows are numbered in arrival order (serials). Seen's columns (id, arrival time) and the
+cache's (bytes, hops, size, place) are lists and arrays indexed by serial minus their
+base; the oldest seen row is `_seen_head`, the oldest cached one `_cache_head`
+(>= `_seen_head`: the cache never keeps what seen forgot). `_index` maps a seen id to
+its row while cached, to None after. `by_seq` finds the cached message of a place.
+
+Bounds (BroadcastConfig): seen at most `seen_max` ids, each `seen_ttl` seconds; the cache
+at most `cache_max_messages` messages and `cache_max_bytes` of application data
+(`Envelope.size`), each `cache_ttl` seconds. A plain data structure: `now` comes in.
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from episub.proto.config import BroadcastConfig
+from episub.proto.envelope import Envelope, MessageId, PeerId
+from episub.proto.messages import Gossip
+from episub.proto.seqindex import SeqIndex
+
+__all__ = ["Cached", "MessageCache"]
+
+_COMPACT_AT = 4096  # spent rows before the columns are shifted down (amortised O(1))
+
+
+@dataclass(slots=True)
+class Cached:
+    """A cached message, as read (made on demand; the table keeps columns)."""
+
+    id: MessageId
+    raw: bytes  # the envelope's canonical bytes
+    hops: int  # hops at which we received it (0: we published it)
+    received_at: float
+    size: int
+    publisher: PeerId  # as the core names it (an int in the simulator, whose bytes differ)
+
+    @property
+    def envelope(self) -> Envelope:
+        envelope = Envelope.decode(self.raw)
+        envelope.publisher = self.publisher
+        return envelope
+
+    def gossip(self, hops: int) -> Gossip:
+        """The GOSSIP that sends it on with `hops`: its bytes as they arrived."""
+        if isinstance(self.publisher, bytes):
+            return Gossip.from_wire(self.id, self.raw, hops)
+        return Gossip(id=self.id, envelope=self.envelope, hops=hops)  # the simulator's ids
+
+
+class MessageCache:
+    """Seen ids and cached envelope bytes of one topic (see the module's docstring)."""
+
+    def __init__(self, config: BroadcastConfig) -> None:
+        self.config = config
+        self._index: dict[MessageId, int | None] = {}
+        self._next = 0  # serial of the next row
+        # seen's columns: serial - _seen_base; the oldest held at _seen_head
+        self._ids: list[MessageId | None] = []  # None: spent (the id was taken again later)
+        self._at = array("d")  # when it arrived
+        self._seen_base = self._seen_head = 0
+        self._seen = 0  # ids seen (rows from _seen_head whose id is not None)
+        # the cache's columns: serial - _cache_base; the oldest held at _cache_head
+        self._raws: list[bytes | None] = []  # None: not cached (any more)
+        self._hops = array("H")  # hops < MAX_HOPS (2**16)
+        self._sizes = array("q")
+        self._row_places: list[_Places] = []  # a row's publisher: one object a publisher
+        self._seqs = array("q")
+        self._cache_base = self._cache_head = 0
+        self._cached = 0  # messages cached (rows from _cache_head whose raw is not None)
+        self.cache_bytes = 0
+        self._places: dict[PeerId, _Places] = {}  # publisher -> seq -> cached row
+        self.seen = _SeenView(self)
+        self.cache = _CacheView(self)
+        self.by_seq = _BySeqView(self)
+
+    # -- writing ------------------------------------------------------------------------
+
+    def remember(self, mid: MessageId, envelope: Envelope, hops: int, now: float) -> None:
+        """`mid` is seen, and its envelope cached, from `now`; then the bounds apply."""
+        index = self._index
+        if mid in index:  # taken again (not done by broadcast.py): its old row is spent
+            self._forget(mid)
+        serial = self._next
+        self._next += 1
+        index[mid] = serial
+        self._ids.append(mid)
+        self._at.append(now)
+        self._raws.append(envelope.raw)
+        self._hops.append(hops)
+        size = envelope.size
+        self._sizes.append(size)
+        places = self._places.get(envelope.publisher)
+        if places is None:
+            places = self._places[envelope.publisher] = _Places(envelope.publisher)
+        self._row_places.append(places)
+        self._seqs.append(envelope.seq)
+        places.put(envelope.seq, serial)
+        self._seen += 1
+        self._cached += 1
+        self.cache_bytes += size
+        self.expire(now)
+
+    def _forget(self, mid: MessageId) -> None:
+        serial = self._index[mid]
+        if serial is not None:
+            self._uncache(serial - self._cache_base)
+        for i in range(self._seen_head - self._seen_base, len(self._ids)):  # rare: O(seen)
+            if self._ids[i] == mid:
+                self._ids[i] = None
+                self._seen -= 1
+                break
+        del self._index[mid]
+
+    def _uncache(self, i: int) -> None:
+        """Drop cache row i's envelope from the cache (if it is still there)."""
+        if self._raws[i] is None:
+            return
+        self._raws[i] = None
+        self._cached -= 1
+        self.cache_bytes -= self._sizes[i]
+        serial = self._cache_base + i
+        places = self._row_places[i]
+        seq = self._seqs[i]
+        if places.get(seq) == serial:
+            places.remove(seq)
+            if not places.count:
+                del self._places[places.publisher]
+        mid = self._ids[serial - self._seen_base]
+        if mid is not None:
+            self._index[mid] = None
+
+    def expire(self, now: float) -> None:
+        """Drop what is past a bound: the cache's oldest, then seen's (with its envelope,
+        if the cache's bounds are the wider)."""
+        c = self.config
+        at = self._at
+        while self._cached and (
+            self._cached > c.cache_max_messages
+            or self.cache_bytes > c.cache_max_bytes
+            or at[self._cache_head - self._seen_base] + c.cache_ttl <= now
+        ):
+            self._uncache(self._cache_head - self._cache_base)
+            self._cache_head += 1
+        while self._seen and (
+            self._seen > c.seen_max or at[self._seen_head - self._seen_base] + c.seen_ttl <= now
+        ):
+            serial = self._seen_head
+            if serial >= self._cache_head:
+                self._uncache(serial - self._cache_base)
+                self._cache_head = serial + 1
+            mid = self._ids[serial - self._seen_base]
+            if mid is not None:
+                del self._index[mid]
+                self._seen -= 1
+            self._seen_head += 1
+        if not self._seen:
+            self._seen_head = self._next
+        if not self._cached:
+            self._cache_head = self._next
+        self._compact()
+
+    def _compact(self) -> None:
+        """Give back the spent rows before the heads, once they are an eighth of a table:
+        each row is moved O(1) times on average, and the columns stay within ~1/8 of
+        what they hold."""
+        spent = self._seen_head - self._seen_base
+        if spent >= _COMPACT_AT and 8 * spent >= len(self._ids):
+            del self._ids[:spent]
+            del self._at[:spent]
+            self._seen_base = self._seen_head
+        spent = self._cache_head - self._cache_base
+        if spent >= _COMPACT_AT and 8 * spent >= len(self._raws):
+            for column in (self._raws, self._hops, self._sizes, self._row_places, self._seqs):
+                del column[:spent]
+            self._cache_base = self._cache_head
+
+    # -- reading ------------------------------------------------------------------------
+
+    def get(self, mid: MessageId) -> Cached | None:
+        serial = self._index.get(mid)
+        if serial is None:
+            return None
+        i = serial - self._cache_base
+        raw = self._raws[i]
+        assert raw is not None
+        at = self._at[serial - self._seen_base]
+        publisher = self._row_places[i].publisher
+        return Cached(mid, raw, self._hops[i], at, self._sizes[i], publisher)
+
+    def place(self, publisher: PeerId, seq: int) -> MessageId | None:
+        """The cached message's id at (publisher, seq), if any."""
+        places = self._places.get(publisher)
+        serial = None if places is None else places.get(seq)
+        return None if serial is None else self._ids[serial - self._seen_base]
+
+    def cached_ids(self) -> Iterator[MessageId]:
+        for serial in range(self._cache_head, self._next):
+            if self._raws[serial - self._cache_base] is not None:
+                mid = self._ids[serial - self._seen_base]
+                if mid is not None:
+                    yield mid
+
+    def places(self) -> int:
+        return sum(p.count for p in self._places.values())
+
+
+class _Places(SeqIndex):
+    """One publisher's cached places."""
+
+    __slots__ = ("publisher",)
+
+    def __init__(self, publisher: PeerId) -> None:
+        super().__init__()
+        self.publisher = publisher
+
+
+class _SeenView:
+    """`mid in seen`, `len(seen)`: the ids seen."""
+
+    __slots__ = ("_table",)
+
+    def __init__(self, table: MessageCache) -> None:
+        self._table = table
+
+    def __contains__(self, mid: object) -> bool:
+        return mid in self._table._index
+
+    def __len__(self) -> int:
+        return self._table._seen
+
+    def __iter__(self) -> Iterator[MessageId]:
+        return iter(self._table._index)
+
+
+class _CacheView:
+    """`mid in cache`, `cache.get(mid)`, `len(cache)`, iteration (oldest first)."""
+
+    __slots__ = ("_table",)
+
+    def __init__(self, table: MessageCache) -> None:
+        self._table = table
+
+    def __contains__(self, mid: object) -> bool:
+        return self._table._index.get(mid) is not None  # type: ignore[call-overload]
+
+    def get(self, mid: MessageId) -> Cached | None:
+        return self._table.get(mid)
+
+    def __len__(self) -> int:
+        return self._table._cached
+
+    def __iter__(self) -> Iterator[MessageId]:
+        return self._table.cached_ids()
+
+
+class _BySeqView:
+    """`by_seq.get((publisher, seq))`: the cached message's id at a place."""
+
+    __slots__ = ("_table",)
+
+    def __init__(self, table: MessageCache) -> None:
+        self._table = table
+
+    def get(self, place: tuple[PeerId, int], default: MessageId | None = None) -> MessageId | None:
+        mid = self._table.place(*place)
+        return default if mid is None else mid
+
+    def __getitem__(self, place: tuple[PeerId, int]) -> MessageId:
+        mid = self._table.place(*place)
+        if mid is None:
+            raise KeyError(place)
+        return mid
+
+    def __contains__(self, place: object) -> bool:
+        return self._table.place(*place) is not None  # type: ignore[misc]
+
+    def __len__(self) -> int:
+        return self._table.places()
