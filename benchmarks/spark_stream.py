@@ -1,7 +1,9 @@
 """The episub source end to end on a two-executor Spark cluster, beside Spark's `rate` source.
 
-    .venv/bin/python benchmarks/spark_stream.py --mode paced --rate 1000 --seconds 30
+    .venv/bin/python benchmarks/spark_stream.py --mode paced --rate 1000 --seconds 30 --trigger 1
     .venv/bin/python benchmarks/spark_stream.py --mode burst --messages 100000
+    .venv/bin/python benchmarks/spark_stream.py --mode bulk --rows 1000000
+    .venv/bin/python benchmarks/spark_stream.py --mode steady --seconds 30
 
 Both sources feed the same sink: a foreachBatch on the driver that collects each batch's
 `timestamp` column. A row's latency is the time that collect returned (the row is then
@@ -13,6 +15,19 @@ rows seen over the time from the first to the last batch that had rows.
   `rate` runs at the same rowsPerSecond. Latency is the figure to read.
 - burst: the publisher publishes --messages as fast as it can; `rate` gets rowsPerSecond
   set high. Rows/s is the figure to read: the engine's ceiling with `rate`, ours with episub.
+
+- bulk: the Arrow data path's throughput. A bulk publisher outside Spark (a client of the
+  driver's agent, its own OS process) publishes --rows rows as record batches of 4,096 rows
+  on a named stream; then, in one sitting, interleaved: the episub source (a batch read and
+  an `availableNow` stream, both into the `noop` sink) beside a trivial in-memory Python
+  data source with the same schema and partitioning (tuples, as PySpark's own Python
+  source path), and the sink (`df.write` and `writeStream` `availableNow` from parquet) of
+  --rows rows of --size bytes. Rows/s = rows / the Spark job's wall time.
+
+- steady: the same bulk publisher publishes record batches of 16,384 rows as fast as it
+  can for --seconds while a stream query (default trigger, foreachBatch counting rows)
+  reads from the start: the rows/s the query kept up with, and the oldest row's age in
+  each micro-batch.
 
 Warm-up is not measured: the first micro-batches of a query start Python workers and the
 data source's planners, seconds each. The publisher first sends --warmup messages (at
@@ -179,8 +194,10 @@ def run_episub(spark: Any, args: argparse.Namespace, deployment: Any) -> dict[st
             .option("startingOffsets", "earliest")
             .load()
             .writeStream.foreachBatch(log.sink("timestamp"))
-            .start()
         )
+        if args.trigger:
+            query = query.trigger(processingTime=f"{args.trigger} seconds")
+        query = query.start()
         assert publisher.stdout.readline().strip() == "warm"
         wait(lambda: log.warm_rows >= args.warmup, "the warm-up rows")
         log.started = time.time()
@@ -214,8 +231,10 @@ def run_rate(spark: Any, args: argparse.Namespace) -> dict[str, Any]:
         .option("numPartitions", 2)
         .load()
         .writeStream.foreachBatch(log.sink("timestamp"))
-        .start()
     )
+    if args.trigger:
+        query = query.trigger(processingTime=f"{args.trigger} seconds")
+    query = query.start()
     try:
         wait(lambda: log.rows + log.warm_rows >= count, f"{count} rate rows")
     finally:
@@ -223,9 +242,231 @@ def run_rate(spark: Any, args: argparse.Namespace) -> dict[str, Any]:
     return {"rows_per_second_option": rate, **log.summary()}
 
 
+BULK_PUBLISHER = r"""
+import sys, time
+from episub.agent import AgentClient, Record
+from episub.recordbatch import BATCH_HEADER, encode
+socket_path, topic, rows, size = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+per = 4096
+stream = b"bench/bulk"
+with AgentClient(socket_path, timeout=60) as client:
+    client.join(topic)
+    start = time.monotonic()
+    stamp = int(time.time() * 1000)
+    records = []
+    place = 0
+    for first in range(0, rows, per):
+        n = min(per, rows - first)
+        batch = [(stamp, None, b"%09d" % (first + i) + b"x" * (size - 9), ()) for i in range(n)]
+        records.append(Record(value=encode(first, batch), headers=((BATCH_HEADER, b"1"),),
+                              stream=(stream, place), timestamp_ms=stamp))
+        place += 1
+        if len(records) == 16:
+            client.publish_batch(topic, records)
+            records = []
+    if records:
+        client.publish_batch(topic, records)
+    print("published", rows, "in", round(time.monotonic() - start, 3), flush=True)
+"""
+
+
+STEADY_PUBLISHER = r"""
+import sys, time
+from episub.agent import AgentClient
+socket_path, topic, seconds, size = sys.argv[1], sys.argv[2], float(sys.argv[3]), int(sys.argv[4])
+with AgentClient(socket_path, timeout=60) as client:
+    client.join(topic)
+    value = b"x" * size
+    place = row = 0
+    start = time.monotonic()
+    while time.monotonic() - start < seconds:
+        stamp = int(time.time() * 1000)
+        place, row = client.publish_rows(
+            topic, b"bench/steady", [(stamp, None, value, ())] * 16384, place=place, first_row=row
+        )
+    print("published", row, "in", round(time.monotonic() - start, 3), flush=True)
+"""
+
+
+def run_steady(spark: Any, args: argparse.Namespace, deployment: Any) -> dict[str, Any]:
+    """A publisher outside Spark publishing record batches as fast as it can for --seconds
+    while a stream query (default trigger) reads; rows/s the query kept up with."""
+    batches: list[tuple[float, int, float]] = []  # when, rows, oldest row's age (s)
+
+    def on_batch(batch: Any, batch_id: int) -> None:
+        row = batch.selectExpr("count(*) c", "min(timestamp) t").collect()[0]
+        if row.c:
+            now = time.time()
+            batches.append((now, row.c, now - row.t.timestamp()))
+
+    topic = "steady"
+    with spark_connector_client(deployment) as client:
+        client.join(topic)
+    query = (
+        spark.readStream.format("episub").option("topic", topic)
+        .option("startingOffsets", "earliest").load()
+        .writeStream.foreachBatch(on_batch).start()
+    )  # fmt: skip
+    try:
+        publisher = subprocess.run(
+            [sys.executable, "-c", STEADY_PUBLISHER, deployment.driver_socket, topic,
+             str(args.seconds), str(args.size)],
+            capture_output=True, text=True, check=True, timeout=LIMIT,
+        )  # fmt: skip
+        words = publisher.stdout.split()
+        published, publish_seconds = int(words[1]), float(words[-1])
+        wait(lambda: sum(b[1] for b in batches) >= published, f"{published} steady rows")
+    finally:
+        query.stop()
+    span = batches[-1][0] - batches[0][0] if len(batches) > 1 else 0.0
+    read = sum(b[1] for b in batches[1:])  # rows after the first batch, over the span
+    return {
+        "published": published,
+        "publisher_rows_per_s": round(published / publish_seconds),
+        "batches": len(batches),
+        "query_rows_per_s": round(read / span) if span else None,
+        "oldest_row_age_s_max": round(max(b[2] for b in batches), 2),
+        "per_batch": [{"rows": b[1], "oldest_age_s": round(b[2], 2)} for b in batches],
+    }
+
+
+def spark_connector_client(deployment: Any) -> Any:
+    from spark_connector.deployment import driver_client
+
+    return driver_client(deployment)
+
+
+def trivial_source(partitions: int, rows: int, size: int, include_headers: bool) -> Any:
+    """A Python data source of `rows` in-memory rows with the episub source's schema, in
+    `partitions` partitions, yielding tuples (PySpark's own Python source path)."""
+    import datetime
+
+    from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+    from spark_connector.datasource import SCHEMA, SCHEMA_NO_HEADERS
+
+    class Part(InputPartition):
+        def __init__(self, low: int, high: int) -> None:
+            self.low, self.high = low, high
+
+    class Reader(DataSourceReader):
+        def partitions(self) -> list[Any]:
+            step = -(-rows // partitions)
+            return [Part(i, min(rows, i + step)) for i in range(0, rows, step)]
+
+        def read(self, partition: Any) -> Any:
+            stamp = datetime.datetime.now(tz=datetime.UTC)
+            value = b"x" * size
+            for i in range(partition.low, partition.high):
+                row = ("bench", "bench/bulk", i, stamp, None, value)
+                yield (*row, []) if include_headers else row
+
+    class Trivial(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "bench_trivial"
+
+        def schema(self) -> str:
+            return SCHEMA if include_headers else SCHEMA_NO_HEADERS
+
+        def reader(self, schema: Any) -> Any:
+            return Reader()
+
+    return Trivial
+
+
+def timed(what: str, action: Any, rows: int) -> dict[str, Any]:
+    start = time.monotonic()
+    action()
+    seconds = time.monotonic() - start
+    print(f"{what}: {rows} rows in {seconds:.2f} s = {rows / seconds:,.0f} rows/s", flush=True)
+    return {"rows": rows, "seconds": round(seconds, 3), "rows_per_s": round(rows / seconds)}
+
+
+def run_bulk(spark: Any, args: argparse.Namespace, deployment: Any, work: Path) -> dict[str, Any]:
+    from spark_connector.options import DEFAULT_MAX_ROWS_PER_PARTITION
+
+    rows = args.rows
+    publisher = subprocess.run(
+        [sys.executable, "-c", BULK_PUBLISHER, deployment.driver_socket, TOPIC, str(rows),
+         str(args.size)],
+        capture_output=True, text=True, check=True, timeout=LIMIT,
+    )  # fmt: skip
+    publish_seconds = float(publisher.stdout.split()[-1])
+    print(f"bulk publisher: {rows} rows in {publish_seconds} s", flush=True)
+    frame = spark.range(rows, numPartitions=args.partitions).selectExpr(
+        f"cast(concat(lpad(cast(id as string), 9, '0'), repeat('x', {args.size - 9})) as binary)"
+        " as value"
+    )
+    parquet = str(work / "rows.parquet")
+    frame.write.parquet(parquet)
+    partitions = max(1, -(-rows // DEFAULT_MAX_ROWS_PER_PARTITION))  # the source's tasks
+    spark.dataSource.register(trivial_source(partitions, rows, args.size, True))
+    figures: dict[str, list[dict[str, Any]]] = {}
+
+    def source_batch() -> None:
+        df = spark.read.format("episub").option("topic", TOPIC).load()
+        df.write.format("noop").mode("overwrite").save()
+
+    def source_stream() -> None:
+        query = (
+            spark.readStream.format("episub").option("topic", TOPIC)
+            .option("startingOffsets", "earliest").load()
+            .writeStream.format("noop").trigger(availableNow=True)
+            .option("checkpointLocation", str(work / f"cp-src-{time.monotonic_ns()}"))
+            .start()
+        )  # fmt: skip
+        query.awaitTermination(LIMIT)
+        assert query.exception() is None, query.exception()
+
+    def trivial() -> None:
+        spark.read.format("bench_trivial").load().write.format("noop").mode("overwrite").save()
+
+    def sink_write() -> None:
+        spark.read.parquet(parquet).write.format("episub").option("topic", "bench-sink").mode(
+            "append"
+        ).save()
+
+    def sink_stream() -> None:
+        query = (
+            spark.readStream.schema("value binary").parquet(parquet)
+            .writeStream.format("episub").option("topic", "bench-sink")
+            .option("checkpointLocation", str(work / f"cp-sink-{time.monotonic_ns()}"))
+            .trigger(availableNow=True).start()
+        )  # fmt: skip
+        query.awaitTermination(LIMIT)
+        assert query.exception() is None, query.exception()
+
+    runs = {
+        "source_batch_read": source_batch,
+        "source_stream_available_now": source_stream,
+        "trivial_python_source": trivial,
+        "sink_df_write": sink_write,
+        "sink_write_stream": sink_stream,
+    }
+    trivial()  # warm-up: Python workers, the data sources' planners
+    source_batch()
+    for _ in range(args.repeat):  # interleaved
+        for name, action in runs.items():
+            figures.setdefault(name, []).append(timed(name, action, rows))
+    best = {name: max(r["rows_per_s"] for r in runs_) for name, runs_ in figures.items()}
+    return {
+        "rows": rows,
+        "size": args.size,
+        "publisher_rows_per_s": round(rows / publish_seconds) if publish_seconds else None,
+        "runs": figures,
+        "best_rows_per_s": best,
+        "source_over_trivial": round(best["source_batch_read"] / best["trivial_python_source"], 2),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--mode", choices=("paced", "burst"), default="paced")
+    parser.add_argument("--mode", choices=("paced", "burst", "bulk", "steady"), default="paced")
+    parser.add_argument("--rows", type=int, default=1_000_000, help="bulk: rows")
+    parser.add_argument("--partitions", type=int, default=10, help="bulk: sink partitions")
+    parser.add_argument("--repeat", type=int, default=2, help="bulk: interleaved rounds")
+    parser.add_argument("--trigger", type=float, default=0.0, help="paced: trigger seconds")
     parser.add_argument("--rate", type=int, default=1000, help="paced: msgs/s")
     parser.add_argument("--seconds", type=float, default=30.0, help="paced: how long")
     parser.add_argument("--messages", type=int, default=100_000, help="burst: how many")
@@ -235,6 +476,7 @@ def main() -> None:
     parser.add_argument("--master", default="local-cluster[2,1,1024]")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
+    load_before = os.getloadavg()
     out = args.out or Path(__file__).parent / "results" / f"spark_stream_{args.mode}.json"
 
     from pyspark.sql import SparkSession
@@ -252,18 +494,31 @@ def main() -> None:
     )
     spark.sparkContext.setLogLevel("ERROR")
     try:
-        deployment = spark_connector.register(spark, key=KEY)
+        from episub.retention import RetentionConfig
+
+        retention = RetentionConfig(max_messages=100_000, max_bytes=1 << 30)
+        deployment = spark_connector.register(spark, key=KEY, retention=retention)
         sc = spark.sparkContext
         if args.master.startswith("local-cluster"):
             wait(lambda: sc._jsc.sc().getExecutorMemoryStatus().size() == 3, "two executors")
         spark_connector.overlay(spark, deployment)  # every executor's agent up first
-        rate_figures = run_rate(spark, args)
-        episub_figures = run_episub(spark, args, deployment)
+        if args.mode == "steady":
+            rate_figures, episub_figures = None, run_steady(spark, args, deployment)
+        elif args.mode == "bulk":
+            import tempfile
+
+            with tempfile.TemporaryDirectory(prefix="episub-bench-") as work:
+                bulk = run_bulk(spark, args, deployment, Path(work))
+            rate_figures, episub_figures = None, bulk
+        else:
+            rate_figures = run_rate(spark, args)
+            episub_figures = run_episub(spark, args, deployment)
     finally:
         spark.stop()
     result = {
         "command": " ".join([".venv/bin/python", *sys.argv]),
         "mode": args.mode,
+        "load_before": load_before,
         "master": args.master,
         "size": args.size,
         "episub": episub_figures,
@@ -271,6 +526,7 @@ def main() -> None:
         "pyspark": __import__("pyspark").__version__,
         "cpus": os.cpu_count(),
     }
+    result["load_after"] = os.getloadavg()
     print(json.dumps(result, indent=2))
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n")

@@ -20,12 +20,12 @@ import trio
 from episub.net.peer_id import PeerIdError, parse_peer_id
 from episub.node import VIEW_TIMEOUT, Neighbor, Node
 from episub.proto.messages import LinkKind, View
+from episub.records import CRAWL_TIMEOUT
 
 __all__ = ["CRAWL_MAX_NODES", "CRAWL_PARALLEL", "CRAWL_TIMEOUT", "NodeView", "crawl"]
 
 CRAWL_MAX_NODES = 256  # guess: a Spark cluster's executors, with room; the agent caps it
 CRAWL_PARALLEL = 16  # guess: dials at once; well under MAX_PENDING_HANDSHAKES (64)
-CRAWL_TIMEOUT = 10.0  # guess: a few VIEW_TIMEOUTs of breadth-first rounds
 
 
 @dataclass(frozen=True, slots=True)

@@ -38,7 +38,6 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager, context
 from dataclasses import dataclass
 from random import Random
 from types import TracebackType
-from typing import Literal
 
 import trio
 
@@ -93,6 +92,7 @@ from episub.proto.messages import (
     check_topic_name,
 )
 from episub.proto.signing import Signer
+from episub.records import HELD_TIMEOUT, SUBSCRIPTION_BUFFER, Neighbor
 from episub.retention import RetentionConfig, RetentionStore, Span
 from episub.subscription import Lost, Message, Subscription
 
@@ -133,9 +133,7 @@ PUBLISH_WAIT = 5.0  # guess: = the ping timeout; a live peer on a LAN drains far
 # queue at most half full (wait_for_room), a chunk fits the rest of it (SEND_QUEUE_CAP is
 # 4,096 messages), so a batch never overflows the queue of a neighbour that keeps up.
 PUBLISH_CHUNK = 1024
-SUBSCRIPTION_BUFFER = 1024  # guess: ~a second of a busy topic; trio has no default on purpose
 VIEW_TIMEOUT = 2.0  # guess: a dial plus a round trip on a LAN, with room; view_of's wait
-HELD_TIMEOUT = 2.0  # guess: as VIEW_TIMEOUT, per page of a held_by answer
 HELD_MAX_PAGES = 400  # pages one held_by follows: 102,400 publishers = max_publishers
 # Catch-up with a neighbour whose link came up (see _catch_up): how many run at once, and
 # how long one may take in all. A link is lost with its send queue (a peer too slow for a
@@ -173,17 +171,6 @@ class Receipt:
     publisher: bytes
     seq: int
     duplicate: bool
-
-
-@dataclass(frozen=True, slots=True)
-class Neighbor:
-    """One link of a topic's active view, as `Node.neighbors` reports it."""
-
-    peer_id: bytes
-    address: str  # "host:port" from the peer id
-    kind: Literal["rand", "near"]  # GoCast: a random link, or one of the nearest by RTT
-    role: Literal["eager", "lazy"]  # Plumtree: pushes payloads, or only announces ids
-    rtt_ms: float | None  # smoothed RTT; None until a ping was answered
 
 
 class Node:

@@ -8,104 +8,19 @@ missing, before the next item it receives (or as soon as it has drained the buff
 
 from __future__ import annotations
 
-from collections import deque
-from dataclasses import dataclass
 from types import TracebackType
-from typing import TYPE_CHECKING, TypeAlias
+from typing import TYPE_CHECKING
 
 import trio
 
 from episub.proto.errors import LocalProtocolError
 from episub.proto.messages import check_topic_name
+from episub.records import Item, LagBuffer, Lagged, Lost, Message
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
 __all__ = ["Item", "LagBuffer", "Lagged", "Lost", "Message", "Subscription"]
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Message:
-    """One published message as the application sees it (Kafka's record, plus its id)."""
-
-    topic: str
-    publisher: bytes  # the publishing node's peer id
-    seq: int  # per-publisher sequence number, from 0, without gaps
-    timestamp_ms: int  # publisher's clock, milliseconds since the Unix epoch
-    key: bytes | None
-    value: bytes
-    headers: tuple[tuple[str, bytes], ...]
-    id: bytes  # blake3 of the envelope: the same on every node
-
-    @property
-    def size(self) -> int:
-        """Application bytes (value, key, headers): what size limits count."""
-        size = len(self.value) + (len(self.key) if self.key is not None else 0)
-        return size + sum(len(name) + len(value) for name, value in self.headers)
-
-
-@dataclass(frozen=True, slots=True)
-class Lagged:
-    """`count` items were dropped here because this subscriber was not keeping up."""
-
-    count: int
-
-
-@dataclass(frozen=True, slots=True)
-class Lost:
-    """`publisher`'s messages first_seq..last_seq were given up on: nobody we asked had
-    them (the core's DataLost). Every subscriber of the topic is told."""
-
-    publisher: bytes
-    first_seq: int
-    last_seq: int
-
-
-Item: TypeAlias = Message | Lagged | Lost
-
-
-class LagBuffer:
-    """A bounded FIFO whose producer never waits: past `capacity` held items, an item is
-    dropped and counted, and the consumer gets `Lagged(count)` where the drops happened.
-    Shared by the async `Subscription` and the agent's blocking client."""
-
-    def __init__(self, capacity: int) -> None:
-        self.capacity = capacity
-        self._items: deque[Item] = deque()
-        self._held = 0  # items that count against `capacity` (not Lagged markers)
-        self._lag = 0  # dropped since the last item was queued
-        self.dropped = 0  # items ever dropped here
-
-    def put(self, item: Item) -> None:
-        if self._held >= self.capacity:
-            self._lag += 1
-            self.dropped += 1
-            return
-        if self._lag:
-            self._items.append(Lagged(self._lag))
-            self._lag = 0
-        self._items.append(item)
-        self._held += 1
-
-    def add_lag(self, count: int) -> None:
-        """Items dropped before they reached this buffer, reported at the same place."""
-        self._lag += count
-
-    def take(self) -> Item | None:
-        """The next item or Lagged marker; None when there is nothing."""
-        if self._items:
-            item = self._items.popleft()
-            if not isinstance(item, Lagged):
-                self._held -= 1
-            return item
-        if self._lag:
-            lag, self._lag = self._lag, 0
-            return Lagged(lag)
-        return None
-
-    def clear(self) -> None:
-        self._items.clear()
-        self._held = self._lag = 0
 
 
 class Subscription:

@@ -38,6 +38,7 @@ import os
 import re
 import socket
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,6 +57,7 @@ __all__ = [
     "join_through",
     "local_address_toward",
     "place_driver",
+    "shared_executor_client",
 ]
 
 log = logging.getLogger("spark_connector.deployment")
@@ -311,6 +313,36 @@ def executor_client(deployment: Deployment) -> AgentClient:
         client.close()
         raise
     return client
+
+
+# This process's client of its executor's agent, by socket path: Spark reuses a Python
+# worker for task after task, so tasks share one connection (no new socket, agent check and
+# ensure_agent lock per task). A client that failed is dropped and made again.
+_SHARED: dict[str, AgentClient] = {}
+
+
+@contextlib.contextmanager
+def shared_executor_client(deployment: Deployment) -> Iterator[AgentClient]:
+    """This worker's client of its executor's agent (started if needed), kept open for the
+    tasks after this one; on any error it is closed, and the next task connects again."""
+    owner = executor_owner()
+    path = executor_socket_path(deployment.agent_dir, owner, deployment.id)
+    client = _SHARED.pop(path, None)
+    if client is not None:
+        try:
+            client.join(CLUSTER_TOPIC)  # one round trip: is the agent still there?
+        except (AgentUnavailable, AgentError, OSError):
+            client.close()
+            client = None
+    if client is None:
+        client = executor_client(deployment)
+    try:
+        yield client
+    except BaseException:
+        client.close()
+        raise
+    if not client.closed:
+        _SHARED[path] = client
 
 
 # Under Connect a task's only trace of its deployment that reaches every task (a UDF's too)

@@ -34,10 +34,10 @@ _SPARK_OWN = {"path", "checkpointlocation", "queryname"}
 DEFAULT_FETCH_TIMEOUT = 10.0
 # Seqs per InputPartition: a bigger range is split, small ones share a task. Guess: a few
 # MB of small rows per task.
-DEFAULT_MAX_ROWS_PER_PARTITION = 20_000
+DEFAULT_MAX_ROWS_PER_PARTITION = 100_000
 # A task publishes its partition's rows in requests of this many. Guess: the agent's batch
 # bound (10,000) is the most; 1,000 keeps a request's memory small for 1 MiB messages.
-DEFAULT_SINK_BATCH = 1_000
+DEFAULT_SINK_BATCH = 4096  # rows per record batch (arrow_rows.BATCH_ROWS)
 # Kafka's maxTriggerDelay default: with minOffsetsPerTrigger, a batch runs at the latest
 # this long after the previous one.
 DEFAULT_MAX_TRIGGER_DELAY = 15 * 60.0

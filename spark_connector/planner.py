@@ -11,9 +11,10 @@ which round-trips any id), as Kafka's are {topic: {partition: offset}}.
 Rules this planner keeps:
 - What is held is what any reachable node holds: the earliest seq of a publisher is the
   lowest any of them holds, its latest the highest (`union`).
-- A publisher first seen mid-query enters the offsets at its earliest held seq and is read
-  from the next batch on (Kafka reads a new partition from its earliest offset), so every
-  range a batch reads starts in the batch's start offsets and replays exactly.
+- A publisher first seen mid-query is read in that batch from its earliest held row (Kafka
+  reads a new partition from its earliest offset in the batch that finds it); where it
+  starts travels in the batch's end offsets (NEW_MARK), so every range a batch reads is
+  named by its offsets and replays exactly.
 - Rows a query should read that no reachable node holds are lost: `failOnDataLoss` fails
   the query naming them; otherwise they are skipped, with one warning giving their count,
   and the ranges read start after them.
@@ -37,6 +38,7 @@ from episub.proto.messages import HeldSpan
 
 __all__ = [
     "CONTROL_PREFIX_TEXT",
+    "NEW_MARK",
     "DataLossError",
     "Holding",
     "OffsetPlanner",
@@ -53,6 +55,11 @@ log = logging.getLogger("spark_connector.source")
 Offsets = dict[str, dict[str, int]]
 # Control streams (episub.node.CONTROL_PREFIX) carry a deployment's bookkeeping, not rows.
 CONTROL_PREFIX_TEXT = "_episub/"
+# In a batch's end offsets, `NEW_MARK + publisher` gives where a publisher first seen at
+# that batch's planning starts (its earliest held row): the batch reads it from there, and
+# a re-run of the batch (after a restart too: Spark logs the offsets) reads the same rows.
+# It is in that batch's end only; no stream's name starts with the control prefix.
+NEW_MARK = CONTROL_PREFIX_TEXT + "from/"
 # A publisher no reachable node holds, that this planner did not see read to its end, stays
 # in the offsets this long before it leaves them: a node restarting, a link being repaired.
 # Guess: a few liveness timeouts of the overlay (episub's ping timeout is 5 s).
@@ -110,7 +117,7 @@ def union(nodes: Iterable[tuple[bytes, Iterable[HeldSpan]]]) -> Holdings:
 
 @dataclass(frozen=True, slots=True)
 class Range:
-    """Seqs first_seq..last_seq of one publisher, for one task to read."""
+    """Rows first_seq..last_seq (offsets) of one publisher, for one task to read."""
 
     topic: str
     publisher: str
@@ -118,6 +125,10 @@ class Range:
     last_seq: int
     # Nodes known to hold it when planned (the task asks them first if its node lacks it).
     holders: tuple[bytes, ...] = ()
+    # The seqs of the messages holding its first and last row, when they are record
+    # batches (rowmap.py); -1: plain messages, whose seq is their row's offset.
+    first_msg: int = -1
+    last_msg: int = -1
 
     @property
     def rows(self) -> int:
@@ -237,7 +248,11 @@ class OffsetPlanner:
         for topic in dict.fromkeys([*start, *topics]):
             held = holdings.get(topic, {})
             self._remember(topic, held)
-            begun = start.get(topic, {})
+            begun = {
+                p: seq
+                for p, seq in start.get(topic, {}).items()
+                if not p.startswith(CONTROL_PREFIX_TEXT)
+            }
             end[topic] = {}
             for publisher, position in begun.items():
                 h = held.get(publisher)
@@ -264,8 +279,15 @@ class OffsetPlanner:
                 if publisher not in begun and (
                     target is None or publisher in target.get(topic, {})
                 ):
-                    # New: enters at its earliest held seq, read from the next batch on.
+                    # New: read in this batch from its earliest held row, as Kafka reads a
+                    # new partition in the batch that finds it (see NEW_MARK).
                     end[topic][publisher] = h.first
+                    end[topic][NEW_MARK + publisher] = h.first
+                    upto = h.last + 1
+                    if target is not None:
+                        upto = min(upto, target[topic][publisher])
+                    if upto > h.first:
+                        wanted[(topic, publisher)] = (h.first, upto)
         if target is None and self.min_rows is not None:
             waiting = sum(upto - position for position, upto in wanted.values())
             if waiting < self.min_rows and now - self._last_batch_at < self.max_trigger_delay:
@@ -325,9 +347,13 @@ class OffsetPlanner:
         for topic, publishers in end.items():
             held = self._held.get(topic, {})
             for publisher, upto in sorted(publishers.items()):
+                if publisher.startswith(CONTROL_PREFIX_TEXT):
+                    continue
                 first = start.get(topic, {}).get(publisher)
                 if first is None:
-                    continue  # new in `end`: no rows in this batch (see latest)
+                    first = publishers.get(NEW_MARK + publisher)  # new at this batch
+                    if first is None:
+                        continue
                 first = max(first, self._skipped_to.get((topic, publisher), first))
                 if first >= upto:
                     continue

@@ -6,14 +6,21 @@ Columns: `value` (binary or string, required), `key` (binary or string), `header
 match as Spark matches them, whatever their case. Each task publishes through its own
 executor's node.
 
+Rows arrive as Arrow record batches (the Arrow writers) and travel as episub record
+batches (episub/recordbatch.py): `batchSize` rows a message, fewer past 960 KiB, cut by the
+rows alone (arrow_rows.Chunker), so the same rows always make the same messages; each row
+keeps its own offset in its stream (the stream's rows are numbered on without gaps).
+
 One message per place, exactly once toward subscribers. A row's place does not depend on
 which executor or which attempt writes it: partition p of a streaming query writes its
-rows, in the order the partition yields them, at the next places of a stream of its own,
+rows, in the order the partition yields them, as record batches at the next places of a
+stream of its own,
 `sink/<query>/<generation>/<p>`, one stream per partition for the life of the query, not
 one per batch (so the source's offsets stay small). Where batch B's rows start in each
 stream comes from the sink's index: after every batch, the driver's commit publishes the
-streams' ends at place B of a control stream, `_episub/sink/<query>` (held and relayed in
-the topic like any message, never delivered to subscribers), and batch B+1's tasks read
+streams' ends (next place and next row) at place B of a control stream,
+`_episub/sink/<query>` (held and relayed in the topic like any message, never delivered
+to subscribers), and batch B+1's tasks read
 place B back from the driver's node. A retried task or a re-run batch (after a driver
 restart too: the index is held by every node of the topic) so names the same places; it
 first fetches what an earlier attempt wrote there, so taken places publish nothing, and
@@ -41,8 +48,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pyspark.sql.datasource import (
-    DataSourceStreamWriter,
-    DataSourceWriter,
+    DataSourceArrowWriter,
+    DataSourceStreamArrowWriter,
     WriterCommitMessage,
 )
 from pyspark.sql.types import (
@@ -54,7 +61,14 @@ from pyspark.sql.types import (
 )
 
 from episub.proto.messages import MAX_SEQ, HeldSpan
-from spark_connector.deployment import Deployment, driver_client, executor_client, join_through
+from episub.recordbatch import BATCH_HEADER
+from spark_connector.arrow_rows import Chunker, to_payload
+from spark_connector.deployment import (
+    Deployment,
+    driver_client,
+    join_through,
+    shared_executor_client,
+)
 from spark_connector.options import OptionError, SinkOptions
 
 __all__ = [
@@ -85,7 +99,8 @@ class SinkAckTimeout(RuntimeError):
 
 @dataclass
 class SinkCommit(WriterCommitMessage):
-    """What one task did: where its rows went, rows published, places taken already."""
+    """What one task did: where its rows went, record batches published, places taken
+    already (by an earlier attempt)."""
 
     partition: int
     published: int
@@ -93,7 +108,8 @@ class SinkCommit(WriterCommitMessage):
     query: str = ""  # streaming: the query's short id, the batch and the generation used
     batch: int = -1
     generation: int = 0
-    written: dict[str, tuple[int, int]] = field(default_factory=dict)  # topic: (base, rows)
+    # topic: (first place, places, first row, rows) written
+    written: dict[str, tuple[int, int, int, int]] = field(default_factory=dict)
     index: IndexFound | None = None  # the sink index the bases came from
     node: str = ""  # the address of the node that wrote (the commit joins through it)
 
@@ -106,19 +122,33 @@ class SinkIndex:
     batch: int
     generation: int
     ends: dict[str, dict[int, int]]  # topic -> partition -> next place
+    rows: dict[str, dict[int, int]] = field(default_factory=dict)  # ... -> next row offset
 
     def to_json(self) -> bytes:
-        ends = {
-            t: {str(p): e for p, e in sorted(per.items())} for t, per in sorted(self.ends.items())
+        def text(ends: dict[str, dict[int, int]]) -> dict:
+            return {
+                t: {str(p): e for p, e in sorted(per.items())} for t, per in sorted(ends.items())
+            }
+
+        body = {
+            "batch": self.batch,
+            "generation": self.generation,
+            "ends": text(self.ends),
+            "rows": text(self.rows),
         }
-        body = {"batch": self.batch, "generation": self.generation, "ends": ends}
         return json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
 
     @classmethod
     def from_json(cls, data: bytes) -> SinkIndex:
         body = json.loads(data)
-        ends = {t: {int(p): int(e) for p, e in per.items()} for t, per in body["ends"].items()}
-        return cls(int(body["batch"]), int(body["generation"]), ends)
+
+        def ints(ends: dict) -> dict[str, dict[int, int]]:
+            return {t: {int(p): int(e) for p, e in per.items()} for t, per in ends.items()}
+
+        ends = ints(body["ends"])
+        # An index without rows is from streams of one row per place.
+        rows = ints(body["rows"]) if "rows" in body else {t: dict(per) for t, per in ends.items()}
+        return cls(int(body["batch"]), int(body["generation"]), ends, rows)
 
 
 @dataclass(frozen=True)
@@ -193,34 +223,22 @@ def _headers_type(kind: object) -> bool:
     return False
 
 
-def _bytes(value: object, column: str) -> bytes:
-    if isinstance(value, bytes | bytearray | memoryview):
-        return bytes(value)
-    if isinstance(value, str):
-        return value.encode("utf-8")
-    raise TypeError(f"column {column!r} holds {type(value).__name__}, not binary or string")
-
-
-def _row_headers(headers: object) -> tuple[tuple[str, bytes], ...]:
-    if headers is None:
-        return ()
-    pairs = headers.items() if isinstance(headers, dict) else headers
-    return tuple((str(k), _bytes(v, "headers")) for k, v in pairs)  # type: ignore[union-attr]
-
-
 # -- a task's write -------------------------------------------------------------------------
 
 
 @dataclass
 class _TopicWrite:
-    """One topic's rows of one task: places base, base+1, ... of `stream`."""
+    """One topic's rows of one task: record batches at places base, base+1, ... of
+    `stream`, their rows numbered on from `base_row`."""
 
     topic: str
     stream: bytes
     base: int
+    base_row: int
     stamp: int  # every row's timestamp (ms): an earlier attempt's, or when this one began
+    chunker: Chunker
+    places: int = 0
     rows: int = 0
-    pending: list[Any] = field(default_factory=list)
 
 
 class _PartitionWriter:
@@ -232,30 +250,31 @@ class _PartitionWriter:
         deployment: Deployment,
         options: SinkOptions,
         stream: bytes,
-        bases: dict[str, int],
+        bases: dict[str, tuple[int, int]],
     ) -> None:
         self.client = client
         self.deployment = deployment
         self.options = options
         self.stream = stream
-        self.bases = bases  # topic -> first place (absent: 0)
+        self.bases = bases  # topic -> (first place, first row) (absent: 0, 0)
         self.topics: dict[str, _TopicWrite] = {}
         self.published = self.duplicates = 0
+        self.rows = 0
 
-    def add(self, topic: str, record: Any) -> None:
+    def add(self, topic: str, rows: Any) -> None:
+        """Rows of one topic (an Arrow batch with columns value, key, headers)."""
         write = self.topics.get(topic)
         if write is None:
             write = self.topics[topic] = self._begin(topic)
-        write.pending.append(record)
-        if len(write.pending) >= self.options.batch_size:
-            self._flush(write)
+        self._publish(write, write.chunker.add(rows))
 
     def _begin(self, topic: str) -> _TopicWrite:
-        """Join the topic; fetch what an earlier attempt wrote at this task's places (so they
-        are taken here) and take its stamp, so a place written again is the same message."""
+        """Join the topic; find what an earlier attempt wrote at this task's places (they
+        are taken: publishing them again publishes nothing) and take its stamp, so a place
+        written again is the same message."""
         client = self.client
         client.join(topic, self.deployment.joins())
-        base = self.bases.get(topic, 0)
+        base, base_row = self.bases.get(topic, (0, 0))
         asked = HeldSpan(publisher=self.stream, first_seq=base, last_seq=MAX_SEQ)
         nodes = client.holdings(
             topic,
@@ -270,58 +289,70 @@ class _PartitionWriter:
             last = max(s.last_seq for _, s in spans)
             holders = [node for node, _ in spans if node]
             earlier = client.read_range(
-                topic, self.stream, base, last, fetch_timeout=ASK_TIMEOUT, holders=holders
-            )
+                topic, self.stream, base, base, fetch_timeout=ASK_TIMEOUT, holders=holders,
+                value_prefix=1,
+            )  # fmt: skip
             if earlier:
                 stamp = earlier[0].timestamp_ms
                 log.info(
-                    "topic %r, stream %r: %d rows from an earlier attempt found at places "
-                    "%d..%d; they are not published again",
-                    topic, self.stream, len(earlier), base, last,
+                    "topic %r, stream %r: an earlier attempt wrote places %d..%d; they are "
+                    "not published again",
+                    topic, self.stream, base, last,
                 )  # fmt: skip
-        return _TopicWrite(topic, self.stream, base, stamp)
+        return _TopicWrite(
+            topic, self.stream, base, base_row, stamp, Chunker(max_rows=self.options.batch_size)
+        )
 
-    def _flush(self, write: _TopicWrite) -> None:
+    def _publish(self, write: _TopicWrite, batches: Iterator[Any]) -> None:
         from episub.agent import Record
 
-        if not write.pending:
-            return
-        records = [
-            Record(
-                value=value,
-                key=key,
-                headers=headers,
-                stream=(write.stream, write.base + write.rows + i),
-                timestamp_ms=write.stamp,
+        records = []
+        for rows in batches:
+            columns = rows.schema.names
+            payload = to_payload(
+                write.base_row + write.rows,
+                write.stamp,
+                rows.column("value"),
+                rows.column("key") if "key" in columns else None,
+                rows.column("headers") if "headers" in columns else None,
             )
-            for i, (value, key, headers) in enumerate(write.pending)
-        ]
-        for receipt in self.client.publish_batch(write.topic, records):
-            if receipt.duplicate:
-                self.duplicates += 1
-            else:
-                self.published += 1
-        write.rows += len(records)
-        write.pending = []
+            records.append(
+                Record(
+                    value=payload,
+                    headers=((BATCH_HEADER, b"1"),),
+                    stream=(write.stream, write.base + write.places),
+                    timestamp_ms=write.stamp,
+                )
+            )
+            write.places += 1
+            write.rows += rows.num_rows
+            self.rows += rows.num_rows
+        if records:
+            for receipt in self.client.publish_batch(write.topic, records):
+                if receipt.duplicate:
+                    self.duplicates += 1
+                else:
+                    self.published += 1
 
-    def finish(self) -> dict[str, tuple[int, int]]:
-        """Publish what is pending, wait for the acknowledgements; (base, rows) per topic."""
+    def finish(self) -> dict[str, tuple[int, int, int, int]]:
+        """Publish what is pending, wait for the acknowledgements; per topic (first place,
+        places, first row, rows)."""
         for write in self.topics.values():
-            self._flush(write)
+            self._publish(write, write.chunker.finish())
         for write in self.topics.values():
-            if write.rows:
+            if write.places:
                 await_acks(
                     self.client,
                     write.topic,
                     HeldSpan(
                         publisher=write.stream,
                         first_seq=write.base,
-                        last_seq=write.base + write.rows - 1,
+                        last_seq=write.base + write.places - 1,
                     ),
                     self.options.acks,
                     self.options.ack_timeout,
                 )
-        return {w.topic: (w.base, w.rows) for w in self.topics.values()}
+        return {w.topic: (w.base, w.places, w.base_row, w.rows) for w in self.topics.values()}
 
 
 def await_acks(client: Any, topic: str, span: HeldSpan, acks: str, timeout: float) -> None:
@@ -360,41 +391,50 @@ def _driver(deployment: Deployment) -> tuple[str, ...]:
 
 
 def write_rows(
-    rows: Iterator[Any],
+    batches: Iterator[Any],
     *,
     client: Any,
     deployment: Deployment,
     options: SinkOptions,
     columns: Columns,
     stream: bytes,
-    bases: dict[str, int],
-) -> tuple[_PartitionWriter, dict[str, tuple[int, int]]]:
-    """Publish a partition's rows (see the module doc); the writer, and (base, rows) per
-    topic written."""
+    bases: dict[str, tuple[int, int]],
+) -> tuple[_PartitionWriter, dict[str, tuple[int, int, int, int]]]:
+    """Publish a partition's rows, Arrow batch by Arrow batch (see the module doc); the
+    writer, and per topic written (first place, places, first row, rows)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
     writer = _PartitionWriter(client, deployment, options, stream, bases)
     allowed = set(options.topics)
     default_topic = options.topics[0]
-    for row in rows:
-        topic = row[columns.topic] if columns.topic is not None else None
-        topic = topic or default_topic
-        if topic not in allowed:
-            raise ValueError(
-                f"a row's topic {topic!r} is not among the sink's topics "
-                f'({", ".join(options.topics)}); list every topic in option "topic"'
-            )
-        value = row[columns.value]
-        if value is None:
+    for batch in batches:
+        if batch.num_rows == 0:
+            continue
+        named = {"value": batch.column(columns.value)}
+        if columns.key is not None:
+            named["key"] = batch.column(columns.key)
+        if columns.headers is not None:
+            named["headers"] = batch.column(columns.headers)
+        rows = pa.RecordBatch.from_arrays(list(named.values()), names=list(named))
+        if rows.column("value").null_count:
             raise ValueError("a row's 'value' is null: every published message needs one")
-        key = row[columns.key] if columns.key is not None else None
-        headers = row[columns.headers] if columns.headers is not None else None
-        writer.add(
-            topic,
-            (
-                _bytes(value, "value"),
-                None if key is None else _bytes(key, "key"),
-                _row_headers(headers),
-            ),
-        )
+        if columns.topic is None:
+            writer.add(default_topic, rows)
+            continue
+        topics = pc.fill_null(batch.column(columns.topic), default_topic)
+        found = pc.unique(topics).to_pylist()
+        for topic in found:
+            if topic not in allowed:
+                raise ValueError(
+                    f"a row's topic {topic!r} is not among the sink's topics "
+                    f'({", ".join(options.topics)}); list every topic in option "topic"'
+                )
+        if len(found) == 1:
+            writer.add(found[0], rows)
+            continue
+        for topic in found:  # each topic's rows in their order
+            writer.add(topic, rows.filter(pc.equal(topics, topic)))
     return writer, writer.finish()
 
 
@@ -463,7 +503,7 @@ def read_index(client: Any, topic: str, query: str, found: IndexFound) -> SinkIn
     return SinkIndex.from_json(held[0].value)
 
 
-class EpisubStreamWriter(DataSourceStreamWriter):
+class EpisubStreamWriter(DataSourceStreamArrowWriter):
     def __init__(self, options: SinkOptions, deployment: Deployment, columns: Columns) -> None:
         self.options = options
         self.deployment = deployment
@@ -481,13 +521,16 @@ class EpisubStreamWriter(DataSourceStreamWriter):
                 f"({QUERY_ID_PROPERTY}, {BATCH_ID_PROPERTY}); it must run in a streaming query"
             )
         short, batch_id, partition = _short(query), int(batch), _partition_id()
-        with executor_client(self.deployment) as client:
+        with shared_executor_client(self.deployment) as client:
             first = self.options.topics[0]
             client.join(first, self.deployment.joins())
             found = find_index(client, self.deployment, first, short, batch_id)
             index = read_index(client, first, short, found) if found is not None else None
             generation = index.generation if index is not None else batch_id
-            bases = {t: per.get(partition, 0) for t, per in (index.ends if index else {}).items()}
+            bases = {
+                t: (per.get(partition, 0), index.rows.get(t, {}).get(partition, 0))
+                for t, per in (index.ends if index else {}).items()
+            }
             writer, written = write_rows(
                 iterator,
                 client=client,
@@ -515,7 +558,7 @@ class EpisubStreamWriter(DataSourceStreamWriter):
         driver's node, in every topic of the sink."""
         done = [m for m in messages if isinstance(m, SinkCommit)]
         log.info(
-            "batch %d: %d rows published, %d already published before (retried tasks)",
+            "batch %d: %d record batches published, %d already published before (retries)",
             batchId,
             sum(m.published for m in done),
             sum(m.duplicates for m in done),
@@ -536,14 +579,17 @@ class EpisubStreamWriter(DataSourceStreamWriter):
             first = self.options.topics[0]
             join_through(client, first, joins)
             ends: dict[str, dict[int, int]] = {}
+            row_ends: dict[str, dict[int, int]] = {}
             if found is not None:
                 holders = tuple(dict.fromkeys(h for m in done if m.index for h in m.index.holders))
                 previous = read_index(client, first, query, IndexFound(found.batch, holders))
                 ends = {t: dict(per) for t, per in previous.ends.items()}
+                row_ends = {t: dict(per) for t, per in previous.rows.items()}
             for m in done:
-                for topic, (base, rows) in m.written.items():
-                    ends.setdefault(topic, {})[m.partition] = base + rows
-            index = SinkIndex(batchId, generation, ends)
+                for topic, (base, places, base_row, rows) in m.written.items():
+                    ends.setdefault(topic, {})[m.partition] = base + places
+                    row_ends.setdefault(topic, {})[m.partition] = base_row + rows
+            index = SinkIndex(batchId, generation, ends, row_ends)
             control = CONTROL_STREAM + query.encode()
             for topic in self.options.topics:
                 join_through(client, topic, joins)
@@ -558,7 +604,7 @@ class EpisubStreamWriter(DataSourceStreamWriter):
         log.warning("batch %d aborted; its re-run will not publish a row twice", batchId)
 
 
-class EpisubBatchWriter(DataSourceWriter):
+class EpisubBatchWriter(DataSourceArrowWriter):
     """`df.write.format("episub")`: one write's rows, once each across task retries."""
 
     def __init__(self, options: SinkOptions, deployment: Deployment, columns: Columns) -> None:
@@ -569,7 +615,7 @@ class EpisubBatchWriter(DataSourceWriter):
 
     def write(self, iterator: Iterator[Any]) -> SinkCommit:
         partition = _partition_id()
-        with executor_client(self.deployment) as client:
+        with shared_executor_client(self.deployment) as client:
             writer, written = write_rows(
                 iterator,
                 client=client,

@@ -21,7 +21,7 @@ no `metrics()` hook on the JVM side).
 
 from __future__ import annotations
 
-import datetime
+import dataclasses
 import logging
 import re
 import time
@@ -37,7 +37,13 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from spark_connector.deployment import Deployment, driver_client, executor_client, join_through
+from episub.recordbatch import BatchFormatError, RecordBatch, is_batch
+from spark_connector.deployment import (
+    Deployment,
+    driver_client,
+    join_through,
+    shared_executor_client,
+)
 from spark_connector.options import SourceOptions
 from spark_connector.planner import (
     DataLossError,
@@ -50,6 +56,7 @@ from spark_connector.planner import (
     publisher_text,
     union,
 )
+from spark_connector.rowmap import StreamRows, mixed, row_holding
 
 __all__ = [
     "DataLossError",
@@ -169,7 +176,7 @@ class _Planning:
                     (n.node_id, n.address) for n in nodes[1:] if n.answered and n.node_id
                 )
                 answers = [(n.node_id, n.spans) for n in nodes if n.answered]
-                held = union(answers)
+                held = self._in_rows(client, topic, union(answers))
                 positions = dict((wanted or {}).get(topic, {}))
                 if earliest:
                     positions.update({p: 0 for p in held if p not in positions})
@@ -184,10 +191,33 @@ class _Planning:
                         topic, peers=own, since_ms=since_ms, timeout=REACH_TIMEOUT
                     )
                     answers += [(n.node_id, n.spans) for n in more[1:] if n.answered]
-                    held = union(answers)
+                    held = self._in_rows(client, topic, union(answers))
                 out[topic] = held
             self._known = dict(list(answered.items())[:MAX_KNOWN])
         return topics, out
+
+    def _in_rows(self, client: Any, topic: str, held: Holdings) -> Holdings:
+        """Holdings in seqs made holdings in rows (see rowmap.py); the map is kept for the
+        next planning and for locating the messages of each task's rows."""
+        maps: dict[tuple[str, str], StreamRows] = self.__dict__.setdefault("_rows", {})
+        out = {}
+        for publisher, h in held.items():
+            rows = maps.setdefault((topic, publisher), StreamRows())
+            rows.update(client, topic, publisher_bytes(publisher), h.first, h.last, h.holders)
+            found = row_holding(h, rows)
+            if found is not None:
+                out[publisher] = found
+        for key in [k for k in maps if k[0] == topic and k[1] not in held]:
+            del maps[key]  # held nowhere now: bounded by what is held
+        return out
+
+    def _located(self, rng: Range) -> Range:
+        rows = self.__dict__.get("_rows", {}).get((rng.topic, rng.publisher))
+        if rows is None or not rows.batched:
+            return rng
+        return dataclasses.replace(
+            rng, first_msg=rows.seq_of(rng.first_seq), last_msg=rows.seq_of(rng.last_seq)
+        )
 
     def _start(self, planner: OffsetPlanner) -> Offsets:
         o = self.options
@@ -232,7 +262,7 @@ class _Planning:
         tasks = pack(planner.ranges(start, end), o.max_rows_per_partition, o.min_partitions)
         return [
             RangePartition(
-                ranges=tuple(task),
+                ranges=tuple(self._located(r) for r in task),
                 deployment=self.deployment,
                 fetch_timeout=o.fetch_timeout,
                 fail_on_data_loss=o.fail_on_data_loss,
@@ -304,7 +334,7 @@ class EpisubStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow, _P
 
     # -- executor side ----------------------------------------------------------------------
 
-    def read(self, partition: InputPartition) -> Iterator[tuple]:
+    def read(self, partition: InputPartition) -> Iterator[Any]:
         assert isinstance(partition, RangePartition)
         return read_ranges(partition)
 
@@ -348,7 +378,7 @@ class EpisubBatchReader(DataSourceReader, _Planning):
         planner.latest(start, list(end), holdings, now=0.0)  # data loss, as a stream would
         return self._partitions(planner, start, end)
 
-    def read(self, partition: InputPartition) -> Iterator[tuple]:
+    def read(self, partition: InputPartition) -> Iterator[Any]:
         assert isinstance(partition, RangePartition)
         return read_ranges(partition)
 
@@ -366,43 +396,69 @@ def _is_node_id(publisher: bytes) -> bool:
     return True
 
 
-def read_ranges(partition: RangePartition) -> Iterator[tuple]:
-    """The rows of `partition`'s ranges, from this executor's node."""
-    with executor_client(partition.deployment) as client:
+def read_ranges(partition: RangePartition) -> Iterator[Any]:
+    """The rows of `partition`'s ranges, from this executor's node, as Arrow record
+    batches: one per record-batch message (its rows in the range, over its own bytes), and
+    one per page of plain messages."""
+    from spark_connector.arrow_rows import (
+        batch_record_batch,
+        plain_record_batch,
+        source_schema,
+    )
+
+    schema = source_schema(partition.include_headers)
+    with shared_executor_client(partition.deployment) as client:
         joins = partition.deployment.joins()
         for topic in dict.fromkeys(r.topic for r in partition.ranges):
             client.join(topic, joins)
         for rng in partition.ranges:
+            batched = rng.first_msg >= 0
+            first, last = (
+                (rng.first_msg, rng.last_msg) if batched else (rng.first_seq, rng.last_seq)
+            )
             messages = client.read_range(
                 rng.topic,
                 publisher_bytes(rng.publisher),
-                rng.first_seq,
-                rng.last_seq,
+                first,
+                last,
                 fetch_timeout=partition.fetch_timeout,
                 holders=rng.holders,
             )
-            if len(messages) != rng.rows:
-                have = {m.seq for m in messages}
-                lacking = [s for s in range(rng.first_seq, rng.last_seq + 1) if s not in have]
+            found = 0
+            plain = []
+            for m in messages:
+                if is_batch(m.headers) != batched:
+                    raise mixed(rng.topic, m.publisher, m.seq, batch=not batched)
+                if not batched:
+                    if rng.first_seq <= m.seq <= rng.last_seq:
+                        plain.append(m)
+                    continue
+                try:
+                    batch = RecordBatch.decode(m.value)
+                except BatchFormatError as exc:
+                    log.warning(
+                        "a record batch at seq %d of %r is unreadable: %s",
+                        m.seq,
+                        rng.publisher,
+                        exc,
+                    )
+                    continue
+                out = batch_record_batch(
+                    rng.topic, rng.publisher, batch, rng.first_seq, rng.last_seq, schema
+                )
+                if out is not None:
+                    found += out.num_rows
+                    yield out
+            if plain:
+                found += len(plain)
+                yield plain_record_batch(plain, schema)
+            if found != rng.rows:
+                lacking = rng.rows - found
                 what = (
-                    f"topic {rng.topic!r}, publisher {rng.publisher!r}: {len(lacking)} of seqs "
-                    f"{rng.first_seq}..{rng.last_seq} (first {lacking[0]}) were not found on "
-                    f"this executor's node nor on the nodes it asked within "
-                    f"{partition.fetch_timeout} s"
+                    f"topic {rng.topic!r}, publisher {rng.publisher!r}: {lacking} of rows "
+                    f"{rng.first_seq}..{rng.last_seq} were not found on this executor's node "
+                    f"nor on the nodes it asked within {partition.fetch_timeout} s"
                 )
                 if partition.fail_on_data_loss:
                     raise DataLossError(f"{what}. Set failOnDataLoss=false to skip them.")
-                log.warning("skipping %d lost rows: %s", len(lacking), what)
-            for m in messages:
-                row = (
-                    m.topic,
-                    publisher_text(m.publisher),
-                    m.seq,
-                    datetime.datetime.fromtimestamp(m.timestamp_ms / 1000, tz=datetime.UTC),
-                    m.key,
-                    m.value,
-                )
-                if partition.include_headers:
-                    yield (*row, [(name, value) for name, value in m.headers])
-                else:
-                    yield row
+                log.warning("skipping %d lost rows: %s", lacking, what)

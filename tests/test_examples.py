@@ -62,5 +62,13 @@ def test_every_example_has_a_smoke_test() -> None:
         "signed_publishing.py",
         "from_kafka.py",
         "publish_many.py",
+        "record_batches.py",
     }
     assert {p.name for p in EXAMPLES.glob("*.py")} == tested
+
+
+def test_the_record_batches_example_reads_bounded_micro_batches_and_copies_each_row_once() -> None:
+    out = run_example("record_batches.py")
+    assert "published 10000 rows in 10 record batches" in out
+    assert "read 10000 rows in micro-batches of [4000, 4000, 2000] rows" in out
+    assert "the copy holds 10000 rows, each once" in out

@@ -4,6 +4,7 @@ and the pipeline simulation of issue 15's acceptance 3 (offsets stay bounded).""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import random
@@ -12,8 +13,11 @@ from collections import deque
 import pytest
 
 from episub.proto.messages import HeldSpan
+from episub.recordbatch import BATCH_HEADER, encode
+from episub.subscription import Message
 from spark_connector.planner import (
     GONE_GRACE,
+    NEW_MARK,
     DataLossError,
     Holding,
     OffsetPlanner,
@@ -21,6 +25,7 @@ from spark_connector.planner import (
     pack,
     union,
 )
+from spark_connector.rowmap import MixedStreamError, StreamRows
 
 T = "t"
 
@@ -74,16 +79,26 @@ def test_a_starting_time_starts_each_publisher_at_its_first_row_stamped_then_or_
 # -- each micro-batch ---------------------------------------------------------------------
 
 
-def test_a_new_publisher_enters_at_its_earliest_held_seq_and_is_read_from_the_next_batch() -> None:
+def test_a_new_publisher_is_read_in_the_batch_that_finds_it_from_its_earliest_held_row() -> None:
     """Issue 15: the driver's node was asked twice (held, then available), so a publisher
     seen only in the second answer entered at seq 0 and the next batch raised DataLossError.
-    One answer now: it enters where it is held from."""
+    One answer now: it starts where it is held from. Issue 16: and it is read in the batch
+    that finds it, as Kafka reads a new partition; its start travels in the end offsets, so
+    a planner that remembers nothing (a re-run after a restart) reads the same rows."""
     p = planner()
     end = p.latest({T: {}}, [T], {T: {"p": held(100, 120)}}, now=0.0)
-    assert end == {T: {"p": 100}} and p.ranges({T: {}}, end) == []
+    assert end == {T: {"p": 121, NEW_MARK + "p": 100}}
+    assert p.ranges({T: {}}, end) == [Range(T, "p", 100, 120, (b"n1",))]
+    assert planner().ranges({T: {}}, end) == [Range(T, "p", 100, 120)]  # nothing remembered
     later = p.latest(end, [T], {T: {"p": held(100, 130)}}, now=1.0)
-    assert later == {T: {"p": 131}}
-    assert p.ranges(end, later) == [Range(T, "p", 100, 130, (b"n1",))]
+    assert later == {T: {"p": 131}}  # the mark is gone: p is in the start now
+    assert p.ranges(end, later) == [Range(T, "p", 121, 130, (b"n1",))]
+
+
+def test_a_new_publisher_shares_max_rows_with_the_others() -> None:
+    holdings = {T: {"old": held(0, 999), "new": held(50, 999)}}
+    end = planner().latest({T: {"old": 0}}, [T], holdings, now=0.0, max_rows=100)
+    assert end == {T: {"old": 50, "new": 100, NEW_MARK + "new": 50}}
 
 
 def test_rows_nobody_holds_fail_the_batch_naming_them() -> None:
@@ -241,9 +256,13 @@ def test_ten_thousand_planned_batches_of_a_sink_to_source_pipeline_keep_the_offs
         end = p.latest(offsets, [T], {T: topic.holdings(now)}, now=now)
         for r in p.ranges(offsets, end):
             assert r.first_seq <= r.last_seq  # every range is read whole: nothing skipped
+        # A new publisher's mark is in the end of the batch that finds it, and only there.
+        marks = {p.removeprefix(NEW_MARK) for p in end[T] if p.startswith(NEW_MARK)}
+        assert not marks & set(offsets[T])
         offsets = end
-        sizes.append(len(json.dumps(offsets)))
-        publishers.append(len(offsets[T]))
+        kept = {p: seq for p, seq in offsets[T].items() if not p.startswith(NEW_MARK)}
+        sizes.append(len(json.dumps({T: kept})))
+        publishers.append(len(kept))
     assert p.skipped_rows == 0
     # Held streams: 8 partitions of at most two generations, and at most two outside ids,
     # for the 60 s of retention plus the 60 s grace: 240 batches.
@@ -255,3 +274,45 @@ def test_ten_thousand_planned_batches_of_a_sink_to_source_pipeline_keep_the_offs
         max(sizes[1000:5000]),
         max(sizes[5000:]),
     )
+
+
+class _Held:
+    """A node's retention of one stream, as read_range answers it (values cut as asked)."""
+
+    def __init__(self, messages: list[Message]) -> None:
+        self.messages = messages
+
+    def read_range(self, topic, publisher, first, last, *, value_prefix=0, **_):  # type: ignore[no-untyped-def]
+        return [
+            dataclasses.replace(m, value=m.value[:value_prefix] if value_prefix else m.value)
+            for m in self.messages
+            if first <= m.seq <= last
+        ]
+
+
+def _message(seq: int, value: bytes, batch: bool) -> Message:
+    headers = ((BATCH_HEADER, b"1"),) if batch else ()
+    return Message(
+        topic=T, publisher=b"s", seq=seq, timestamp_ms=0, key=None, value=value,
+        headers=headers, id=b"",
+    )  # fmt: skip
+
+
+def test_row_offsets_of_a_batched_stream_come_from_its_batches_headers() -> None:
+    held = _Held([_message(s, encode(s * 3, [(0, None, b"v", ())] * 3), True) for s in range(4)])
+    rows = StreamRows()
+    rows.update(held, T, b"s", 1, 3, ())
+    assert rows.batched and rows.rows_of(1, 3) == (3, 11)
+    assert [rows.seq_of(r) for r in (3, 5, 6, 11)] == [1, 1, 2, 3]
+    held.messages.append(_message(4, encode(12, [(0, None, b"v", ())] * 2), True))
+    rows.update(held, T, b"s", 2, 4, ())  # only seq 4 is new; seq 1 is no longer held
+    assert rows.rows_of(2, 4) == (6, 13) and rows.seqs == [2, 3, 4]
+    plain = StreamRows()
+    plain.update(_Held([_message(7, b"x", False)]), T, b"s", 7, 7, ())
+    assert not plain.batched and plain.rows_of(5, 7) == (5, 7)
+
+
+def test_a_stream_mixing_plain_messages_and_record_batches_fails_naming_it() -> None:
+    messages = [_message(0, b"plain", False), _message(1, encode(1, [(0, None, b"v", ())]), True)]
+    with pytest.raises(MixedStreamError, match=r"publisher 's': seq 0 is a plain message"):
+        StreamRows().update(_Held(messages), T, b"s", 0, 1, ())

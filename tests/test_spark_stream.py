@@ -363,10 +363,12 @@ def test_a_rerun_batch_publishes_no_place_twice(
     spark: SparkSession, deployment: spark_connector.Deployment
 ) -> None:
     """A micro-batch re-run after a failure (or a retried task) writes the same rows under
-    the same query and batch ids: the stream writer's first run here stops half-way, as a
-    failed attempt does, and the rerun publishes only the other half."""
+    the same query and batch ids: the stream writer's first run here fails half-way, as a
+    failed attempt does, having published the record batches it completed (5 of 100 rows),
+    and the rerun publishes only the other half, cutting the rows into the same batches."""
     from pyspark.sql.types import BinaryType, StructField, StructType
 
+    from episub.recordbatch import unbatch
     from spark_connector.options import parse_sink
     from spark_connector.sink import (
         BATCH_ID_PROPERTY,
@@ -379,7 +381,7 @@ def test_a_rerun_batch_publishes_no_place_twice(
     total = 1000
     with driver(deployment) as client:
         client.join(topic)
-    options = parse_sink({"topic": topic})
+    options = parse_sink({"topic": topic, "batchSize": "100"})
     schema = StructType([StructField("value", BinaryType())])
     writer = EpisubStreamWriter(options, deployment, check_sink_schema(schema, options))
     context = spark.sparkContext
@@ -387,24 +389,41 @@ def test_a_rerun_batch_publishes_no_place_twice(
     context.setLocalProperty(BATCH_ID_PROPERTY, "7")
     try:
 
-        def run(rows: int) -> list:  # type: ignore[type-arg]
-            frame = spark.createDataFrame([(b"%d" % i,) for i in range(rows)], "value binary")
-            return frame.coalesce(1).rdd.mapPartitions(lambda it: [writer.write(it)]).collect()
+        def run(fail_at: int | None) -> list:  # type: ignore[type-arg]
+            def write(rows: Iterator) -> list:  # type: ignore[type-arg]
+                import pyarrow as pa
 
-        [first] = run(total // 2)
-        [rerun] = run(total)
+                values = [bytes(r.value) for r in rows]
+
+                def batches() -> Iterator[pa.RecordBatch]:
+                    for low in range(0, len(values), 250):  # Arrow batches of 250 rows
+                        if fail_at is not None and low >= fail_at:
+                            raise RuntimeError("the attempt fails")
+                        part = pa.array(values[low : low + 250], pa.binary())
+                        yield pa.RecordBatch.from_arrays([part], names=["value"])
+
+                try:
+                    return [writer.write(batches())]
+                except RuntimeError:
+                    return ["failed"]
+
+            frame = spark.createDataFrame([(b"%d" % i,) for i in range(total)], "value binary")
+            return frame.coalesce(1).rdd.mapPartitions(write).collect()
+
+        assert run(fail_at=total // 2) == ["failed"]
+        [rerun] = run(fail_at=None)
     finally:
         context.setLocalProperty(QUERY_ID_PROPERTY, None)  # type: ignore[arg-type]
         context.setLocalProperty(BATCH_ID_PROPERTY, None)  # type: ignore[arg-type]
-    assert (first.published, first.duplicates) == (total // 2, 0)
-    assert (rerun.published, rerun.duplicates) == (total // 2, total // 2)
+    assert (rerun.published, rerun.duplicates) == (5, 5)  # places: batches of 100 rows
     stream = b"sink/5eed000000004000/7/0"  # batch 7 found no index: a generation from 7
     with driver(deployment) as client:
 
         def rerun_held() -> bool:
             span = client.offsets(topic).get(stream)
-            return span is not None and span.count == total
+            return span is not None and span.count == 10
 
         wait_for(rerun_held, "the rerun")
-        held = client.read_range(topic, stream, 0, total - 1)
+        held = [row for m in client.read_range(topic, stream, 0, 9) for row in unbatch(m)]
+    assert [m.seq for m in held] == list(range(total))  # row offsets, without gaps
     assert [m.value for m in held] == [b"%d" % i for i in range(total)]

@@ -117,20 +117,22 @@ class Unsubscribe(_message.Message):
     def __init__(self, subscribe_id: _Optional[int] = ...) -> None: ...
 
 class ReadRange(_message.Message):
-    __slots__ = ("topic", "publisher", "first_seq", "last_seq", "fetch_timeout", "holders")
+    __slots__ = ("topic", "publisher", "first_seq", "last_seq", "fetch_timeout", "holders", "value_prefix")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     PUBLISHER_FIELD_NUMBER: _ClassVar[int]
     FIRST_SEQ_FIELD_NUMBER: _ClassVar[int]
     LAST_SEQ_FIELD_NUMBER: _ClassVar[int]
     FETCH_TIMEOUT_FIELD_NUMBER: _ClassVar[int]
     HOLDERS_FIELD_NUMBER: _ClassVar[int]
+    VALUE_PREFIX_FIELD_NUMBER: _ClassVar[int]
     topic: str
     publisher: bytes
     first_seq: int
     last_seq: int
     fetch_timeout: float
     holders: _containers.RepeatedScalarFieldContainer[bytes]
-    def __init__(self, topic: _Optional[str] = ..., publisher: _Optional[bytes] = ..., first_seq: _Optional[int] = ..., last_seq: _Optional[int] = ..., fetch_timeout: _Optional[float] = ..., holders: _Optional[_Iterable[bytes]] = ...) -> None: ...
+    value_prefix: int
+    def __init__(self, topic: _Optional[str] = ..., publisher: _Optional[bytes] = ..., first_seq: _Optional[int] = ..., last_seq: _Optional[int] = ..., fetch_timeout: _Optional[float] = ..., holders: _Optional[_Iterable[bytes]] = ..., value_prefix: _Optional[int] = ...) -> None: ...
 
 class Holdings(_message.Message):
     __slots__ = ("topic", "spans", "neighbors", "peers", "addresses", "since_ms", "timeout")

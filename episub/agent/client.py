@@ -25,7 +25,7 @@ import contextlib
 import itertools
 import socket
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 
@@ -50,11 +50,21 @@ from episub.agent.wire import (
 )
 from episub.config.codec import entry_for, value_of
 from episub.config.state import Entry
-from episub.crawl import CRAWL_TIMEOUT
-from episub.node import HELD_TIMEOUT, SUBSCRIPTION_BUFFER, Neighbor
 from episub.proto.messages import HeldSpan
+from episub.recordbatch import BATCH_HEADER
+from episub.recordbatch import MAX_ROWS as MAX_BATCH_ROWS
+from episub.recordbatch import encode as encode_batch
+from episub.records import (
+    CRAWL_TIMEOUT,
+    HELD_TIMEOUT,
+    SUBSCRIPTION_BUFFER,
+    Item,
+    LagBuffer,
+    Lagged,
+    Message,
+    Neighbor,
+)
 from episub.retention import Span
-from episub.subscription import Item, LagBuffer, Lagged, Message
 
 __all__ = [
     "DEFAULT_TIMEOUT",
@@ -72,7 +82,7 @@ __all__ = [
 # Longest wait for one reply. Guess: a join may spend the node's 10 s DIAL_TIMEOUT on a
 # bootstrap address that does not answer; this leaves room for a loaded machine on top.
 DEFAULT_TIMEOUT = 30.0
-RECEIVE_CHUNK = 65_536  # bytes read at a time, as the server (trio's default receive size)
+RECEIVE_CHUNK = 1 << 20  # bytes read at a time, as the server (record batches: ~1 MiB)
 # Room for the Request envelope around a batch's records (topic, field tags, lengths).
 _BATCH_OVERHEAD = 1024
 
@@ -254,6 +264,37 @@ class AgentClient:
             out += self._publish_chunk(topic, chunk, out)
         return out
 
+    def publish_rows(
+        self,
+        topic: str,
+        stream: bytes,
+        rows: Sequence[tuple[int, bytes | None, bytes, Sequence[tuple[str, bytes]]]],
+        *,
+        place: int = 0,
+        first_row: int = 0,
+        batch_rows: int = 4096,
+    ) -> tuple[int, int]:
+        """Publish `rows` ((timestamp_ms, key, value, headers) each) as record batches of
+        `batch_rows` at places place, place+1, ... of the named `stream`, numbered from
+        `first_row` (episub/recordbatch.py): many rows per overlay message, each keeping its
+        own offset. Returns the next place and the next row; a place taken already
+        publishes nothing (so a retry with the same arguments publishes each row once)."""
+        if not 1 <= batch_rows <= MAX_BATCH_ROWS:
+            raise ValueError(f"batch_rows must be in 1..{MAX_BATCH_ROWS}, not {batch_rows!r}")
+        records = []
+        for low in range(0, len(rows), batch_rows):
+            part = rows[low : low + batch_rows]
+            records.append(
+                Record(
+                    value=encode_batch(first_row + low, part),
+                    headers=((BATCH_HEADER, b"1"),),
+                    stream=(stream, place + len(records)),
+                    timestamp_ms=part[0][0],
+                )
+            )
+        self.publish_batch(topic, records)
+        return place + len(records), first_row + len(rows)
+
     def _publish_chunk(
         self, topic: str, chunk: list[pb.Record], before: list[Published]
     ) -> list[Published]:
@@ -287,12 +328,14 @@ class AgentClient:
         *,
         fetch_timeout: float = 0.0,
         holders: Iterable[bytes] = (),
+        value_prefix: int = 0,
     ) -> list[Message]:
         """Retained messages of `publisher`, first_seq..last_seq, in order (what the agent
         no longer holds is absent). Large ranges come in several replies. fetch_timeout > 0:
         the agent's node first asks `holders` (node ids known to hold the range) and its
         neighbours for what it lacks (per reply page); the client's own timeout must leave
-        room for that."""
+        room for that. value_prefix > 0: each value cut to its first that many bytes (a
+        record batch's header, see episub.recordbatch)."""
         if not 0 <= first_seq <= last_seq:
             raise ValueError(f"need 0 <= first_seq <= last_seq, not {first_seq!r}..{last_seq!r}")
         out: list[Message] = []
@@ -305,6 +348,7 @@ class AgentClient:
                 last_seq=last_seq,
                 fetch_timeout=fetch_timeout,
                 holders=list(holders),
+                value_prefix=value_prefix,
             )
             page = self._call(wait=fetch_timeout, read_range=body).messages
             out += (message_from_pb(m) for m in page.messages)

@@ -40,7 +40,7 @@ __all__ = ["AgentServer"]
 
 log = logging.getLogger("episub.agent")
 
-RECEIVE_CHUNK = 65_536  # bytes read at a time: trio's own default receive size (64 KiB)
+RECEIVE_CHUNK = 1 << 20  # bytes read at a time: record batches come in ~1 MiB requests
 # A reply the client does not read within this long ends its connection. Guess: a client
 # that reads nothing for a minute is hung or gone (Spark kills idle workers after ~60 s).
 SEND_TIMEOUT = 60.0

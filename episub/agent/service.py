@@ -248,6 +248,7 @@ class AgentService:
         found = self.node.retained(body.topic, body.publisher, first, last)
         out = pb.Messages(next_seq=last + 1)
         size = 0
+        prefix = body.value_prefix
         for message in found:
             if out.messages and (
                 size + message.size > self.limits.read_page_bytes
@@ -255,8 +256,11 @@ class AgentService:
             ):
                 out.next_seq = message.seq  # the page is full: the client asks again from here
                 break
-            out.messages.append(message_to_pb(message))
-            size += message.size
+            encoded = message_to_pb(message)
+            if prefix:
+                encoded.value = encoded.value[:prefix]
+            out.messages.append(encoded)
+            size += message.size if not prefix else min(message.size, prefix)
         return out
 
     def offsets(self, topic: str) -> pb.Offsets:

@@ -14,7 +14,9 @@ reach nobody), publishes or subscribes, and leaves on exit.
 `subscribe` says "subscribed to TOPIC" on stderr once items flow, then prints each message:
 its value as text, or with `--json` one object a line (topic, publisher and id in hex, seq,
 timestamp_ms, key, value, headers; each bytes field as UTF-8 text, or base64 with
-`"<field>_encoding": "base64"`). Lagged and Lost notices go to stderr.
+`"<field>_encoding": "base64"`). A record batch (episub/recordbatch.py: a Spark sink's
+rows) prints a line per row, its seq the row's offset. Lagged and Lost notices go to
+stderr.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from episub.agent.options import (
 )
 from episub.agent.wire import Published, Record
 from episub.node import JOIN_TIMEOUT, SUBSCRIPTION_BUFFER, Node
+from episub.recordbatch import BatchFormatError, unbatch
 from episub.subscription import Item, Lagged, Lost, Message
 
 __all__ = ["add_parsers"]
@@ -245,8 +248,14 @@ def _print_items(items: Iterator[Item], show: Callable[[Message], str], count: i
 
 def _print_item(item: Item, show: Callable[[Message], str]) -> int:
     if isinstance(item, Message):
-        print(show(item), flush=True)
-        return 1
+        try:
+            rows = unbatch(item)  # a record batch: a line per row
+        except BatchFormatError as exc:
+            print(f"unreadable record batch at seq {item.seq}: {exc}", file=sys.stderr, flush=True)
+            return 0
+        for row in rows:
+            print(show(row), flush=True)
+        return len(rows)
     if isinstance(item, Lagged):
         print(f"lagged: {item.count} items dropped here", file=sys.stderr, flush=True)
     elif isinstance(item, Lost):

@@ -18,10 +18,9 @@ from dataclasses import dataclass
 from google.protobuf.message import DecodeError
 
 from episub.agent import agent_pb2 as pb
-from episub.node import Neighbor
 from episub.proto.envelope import Record
 from episub.proto.messages import HeldSpan
-from episub.subscription import Item, Lagged, Lost, Message
+from episub.records import Item, Lagged, Lost, Message, Neighbor
 
 __all__ = [
     "LENGTH_PREFIX",

@@ -34,6 +34,7 @@ from pyspark.sql import SparkSession
 import spark_connector
 from episub.agent import AgentClient
 from episub.proto.messages import HeldSpan
+from episub.recordbatch import RecordBatch
 from spark_connector.datasource import EpisubDataSource
 from spark_connector.deployment import (
     driver_client,
@@ -74,15 +75,21 @@ class KillMidTask(EpisubStreamWriter):
         context = TaskContext.get()
         first = context is not None and (context.partitionId(), context.attemptNumber()) == (0, 0)
 
-        def rows() -> Iterator[Any]:
-            for i, row in enumerate(iterator):
-                if first and i == KILL_AT and not os.path.exists(self.marker):
-                    Path(self.marker).write_text("killing")  # before: the kill ends us
-                    Path(self.marker).write_text(kill_executor(self.deployment.agent_dir))
-                    time.sleep(60)  # the worker goes with its executor
-                yield row
+        def batches() -> Iterator[Any]:
+            taken = 0
+            for batch in iterator:  # Arrow record batches
+                if first and taken < KILL_AT <= taken + batch.num_rows:
+                    yield batch.slice(0, KILL_AT - taken)  # published: KILL_AT / batchSize places
+                    if not os.path.exists(self.marker):
+                        Path(self.marker).write_text("killing")  # before: the kill ends us
+                        Path(self.marker).write_text(kill_executor(self.deployment.agent_dir))
+                        time.sleep(60)  # the worker goes with its executor
+                    batch = batch.slice(KILL_AT - taken)
+                    taken = KILL_AT
+                taken += batch.num_rows
+                yield batch
 
-        return super().write(rows())
+        return super().write(batches())
 
 
 def node_places(client: AgentClient, topic: str) -> tuple[int, dict[str, str]]:
@@ -93,6 +100,7 @@ def node_places(client: AgentClient, topic: str) -> tuple[int, dict[str, str]]:
         if publisher.startswith(b"sink/"):
             for m in client.read_range(topic, publisher, span.first, span.last):
                 out[f"{publisher.decode()}:{m.seq}"] = m.id.hex()
+                out[f"rows {publisher.decode()}:{m.seq}"] = str(RecordBatch.decode(m.value).rows)
     status = client.inspect()
     out["republished"] = str(status.stats.get("republished", 0))
     return status.pid, out
@@ -162,9 +170,13 @@ def mid_task(spark: SparkSession, deployment: Any, work: Path) -> dict[str, Any]
     views = every_node_places(spark, deployment, topic)
     republished = sum(int(places.pop("republished")) for places in views)
     ids: dict[str, set[str]] = {}
+    rows_at: dict[str, int] = {}
     for places in views:
         for place, message in places.items():
-            ids.setdefault(place, set()).add(message)
+            if place.startswith("rows "):
+                rows_at[place] = int(message)
+            else:
+                ids.setdefault(place, set()).add(message)
     return {
         "killed": Path(marker).read_text() if os.path.exists(marker) else None,
         "rows_read": len(values),
@@ -172,6 +184,7 @@ def mid_task(spark: SparkSession, deployment: Any, work: Path) -> dict[str, Any]
         "exact": sorted(values) == sorted(b"%d" % i for i in range(ROWS)),
         "nodes": len(views),
         "places": len(ids),
+        "rows_at_places": sum(rows_at.values()),
         "places_with_two_messages": sum(1 for found in ids.values() if len(found) > 1),
         "republished": republished,
     }
@@ -188,12 +201,13 @@ class KillAfterCommit(EpisubBatchWriter):
         done = [m for m in messages if isinstance(m, SinkCommit) and m.partition == 0]
         report: dict[str, Any] = {"partition_0_rows": 0}
         for m in done:
-            ((topic, (base, rows)),) = m.written.items()
+            ((topic, (base, places, _, rows)),) = m.written.items()
             stream = f"sink/{self.write_id}/0/0".encode()
-            span = HeldSpan(publisher=stream, first_seq=base, last_seq=base + rows - 1)
+            span = HeldSpan(publisher=stream, first_seq=base, last_seq=base + places - 1)
             with driver_client(self.deployment) as client:
                 (mine,) = client.holdings(topic, spans=[span])
             report["partition_0_rows"] = rows
+            report["partition_0_places"] = places
             report["driver_held_before_kill"] = sum(s.count for s in mine.spans)
             victim = agent_at(self.deployment.agent_dir, m.node)
             report["victim"] = victim
