@@ -843,47 +843,6 @@ def test_probe_timer_pings_unmeasured_peers_first():
     assert only(fire(node, "probe", 1.0), m.Ping).peer == 6
 
 
-def views_from_a_far_and_a_near_neighbour(node: NodeState, far: tuple, near: tuple) -> None:
-    """Neighbour 1 (RAND, RTT 0.5 s) names `far` in its PONG, then 2 (NEAR, 0.01 s) `near`."""
-    out = fire(node, "ping", 1.0)
-    node.handle(received(1, m.Pong(nonce=ping_nonce(out, 1), active_count=3, active=far)), 1.5)
-    node.handle(received(2, m.Pong(nonce=ping_nonce(out, 2), active_count=3, active=near)), 1.01)
-
-
-def test_probe_pings_the_candidate_named_by_the_nearest_neighbour_first():
-    """Neighbours of a near neighbour are likely near: they are measured first. Probing
-    candidates at random (one a tick, while views bring ~50 a ping interval) left near
-    links minutes from converging in the simulator (docs/simulation.md)."""
-    node = make_node(active={1: RAND, 2: NEAR}, rtts={1: 0.5, 2: 0.01})
-    views_from_a_far_and_a_near_neighbour(node, far=(ME, 10, 11, 12, 13, 14, 15), near=(ME, 20))
-    assert only(fire(node, "probe", 2.0), m.Ping).peer == 20
-
-
-def test_a_full_candidate_table_keeps_the_candidates_named_by_nearer_neighbours():
-    cfg = node_config(membership_config(near_candidates=2))
-    node = make_node(active={1: RAND, 2: NEAR}, rtts={1: 0.5, 2: 0.01}, config=cfg)
-    views_from_a_far_and_a_near_neighbour(node, far=(ME, 10), near=(ME, 20, 21))
-    # 10 (named by the far neighbour) makes way for 20 and 21; then the far neighbour's
-    # newcomers, ranked no better, are not taken.
-    assert set(membership(node).near_candidates) == {20, 21}
-    out = fire(node, "ping", 7.0)
-    node.handle(received(1, m.Pong(nonce=ping_nonce(out, 1), active_count=3, active=(12,))), 7.5)
-    assert set(membership(node).near_candidates) == {20, 21}
-
-
-def test_a_measured_candidate_is_ranked_by_its_own_rtt():
-    # 20 turns out far when measured (1 s): a candidate named by the far neighbour
-    # (hint 0.5 s) takes its place.
-    cfg = node_config(membership_config(near_candidates=2))
-    node = make_node(active={1: RAND, 2: NEAR}, rtts={1: 0.5, 2: 0.01}, config=cfg)
-    views_from_a_far_and_a_near_neighbour(node, far=(), near=(ME, 20, 21))
-    nonce = ping_nonce(fire(node, "probe", 2.0), 20)
-    node.handle(received(20, m.Pong(nonce=nonce)), 3.0)
-    out = fire(node, "ping", 7.0)
-    node.handle(received(1, m.Pong(nonce=ping_nonce(out, 1), active_count=3, active=(10,))), 7.5)
-    assert set(membership(node).near_candidates) == {10, 21}
-
-
 def test_probe_pings_each_peer_at_most_once_per_tick():
     cfg = node_config(membership_config(passive_probes_per_tick=2))
     node = make_node(active={1: RAND, 2: RAND, 3: NEAR}, passive=[9], rtts={3: 0.25}, config=cfg)

@@ -160,7 +160,7 @@ class Membership:
         return self.passive_view.dormant
 
     @property
-    def near_candidates(self) -> dict[PeerId, float]:
+    def near_candidates(self) -> dict[PeerId, None]:
         return self.passive_view.near_candidates
 
     @property
@@ -714,7 +714,7 @@ class Membership:
                 # random neighbours help too: the simulator found learning only from near
                 # neighbours' views converged slower (docs/simulation.md).
                 if self.config.proximity:
-                    self.passive_view.learn_near_candidates(pong.active, peer)
+                    self.passive_view.learn_near_candidates(pong.active)
 
     # -- stabilisation and optimisation ------------------------------------------------
 

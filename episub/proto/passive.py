@@ -20,11 +20,7 @@ Rules this machine keeps:
 - A PING unanswered after `ping_timeout` takes its peer out of the passive view (the
   draft's cleanup: presumed gone) into the dormant peers, and out of the near candidates.
 - Near candidates (peers in our neighbours' views, learned from their PONGs) are at most
-  `near_candidates`, ranked by a hint of how near they may be: their RTT once we have
-  measured it, before that our RTT to the nearest neighbour that named them (neighbours
-  of a near neighbour are likely near: Vicinity, T-Man). When full, the worst-ranked one
-  goes, and a newcomer ranked no better than every held candidate is not taken. Only our
-  own RTT samples rank: a peer's view says whom it knows, never how near they are.
+  `near_candidates`, the oldest dropped first.
 
 Rules from the draft and HyParView:
 - SHUFFLE: every shuffle_interval, ourselves plus k_a active and k_p passive peers go on
@@ -33,15 +29,13 @@ Rules from the draft and HyParView:
   (SHUFFLEREPLY) and adds the walk's peers to its passive view.
 - passive probing: every passive_probe_interval one due dormant peer, and
   passive_probes_per_tick known peers, are pinged for liveness, membership and RTT:
-  unmeasured near candidates first (the best-ranked first), then unmeasured passive
-  peers, then any. A joiner
+  unmeasured near candidates first, then unmeasured passive peers, then any. A joiner
   sending its JOINs pings initial_probes of its passive peers (fresh contacts) at once,
   so its first near links can be near.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -92,9 +86,7 @@ class PassiveView:
         self.left = left
         self.counters = counters
         self.passive: dict[PeerId, None] = {}  # an ordered set
-        # near candidate -> its rank hint until measured: our RTT to the neighbour that
-        # named it (inf: that neighbour not measured yet); see `candidate_rank`.
-        self.near_candidates: dict[PeerId, float] = {}
+        self.near_candidates: dict[PeerId, None] = {}
         # Peers that became unreachable: re-probed with backoff, because after a partition
         # heals they are the only way the two halves find each other again.
         self.dormant: dict[PeerId, tuple[float, float]] = {}  # peer -> (next probe, backoff)
@@ -127,37 +119,13 @@ class PassiveView:
         self.passive.clear()
         self.pings.clear()
 
-    def candidate_rank(self, peer: PeerId) -> float:
-        """How near a candidate may be: its RTT once measured, else its hint."""
-        rtt = self.rtts.get(peer)
-        return self.near_candidates[peer] if rtt is None else rtt
-
-    def learn_near_candidates(self, peers: tuple[PeerId, ...], via: PeerId) -> None:
-        """`peers` are in neighbour `via`'s active view. With 7 neighbours' views of 7
-        peers each coming in every ping interval, and one peer probed every probe tick,
-        keeping the newest 16 (oldest dropped) kept mostly far peers, named by random
-        neighbours, and dropped near ones before they were probed: near links took
-        minutes to converge (docs/simulation.md, the overlay's shortest paths)."""
-        via_rtt = self.rtts.get(via)
-        hint = math.inf if via_rtt is None else via_rtt
-        candidates = self.near_candidates
-        limit = self.config.near_candidates
+    def learn_near_candidates(self, peers: tuple[PeerId, ...]) -> None:
         for p in peers:
-            if p == self.me or p in self.active or p in self.left:
+            if p == self.me or p in self.active or p in self.left or p in self.near_candidates:
                 continue
-            held = candidates.get(p)
-            if held is not None:
-                if hint < held:
-                    candidates[p] = hint
-                continue
-            if limit <= 0:
-                return
-            if len(candidates) >= limit:
-                worst = max(candidates, key=self.candidate_rank)
-                if self.candidate_rank(worst) <= hint:
-                    continue
-                del candidates[worst]
-            candidates[p] = hint
+            if len(self.near_candidates) >= self.config.near_candidates:
+                self.near_candidates.pop(next(iter(self.near_candidates)))
+            self.near_candidates[p] = None
 
     # -- SHUFFLE ------------------------------------------------------------------------
 
@@ -240,9 +208,8 @@ class PassiveView:
         # Unmeasured near candidates first, then unmeasured passive peers: proximity
         # needs RTTs, and candidates are where the near peers are.
         k = self.config.passive_probes_per_tick
-        hints = self.near_candidates
-        fresh = [p for p in hints if p not in pinged and get_rtt(p) is None]
-        targets = sorted(fresh, key=hints.__getitem__)[:k]
+        fresh = [p for p in self.near_candidates if p not in pinged and get_rtt(p) is None]
+        targets = sample(self.rng, fresh, k)
         if len(targets) < k:
             unmeasured = [p for p in pool if get_rtt(p) is None and p not in targets]
             rest = [p for p in pool if p not in targets]
