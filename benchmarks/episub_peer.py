@@ -104,6 +104,9 @@ class EpisubAdapter:
     async def publish(self, data: bytes) -> None:
         await self.node.publish(self.args.topic, data)
 
+    async def publish_many(self, batch: list[bytes]) -> None:
+        await self.node.publish_many(self.args.topic, batch)
+
     async def receive_batch(self) -> list[bytes]:
         from episub.subscription import Message
 

@@ -97,6 +97,9 @@ PEERS = {
 NEEDS_ISOLATION = frozenset({"iroh"})
 RESULTS_TIMEOUT_S = 60.0
 SIGNED_ENV = "EPISUB_BENCH_SIGNED"  # --signed: episub_peer.py runs Node(sign=True)
+# A burst's messages per Node.publish_many call (--publish batch): a Spark task's write or an
+# application draining its queue hands over a few hundred records at a time.
+PUBLISH_BATCH = 256
 
 
 class RunFailed(Exception):
@@ -203,6 +206,8 @@ def run(args: argparse.Namespace, logdir: Path, machine: dict[str, Any]) -> list
                 "--messages", str(args.messages), "--size", str(args.size),
                 "--rate", str(args.rate), "--topic", args.topic, "--deadline", str(lifetime),
             ]  # fmt: skip
+            if args.system == "episub" and args.publish == "batch" and args.rate == 0:
+                argv += ["--batch", str(PUBLISH_BATCH)]
             log = logdir / f"node{i}.stderr"
             with open(log, "w") as err:
                 proc = subprocess.Popen(
@@ -261,6 +266,13 @@ def main() -> int:
     p.add_argument("--messages", type=int, default=2000, help="M per publisher")
     p.add_argument("--publishers", type=int, default=1, help="K, nodes 0..K-1 publish")
     p.add_argument("--rate", type=float, default=0.0, help="msg/s per publisher, 0 = burst")
+    p.add_argument(
+        "--publish",
+        choices=("batch", "one"),
+        default="batch",
+        help="episub's burst: publish_many with PUBLISH_BATCH messages a call (as a user with "
+        "a burst at hand would), or publish one message a call; paced runs publish one",
+    )
     p.add_argument("--out", type=Path, default=None, help="write the JSON report here")
     p.add_argument("--python", default=sys.executable, help="interpreter for node processes")
     p.add_argument("--topic", default="episub-bench")

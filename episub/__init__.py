@@ -8,6 +8,7 @@ from episub.net.link_delay import zones_link_delay
 from episub.net.runtime import CoreError
 from episub.node import BootstrapError, Neighbor, Node
 from episub.proto.config import BroadcastConfig, MembershipConfig, NodeConfig
+from episub.proto.envelope import Record
 from episub.proto.errors import LocalProtocolError, MessageTooLarge
 from episub.retention import RetentionConfig
 from episub.subscription import Lagged, Lost, Message, Subscription
@@ -27,6 +28,7 @@ __all__ = [
     "Neighbor",
     "Node",
     "NodeConfig",
+    "Record",
     "RetentionConfig",
     "Subscription",
     "zones_link_delay",

@@ -55,7 +55,8 @@ from episub.net.peer_id import (
 )
 from episub.net.runtime import DIAL_TIMEOUT, Runtime
 from episub.proto.config import NodeConfig
-from episub.proto.errors import LocalProtocolError
+from episub.proto.envelope import Record
+from episub.proto.errors import LocalProtocolError, MessageTooLarge
 from episub.proto.events import (
     AlreadyPublished,
     AnswerHeld,
@@ -73,8 +74,8 @@ from episub.proto.events import (
     LeaveTopic,
     NeighborUp,
     OutEvent,
-    Publish,
     Published,
+    PublishMany,
     Recovered,
     RefreshContacts,
     ServeHistory,
@@ -82,7 +83,6 @@ from episub.proto.events import (
     ViewReport,
 )
 from episub.proto.messages import (
-    MAX_HEADERS,
     MAX_HELD_SPANS,
     Envelope,
     GetHeld,
@@ -94,7 +94,6 @@ from episub.proto.messages import (
     check_topic_name,
 )
 from episub.proto.signing import Signer
-from episub.proto.wire import MAX_PEER_ID_SIZE
 from episub.retention import RetentionConfig, RetentionStore, Span
 from episub.subscription import Lost, Message, Subscription
 
@@ -131,6 +130,10 @@ FETCH_MAX_SPAN = 1_000_000  # seqs one fetch may span: bounds the gap scan's wor
 # How long a publish waits for a neighbour's send queue to drain below half its cap
 # before that neighbour is declared too slow and dropped (network.wait_for_room).
 PUBLISH_WAIT = 5.0  # guess: = the ping timeout; a live peer on a LAN drains far sooner
+# Records of one publish_many that go into the core as one input: with a neighbour's send
+# queue at most half full (wait_for_room), a chunk fits the rest of it (SEND_QUEUE_CAP is
+# 4,096 messages), so a batch never overflows the queue of a neighbour that keeps up.
+PUBLISH_CHUNK = 1024
 SUBSCRIPTION_BUFFER = 1024  # guess: ~a second of a busy topic; trio has no default on purpose
 VIEW_TIMEOUT = 2.0  # guess: a dial plus a round trip on a LAN, with room; view_of's wait
 HELD_TIMEOUT = 2.0  # guess: as VIEW_TIMEOUT, per page of a held_by answer
@@ -503,30 +506,44 @@ class Node:
         timestamp_ms: a named place's stamp (default: now), so that a place written again
         is the same message (same id) wherever it is written.
         """
+        record = Record(value, key, headers, stream, timestamp_ms)
+        return (await self.publish_many(topic, (record,)))[0]
+
+    async def publish_many(self, topic: str, records: Iterable[Record | bytes]) -> list[Receipt]:
+        """Publish `records` (episub.Record, or bytes for a bare value) in order on a joined
+        topic, as `publish_record` does each; returns their receipts in the same order.
+
+        Cheaper per record than `publish_record` when a burst is at hand: the records go
+        into the node's core together (ids, envelopes and frames made in one pass) and
+        out to the neighbours in one write per neighbour. All or none: a record too large
+        (MessageTooLarge, naming it) or naming this node's own stream refuses the batch
+        before anything is published. Records go into the core PUBLISH_CHUNK at a time,
+        each chunk after the neighbours' send queues have room for it.
+        """
         runtime = self._running()
-        value = _as_bytes("value", value)
-        key = None if key is None else _as_bytes("key", key)
-        fields = _headers(headers)
-        if stream is not None:
-            stream = _stream(stream, runtime.me)
+        checked = [r if type(r) is Record else Record(r) for r in records]  # type: ignore[arg-type]
+        if not checked:
+            return []
         await trio.lowlevel.checkpoint()
-        # Flow control: a burst waits for its neighbours' queues instead of overflowing them.
-        await runtime.network.wait_for_room(PUBLISH_WAIT)
-        if timestamp_ms is not None and stream is None:
-            raise ValueError("timestamp_ms is for a named stream's place; give stream= too")
-        for out in runtime.input(Publish(topic, value, key, fields, stream, timestamp_ms)):
-            if type(out) is Published:
-                envelope = out.envelope
-                return Receipt(out.id, envelope.publisher, envelope.seq, duplicate=False)  # type: ignore[arg-type]
-            if type(out) is AlreadyPublished:
-                return Receipt(out.id, out.publisher, out.seq, duplicate=True)  # type: ignore[arg-type]
-            if type(out) is Deliver and out.envelope.publisher == (stream or (None,))[0]:
-                return Receipt(out.id, out.envelope.publisher, out.envelope.seq, duplicate=False)  # type: ignore[arg-type]
-        if stream is not None:
-            # Held in order behind an earlier place of the stream that has not come yet:
-            # accepted, and delivered here once the gap before it is filled or given up.
-            return Receipt(None, stream[0], stream[1], duplicate=False)
-        raise AssertionError("the core accepted a publish without reporting it")
+        me = runtime.me
+        limit = self._config.broadcast.max_message_size
+        count = len(checked)
+        for i, record in enumerate(checked):
+            if record.stream is not None and record.stream[0] == me:
+                raise ValueError("this node's own stream is numbered by the node: name another")
+            if record.size > limit:
+                where = f"record {i} of {count}: " if count > 1 else ""
+                raise MessageTooLarge(
+                    f"{where}message of {record.size} bytes exceeds max_message_size "
+                    f"({limit} bytes) on topic {topic!r}"
+                )
+        receipts: list[Receipt] = []
+        for start in range(0, count, PUBLISH_CHUNK):
+            chunk = tuple(checked[start : start + PUBLISH_CHUNK])
+            # Flow control: a burst waits for its neighbours' queues instead of overflowing them.
+            await runtime.network.wait_for_room(PUBLISH_WAIT)
+            receipts += _receipts(chunk, runtime.input(PublishMany(topic, chunk)))
+        return receipts
 
     def subscribe(self, topic: str, buffer: int = SUBSCRIPTION_BUFFER) -> Subscription:
         """Items of `topic` (Message, Lagged, Lost) from entering `async with` on.
@@ -1096,45 +1113,38 @@ def _message(topic: str, message_id: bytes, envelope: Envelope) -> Message:
     )
 
 
-def _as_bytes(name: str, value: object) -> bytes:
-    if isinstance(value, bytes):
-        return value
-    if isinstance(value, bytearray | memoryview):
-        return bytes(value)
-    hint = " (encode it first)" if isinstance(value, str) else ""
-    raise TypeError(f"{name} must be bytes, not {type(value).__name__}{hint}: {value!r:.80}")
-
-
-MAX_STREAM_NAME = MAX_PEER_ID_SIZE  # a publisher travels as a peer id on the wire
-
-
-def _stream(stream: object, me: bytes) -> tuple[bytes, int]:
-    if not (isinstance(stream, tuple) and len(stream) == 2):
-        raise TypeError(f"stream must be a (publisher, seq) pair, not {stream!r:.80}")
-    publisher, seq = stream
-    publisher = _as_bytes("a stream's publisher", publisher)
-    if not 1 <= len(publisher) <= MAX_STREAM_NAME:
-        raise ValueError(
-            f"a stream's publisher must be 1..{MAX_STREAM_NAME} bytes, not {len(publisher)}"
-        )
-    if publisher == me:
-        raise ValueError("this node's own stream is numbered by the node: name another")
-    if not isinstance(seq, int) or isinstance(seq, bool) or not 0 <= seq < 2**64:
-        raise ValueError(f"a stream's seq must be an int in 0..2**64-1, not {seq!r}")
-    return publisher, seq
-
-
-def _headers(
-    headers: Mapping[str, bytes] | Iterable[tuple[str, bytes]] | None,
-) -> tuple[tuple[str, bytes], ...]:
-    if headers is None:
-        return ()
-    pairs = list(headers.items() if isinstance(headers, Mapping) else headers)
-    if len(pairs) > MAX_HEADERS:
-        raise ValueError(f"at most {MAX_HEADERS} headers, not {len(pairs)}")
-    out = []
-    for pair in pairs:
-        if not (isinstance(pair, tuple) and len(pair) == 2 and isinstance(pair[0], str)):
-            raise TypeError(f"a header is a (str, bytes) pair, not {pair!r:.80}")
-        out.append((pair[0], _as_bytes(f"header {pair[0]!r}", pair[1])))
-    return tuple(out)
+def _receipts(records: tuple[Record, ...], outputs: list[OutEvent]) -> list[Receipt]:
+    """Each record's receipt, from what the core output for the batch: our own stream's
+    records in order as `Published`; a named place as `AlreadyPublished` (taken), as the
+    `Deliver` of its place (delivered), or neither (held behind an earlier place)."""
+    own: list[Published] = []
+    placed: dict[tuple[bytes, int], list[Receipt]] = {}
+    for out in outputs:
+        kind = type(out)
+        if kind is Published:
+            own.append(out)  # type: ignore[arg-type]
+        elif kind is AlreadyPublished:
+            place = (out.publisher, out.seq)  # type: ignore[union-attr]
+            placed.setdefault(place, []).append(Receipt(out.id, *place, duplicate=True))  # type: ignore[union-attr,arg-type]
+        elif kind is Deliver:
+            envelope = out.envelope  # type: ignore[union-attr]
+            place = (envelope.publisher, envelope.seq)
+            placed.setdefault(place, []).append(Receipt(out.id, *place, duplicate=False))  # type: ignore[union-attr,arg-type]
+    receipts = []
+    mine = iter(own)
+    for record in records:
+        if record.stream is None:
+            published = next(mine, None)
+            if published is None:
+                raise AssertionError("the core accepted a publish without reporting it")
+            envelope = published.envelope
+            receipts.append(Receipt(published.id, envelope.publisher, envelope.seq, False))  # type: ignore[arg-type]
+            continue
+        got = placed.get(record.stream)
+        if got:
+            receipts.append(got.pop(0))
+        else:
+            # Held in order behind an earlier place of the stream that has not come yet:
+            # accepted, and delivered here once the gap before it is filled or given up.
+            receipts.append(Receipt(None, *record.stream, duplicate=False))
+    return receipts

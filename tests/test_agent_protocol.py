@@ -18,7 +18,7 @@ from types import SimpleNamespace
 import pytest
 import trio
 
-from episub import Node
+from episub import BroadcastConfig, Node, NodeConfig
 from episub.agent import AgentClient, AgentError, AgentSubscription, Record
 from episub.agent import agent_pb2 as pb
 from episub.agent.options import UsageError, load_key, load_link_delay
@@ -42,8 +42,9 @@ def agent(**limits: int) -> Iterator[str]:
     errors: list[BaseException] = []
 
     async def main() -> None:
-        async with Node(key=KEY) as node, trio.open_nursery() as nursery:
-            service = AgentService(node, max_message_size=1000, limits=AgentLimits(**limits))
+        config = NodeConfig(broadcast=BroadcastConfig(max_message_size=1000))
+        async with Node(key=KEY, config=config) as node, trio.open_nursery() as nursery:
+            service = AgentService(node, limits=AgentLimits(**limits))
             await nursery.start(service.run)
             await nursery.start(AgentServer(service, path).run)
             await service.join(TOPIC)
@@ -113,8 +114,13 @@ def test_records_at_named_stream_places_are_published_once_and_counted_in_offset
         assert client.offsets(TOPIC) == {place: Span(0, 2, 3)}
         got = client.read_range(TOPIC, place, 0, 2)
         assert [m.value for m in got] == [b"r0", b"r1", b"r2"]
-        with pytest.raises(AgentError, match="stream's publisher") as refused:
-            client.publish_batch(TOPIC, [b"fine", Record(b"x", stream=(b"", 0))])
+        with pytest.raises(ValueError, match="stream's publisher"):  # checked at the client
+            Record(b"x", stream=(b"", 0))
+        # ... and again where a request enters the agent, from any client
+        bad = pb.Record(value=b"x", stream=pb.StreamPlace(publisher=b"", seq=0))
+        fine = pb.Record(value=b"fine")
+        with pytest.raises(AgentError, match="record 1 of 2: a stream's publisher") as refused:
+            client._call(publish_batch=pb.PublishBatch(topic=TOPIC, records=[fine, bad]))
         assert refused.value.kind == "bad_request"
 
 

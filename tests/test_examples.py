@@ -48,6 +48,19 @@ def test_the_kafka_users_example_reads_the_outside_service_and_shows_lag_and_met
     assert "metrics at http://127.0.0.1:" in out
 
 
+def test_the_publish_many_example_delivers_a_thousand_records_in_order() -> None:
+    out = run_example("publish_many.py")
+    assert "published 1000 records: seqs 0..999" in out
+    assert "b received 1000 records, in order: True" in out
+    assert "refused where it was made: value must be bytes, not str" in out
+
+
 def test_every_example_has_a_smoke_test() -> None:
-    tested = {"quickstart.py", "live_config.py", "signed_publishing.py", "from_kafka.py"}
+    tested = {
+        "quickstart.py",
+        "live_config.py",
+        "signed_publishing.py",
+        "from_kafka.py",
+        "publish_many.py",
+    }
     assert {p.name for p in EXAMPLES.glob("*.py")} == tested

@@ -38,6 +38,7 @@ from episub.agent.wire import (
     FrameError,
     Published,
     Record,
+    checked_record_to_pb,
     decode_response,
     encode_frame,
     item_from_pb,
@@ -229,10 +230,8 @@ class AgentClient:
         chunk: list[pb.Record] = []
         size = 0
         for record in records:
-            if isinstance(record, Record):
-                encoded = record_to_pb(
-                    record.value, record.key, record.headers, record.stream, record.timestamp_ms
-                )
+            if type(record) is Record:
+                encoded = checked_record_to_pb(record)
             else:
                 encoded = record_to_pb(record)
             record_size = encoded.ByteSize() + 8  # its tag and length

@@ -98,7 +98,6 @@ async def _serve(
     async with node, trio.open_nursery() as nursery:
         service = AgentService(
             node,
-            max_message_size=options.config.broadcast.max_message_size,
             bootstrap=options.bootstrap,
             limits=options.limits,
         )

@@ -47,8 +47,8 @@ from episub.config.state import Entry
 from episub.crawl import CRAWL_MAX_NODES, CRAWL_TIMEOUT, crawl
 from episub.net.handshake import HandshakeError
 from episub.net.peer_id import PeerIdError, parse_address, parse_peer_id
-from episub.node import HELD_TIMEOUT, MAX_STREAM_NAME, Node
-from episub.proto.messages import MAX_HEADERS, MAX_HELD_SPANS, HeldSpan, check_topic_name
+from episub.node import HELD_TIMEOUT, Node
+from episub.proto.messages import MAX_HELD_SPANS, HeldSpan, check_topic_name
 
 __all__ = ["AgentLimits", "AgentRequestError", "AgentService", "config_snapshot_to_pb"]
 
@@ -98,7 +98,6 @@ class AgentRequestError(Exception):
 class AgentService:
     """The agent's operations on `node` (running); `run` must be started before `join`.
 
-    max_message_size: the node's limit (NodeConfig.broadcast), to check a batch up front.
     bootstrap: addresses a join with none of its own uses.
     """
 
@@ -106,12 +105,10 @@ class AgentService:
         self,
         node: Node,
         *,
-        max_message_size: int,
         bootstrap: Sequence[str] = (),
         limits: AgentLimits | None = None,
     ) -> None:
         self.node = node
-        self.max_message_size = max_message_size
         self.bootstrap = list(bootstrap)
         self.limits = limits or AgentLimits()
         self._nursery: trio.Nursery | None = None
@@ -204,52 +201,19 @@ class AgentService:
                 "limit",
                 f"at most {self.limits.max_batch_records} records per batch, not {len(records)}",
             )
-        checked = [record_from_pb(r) for r in records]
-        for i, record in enumerate(checked):  # all or none: check every record first
-            where = f"record {i} of {len(checked)}: " if len(checked) > 1 else ""
-            if record.timestamp_ms is not None and record.stream is None:
-                raise AgentRequestError(
-                    "bad_request", f"{where}timestamp_ms is for a named stream's place"
-                )
-            if len(record.headers) > MAX_HEADERS:
-                raise AgentRequestError(
-                    "bad_request",
-                    f"{where}at most {MAX_HEADERS} headers, not {len(record.headers)}",
-                )
-            if record.stream is not None:
-                publisher, _ = record.stream
-                if not 1 <= len(publisher) <= MAX_STREAM_NAME or publisher == self.node.id:
-                    raise AgentRequestError(
-                        "bad_request",
-                        f"{where}a stream's publisher must be 1..{MAX_STREAM_NAME} bytes and "
-                        f"not the node's own id, not {publisher!r:.80}",
-                    )
-            size = len(record.value) + len(record.key or b"")
-            size += sum(len(name) + len(value) for name, value in record.headers)
-            if size > self.max_message_size:
-                raise AgentRequestError(
-                    "too_large",
-                    f"{where}message of {size} bytes exceeds max_message_size "
-                    f"({self.max_message_size} bytes) on topic {topic!r}",
-                )
-        out = pb.PublishedList(publisher=self.node.id)
-        for i, record in enumerate(checked):
+        # Checked once, here, where the records enter (envelope.Record), and trusted after;
+        # the node refuses the whole batch (all or none) for a record too large.
+        count = len(records)
+        checked = []
+        for i, r in enumerate(records):
             try:
-                receipt = await self.node.publish_record(
-                    topic,
-                    record.value,
-                    record.key,
-                    record.headers,
-                    stream=record.stream,
-                    timestamp_ms=record.timestamp_ms,
-                )
-            except Exception as exc:
-                if i == 0:
-                    raise
-                raise AgentRequestError(
-                    "internal",
-                    f"record {i} of {len(checked)} failed after {i} were published: {exc}",
-                ) from exc
+                checked.append(record_from_pb(r))
+            except (TypeError, ValueError) as exc:
+                where = f"record {i} of {count}: " if count > 1 else ""
+                raise AgentRequestError("bad_request", f"{where}{exc}") from None
+        receipts = await self.node.publish_many(topic, checked)
+        out = pb.PublishedList(publisher=self.node.id)
+        for record, receipt in zip(checked, receipts, strict=True):
             out.published.add(
                 id=receipt.id or b"",
                 seq=receipt.seq,

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from google.protobuf.message import DecodeError
 
 from episub.agent import agent_pb2 as pb
 from episub.node import Neighbor
+from episub.proto.envelope import Record
 from episub.proto.messages import HeldSpan
 from episub.subscription import Item, Lagged, Lost, Message
 
@@ -31,6 +32,7 @@ __all__ = [
     "FrameError",
     "Published",
     "Record",
+    "checked_record_to_pb",
     "decode_request",
     "decode_response",
     "encode_frame",
@@ -123,17 +125,6 @@ def decode_response(body: bytes) -> pb.Response:
 
 
 @dataclass(frozen=True, slots=True)
-class Record:
-    """One record to publish (the client's publish_batch takes these, or bare bytes)."""
-
-    value: bytes
-    key: bytes | None = None
-    headers: tuple[tuple[str, bytes], ...] = field(default=())
-    stream: tuple[bytes, int] | None = None  # (publisher, seq): see Node.publish_record
-    timestamp_ms: int | None = None  # a named place's stamp (default: the node's clock)
-
-
-@dataclass(frozen=True, slots=True)
 class Published:
     """Where a published message landed: its id, and (publisher, seq) for offsets.
 
@@ -162,52 +153,34 @@ def record_to_pb(
     stream: tuple[bytes, int] | None = None,
     timestamp_ms: int | None = None,
 ) -> pb.Record:
-    """Checks types here, so a caller's mistake is reported before anything is sent."""
-    if not isinstance(value, bytes | bytearray | memoryview):
-        hint = " (encode it first)" if isinstance(value, str) else ""
-        raise TypeError(f"value must be bytes, not {type(value).__name__}{hint}: {value!r:.80}")
-    if key is not None and not isinstance(key, bytes | bytearray | memoryview):
-        raise TypeError(f"key must be bytes or None, not {type(key).__name__}: {key!r:.80}")
-    record = pb.Record(value=bytes(value))
-    if key is not None:
-        record.key = bytes(key)
-    pairs = headers.items() if isinstance(headers, Mapping) else (headers or ())
-    for pair in pairs:
-        if not (
-            isinstance(pair, tuple)
-            and len(pair) == 2
-            and isinstance(pair[0], str)
-            and isinstance(pair[1], bytes | bytearray | memoryview)
-        ):
-            raise TypeError(f"a header is a (str, bytes) pair, not {pair!r:.80}")
-        record.headers.add(name=pair[0], value=bytes(pair[1]))
-    if stream is not None:
-        if not (isinstance(stream, tuple) and len(stream) == 2):
-            raise TypeError(f"stream must be a (publisher, seq) pair, not {stream!r:.80}")
-        publisher, seq = stream
-        if not isinstance(publisher, bytes) or not isinstance(seq, int):
-            raise TypeError(f"stream must be (bytes, int), not {stream!r:.80}")
-        record.stream.publisher = publisher
-        record.stream.seq = seq
-    if timestamp_ms is not None:
-        if stream is None:
-            raise ValueError("timestamp_ms is for a named stream's place; give stream= too")
-        if not isinstance(timestamp_ms, int) or not 0 <= timestamp_ms < 1 << 63:
-            raise ValueError(f"timestamp_ms must be a 63-bit int, not {timestamp_ms!r:.40}")
-        record.timestamp_ms = timestamp_ms
-    return record
+    """Checks here (a Record), so a caller's mistake is reported before anything is sent."""
+    return checked_record_to_pb(Record(value, key, headers, stream, timestamp_ms))
+
+
+def checked_record_to_pb(record: Record) -> pb.Record:
+    out = pb.Record(value=record.value)
+    if record.key is not None:
+        out.key = record.key
+    _headers_to_pb(out.headers, record.headers)
+    if record.stream is not None:
+        out.stream.publisher, out.stream.seq = record.stream
+    if record.timestamp_ms is not None:
+        out.timestamp_ms = record.timestamp_ms
+    return out
 
 
 def record_from_pb(record: pb.Record) -> Record:
+    """The record of a request, checked (envelope.Record): TypeError or ValueError names
+    what is wrong."""
     stream = None
     if record.HasField("stream"):
         stream = (record.stream.publisher, record.stream.seq)
     return Record(
-        value=record.value,
-        key=record.key if record.HasField("key") else None,
-        headers=_headers_from_pb(record.headers),
-        stream=stream,
-        timestamp_ms=record.timestamp_ms if record.HasField("timestamp_ms") else None,
+        record.value,
+        record.key if record.HasField("key") else None,
+        _headers_from_pb(record.headers),
+        stream,
+        record.timestamp_ms if record.HasField("timestamp_ms") else None,
     )
 
 

@@ -23,7 +23,7 @@ first receipt, broadcast.py) reports the peer.
 from __future__ import annotations
 
 import struct
-from collections.abc import Hashable
+from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TypeAlias
 
@@ -32,10 +32,12 @@ import blake3
 __all__ = [
     "ID_VERSION",
     "MAX_HEADERS",
+    "MAX_STREAM_NAME",
     "PUBLIC_KEY_SIZE",
     "SIGNATURE_SIZE",
     "Envelope",
     "IdHasher",
+    "Record",
     "Signature",
     "encode_peer_id",
     "message_id",
@@ -48,6 +50,7 @@ MAX_HEADERS = 64  # Kafka-style record headers one message may carry
 PUBLIC_KEY_SIZE = 32  # Ed25519's (signing.py)
 SIGNATURE_SIZE = 64  # Ed25519's
 MAX_SEQ = 1 << 63  # seq and timestamp_ms are below this (signed 64-bit in most consumers)
+MAX_STREAM_NAME = 64  # = wire.MAX_PEER_ID_SIZE: a named stream travels as a peer id
 # The version of the id's layout: blake3(ID_VERSION, u32 topic length, topic, envelope bytes).
 ID_VERSION = b"\x02"
 _U32 = struct.Struct(">I")
@@ -185,6 +188,37 @@ class Envelope:
         headers = tuple(headers)
         if len(headers) > MAX_HEADERS:
             raise ValueError(f"at most {MAX_HEADERS} headers, not {len(headers)}")
+        for header in headers:
+            if not (
+                isinstance(header, tuple)
+                and len(header) == 2
+                and isinstance(header[0], str)
+                and isinstance(header[1], bytes)
+            ):
+                raise TypeError(f"a header is a (str, bytes) pair, not {header!r:.80}")
+        self._encode(publisher, seq, timestamp_ms, payload, key, headers, signature)
+
+    @classmethod
+    def stamp(cls, record: Record, publisher: PeerId, seq: int, timestamp_ms: int) -> Envelope:
+        """`record` (checked when it was made) stamped with its place and time: what a
+        publish makes, without checking the record's fields again. `seq` and
+        `timestamp_ms` are the core's own (or the record's checked stream place)."""
+        envelope = cls.__new__(cls)
+        envelope._encode(
+            publisher, seq, timestamp_ms, record.value, record.key, record.headers, None
+        )
+        return envelope
+
+    def _encode(
+        self,
+        publisher: PeerId,
+        seq: int,
+        timestamp_ms: int,
+        payload: bytes,
+        key: bytes | None,
+        headers: tuple[tuple[str, bytes], ...],
+        signature: Signature | None,
+    ) -> None:
         parts = [_field(_PUBLISHER, encode_peer_id(publisher))]
         if seq:
             parts.append(b"\x10" + varint(seq))
@@ -201,12 +235,7 @@ class Envelope:
         if key is not None:
             parts.append(_field(_KEY, key))
             size += len(key)
-        for header in headers:
-            if not (isinstance(header, tuple) and len(header) == 2):
-                raise TypeError(f"a header is a (str, bytes) pair, not {header!r:.80}")
-            name, value = header
-            if not isinstance(name, str) or not isinstance(value, bytes):
-                raise TypeError(f"a header is a (str, bytes) pair, not {header!r:.80}")
+        for name, value in headers:
             encoded = name.encode()
             body = (_field(_NAME, encoded) if encoded else b"") + (
                 _field(_VALUE, value) if value else b""
@@ -387,6 +416,117 @@ def _rebuild(
         publisher=publisher, seq=seq, timestamp_ms=timestamp_ms, payload=payload, key=key,
         headers=headers, signature=signature,
     )  # fmt: skip
+
+
+class Record:
+    """One message to publish, as the application hands it over: `value`, `key`,
+    `headers`, and optionally `stream` = (publisher, seq), a place of a stream the caller
+    names, with its stamp `timestamp_ms` (see `Node.publish_record`).
+
+    Checked here, once, where it enters (the node's API, the agent's request), and trusted
+    after: the core stamps it into an `Envelope` without checking it again. Bytes-like
+    values become `bytes`; `size` is what size limits apply to (value, key, header names
+    and values). Raises TypeError for a wrong type, ValueError for a bad value, naming it.
+    """
+
+    __slots__ = ("headers", "key", "size", "stream", "timestamp_ms", "value")
+
+    value: bytes
+    key: bytes | None
+    headers: tuple[tuple[str, bytes], ...]
+    stream: tuple[bytes, int] | None
+    timestamp_ms: int | None
+    size: int
+
+    def __init__(
+        self,
+        value: bytes,
+        key: bytes | None = None,
+        headers: Mapping[str, bytes] | Iterable[tuple[str, bytes]] | None = None,
+        stream: tuple[bytes, int] | None = None,
+        timestamp_ms: int | None = None,
+    ) -> None:
+        self.value = value = _as_bytes("value", value)
+        self.key = key = None if key is None else _as_bytes("key", key)
+        size = len(value) + (0 if key is None else len(key))
+        if headers:
+            self.headers = _checked_headers(headers)
+            size += sum(len(name) + len(value) for name, value in self.headers)
+        else:
+            self.headers = ()
+        self.size = size
+        if stream is not None:
+            stream = _checked_stream(stream)
+        self.stream = stream
+        if timestamp_ms is not None:
+            if stream is None:
+                raise ValueError("timestamp_ms is for a named stream's place; give stream= too")
+            if (
+                not isinstance(timestamp_ms, int)
+                or isinstance(timestamp_ms, bool)
+                or not 0 <= timestamp_ms < MAX_SEQ
+            ):
+                raise ValueError(f"timestamp_ms must be a 63-bit int, not {timestamp_ms!r:.40}")
+        self.timestamp_ms = timestamp_ms
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not Record:
+            return NotImplemented
+        return self._fields() == other._fields()
+
+    def __hash__(self) -> int:
+        return hash(self._fields())
+
+    def _fields(self) -> tuple[object, ...]:
+        return (self.value, self.key, self.headers, self.stream, self.timestamp_ms)
+
+    def __repr__(self) -> str:
+        return (
+            f"Record(value={self.value!r:.60}, key={self.key!r:.40}, headers={self.headers!r:.80}, "
+            f"stream={self.stream!r}, timestamp_ms={self.timestamp_ms!r})"
+        )
+
+
+def _as_bytes(name: str, value: object) -> bytes:
+    if type(value) is bytes:
+        return value  # type: ignore[return-value]
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value)
+    hint = " (encode it first)" if isinstance(value, str) else ""
+    raise TypeError(f"{name} must be bytes, not {type(value).__name__}{hint}: {value!r:.80}")
+
+
+def _checked_headers(
+    headers: Mapping[str, bytes] | Iterable[tuple[str, bytes]],
+) -> tuple[tuple[str, bytes], ...]:
+    pairs = list(headers.items() if isinstance(headers, Mapping) else headers)
+    if len(pairs) > MAX_HEADERS:
+        raise ValueError(f"at most {MAX_HEADERS} headers, not {len(pairs)}")
+    out = []
+    for pair in pairs:
+        if not (isinstance(pair, tuple) and len(pair) == 2 and isinstance(pair[0], str)):
+            raise TypeError(f"a header is a (str, bytes) pair, not {pair!r:.80}")
+        name = pair[0]
+        try:
+            name.encode()
+        except UnicodeEncodeError:
+            raise ValueError(f"header name {name!r:.80} is not encodable as UTF-8") from None
+        out.append((name, _as_bytes(f"header {name!r:.40}", pair[1])))
+    return tuple(out)
+
+
+def _checked_stream(stream: object) -> tuple[bytes, int]:
+    if not (isinstance(stream, tuple) and len(stream) == 2):
+        raise TypeError(f"stream must be a (publisher, seq) pair, not {stream!r:.80}")
+    publisher, seq = stream
+    publisher = _as_bytes("a stream's publisher", publisher)
+    if not 1 <= len(publisher) <= MAX_STREAM_NAME:
+        raise ValueError(
+            f"a stream's publisher must be 1..{MAX_STREAM_NAME} bytes, not {len(publisher)}"
+        )
+    if not isinstance(seq, int) or isinstance(seq, bool) or not 0 <= seq < MAX_SEQ:
+        raise ValueError(f"a stream's seq must be an int in 0..2**63-1, not {seq!r:.40}")
+    return publisher, seq
 
 
 class IdHasher:

@@ -13,6 +13,7 @@ from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import TypeAlias
 
+from episub.proto.envelope import MAX_SEQ, Record
 from episub.proto.messages import (
     Envelope,
     GetHeld,
@@ -95,10 +96,21 @@ class Publish:
                 raise ValueError(f"timestamp_ms must be a 63-bit int, not {self.timestamp_ms!r}")
         if self.stream is not None:
             publisher, seq = self.stream
-            if not isinstance(seq, int) or isinstance(seq, bool) or not 0 <= seq < 2**64:
-                raise ValueError(f"a stream's seq must be an int in 0..2**64-1, not {seq!r}")
+            if not isinstance(seq, int) or isinstance(seq, bool) or not 0 <= seq < MAX_SEQ:
+                raise ValueError(f"a stream's seq must be an int in 0..2**63-1, not {seq!r}")
             if publisher is None:
                 raise ValueError("a stream needs a publisher")
+
+
+@dataclass(frozen=True, slots=True)
+class PublishMany:
+    """Command: publish `records` in order, as one input (one core call, all the outputs
+    together); each as `Publish` would. All or none: a record too large, or naming this
+    node's own stream, refuses the whole batch before anything is published. The records
+    were checked when they were made (envelope.Record) and are trusted here."""
+
+    topic: str
+    records: tuple[Record, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,6 +196,7 @@ InEvent: TypeAlias = (
     | JoinTopic
     | LeaveTopic
     | Publish
+    | PublishMany
     | Fetch
     | AskView
     | AskHeld

@@ -33,6 +33,7 @@ from episub.proto.events import (
     OutEvent,
     PeerMisbehaved,
     Publish,
+    PublishMany,
     Received,
     RefreshContacts,
     Send,
@@ -110,6 +111,8 @@ class NodeState:
                 timestamp_ms=stamp,
             ):
                 self._topic_or_raise(topic).publish(payload, key, headers, now, out, stream, stamp)
+            case PublishMany(topic=topic, records=records):
+                self._topic_or_raise(topic).publish_many(records, now, out)
             case RefreshContacts(topic=topic, bootstrap=bootstrap):
                 # The topic may have been left while the runtime dialled: nothing to do.
                 t = self._topics.get(topic)

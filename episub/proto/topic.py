@@ -7,11 +7,12 @@ eager/lazy sets always partition the active view.
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Hashable, Sequence
 
 from episub.proto import messages as m
 from episub.proto.broadcast import Broadcast
 from episub.proto.config import NodeConfig
+from episub.proto.envelope import Record
 from episub.proto.events import NeighborDown, NeighborUp, OutEvent
 from episub.proto.membership import Membership
 from episub.proto.messages import MessageId, PeerId
@@ -86,6 +87,9 @@ class Topic:
         timestamp_ms: int | None = None,
     ) -> MessageId | None:
         return self.broadcast.publish(payload, key, headers, now, out, stream, timestamp_ms)
+
+    def publish_many(self, records: Sequence[Record], now: float, out: list[OutEvent]) -> None:
+        self.broadcast.publish_many(records, now, out)
 
     def on_message(
         self, peer: PeerId, msg: m.TopicMessage, now: float, out: list[OutEvent]
