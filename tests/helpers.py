@@ -95,6 +95,7 @@ def broadcast_config(**overrides: object) -> BroadcastConfig:
         "missing_check_interval": 0.25,
         "missing_give_up_ticks": 25,
         "optimization_threshold": 7,
+        "near_parent_factor": 4.0,
         "eager_repair": False,
         "cache_ttl": 120.0,
         "cache_max_messages": 1000,

@@ -71,6 +71,8 @@ CONFIG = NodeConfig(
         max_publishers=4,
         max_fetches=2,
         max_gap=16,
+        # On, so that hostile IHAVEs meet the near parent rule too (off by default).
+        near_parent_factor=4.0,
     ),
 )
 

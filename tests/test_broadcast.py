@@ -536,6 +536,79 @@ def test_tree_optimisation_does_not_send_the_message_to_the_announcer_it_grafts(
     assert send(2, m.Gossip(id=mid(e), envelope=e, hops=10)) not in out
 
 
+# -- near parent ----------------------------------------------------------------------------
+
+
+def far_parent_and_near_announcer(
+    *, far_rtt: float = 0.1, late: float = 0.0, announced_hops: int = 2
+) -> tuple[NodeState, list, m.Envelope]:
+    """Eager 1 (RTT `far_rtt`) sends a message first at 1.0, hops 3; lazy 2 (RTT 0.01 s)
+    announces it at `announced_hops` one flush interval (0.125 s) plus its one-way delay
+    plus `late` later."""
+    config = node_config(broadcast=broadcast_config())
+    node = make_node(active=(1, 2), rtts={1: far_rtt, 2: 0.01}, config=config)
+    make_lazy(node, 2)
+    e = env(0)
+    node.handle(received(1, gossip(e, hops=3)), 1.0)
+    ihave = m.IHave(ranges=(at(e, announced_hops),))
+    out = node.handle(received(2, ihave), 1.0 + 0.125 + 0.005 + late)
+    return node, out, e
+
+
+def test_a_near_lazy_announcer_as_early_as_the_far_parent_takes_its_place():
+    """The zones model: a node's first copy came over a far link while a lazy zone-mate
+    held the message within a ms or two; it is the parent that costs a near link."""
+    node, out, _ = far_parent_and_near_announcer()
+    assert out == [send(2, m.Graft()), send(1, m.Prune())]
+    assert (node.eager_peers(TOPIC), node.lazy_peers(TOPIC)) == ([2], [1])
+    assert broadcast(node).counters.near_parent_swaps == 1
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        {"far_rtt": 0.04},  # 0.01 * 4 is not below 0.04: not near enough
+        {"late": 0.02},  # its copy could not have come within its RTT (0.01) of ours
+        {"announced_hops": 3},  # as many hops as ours: it may take us as its parent too
+    ],
+)
+def test_the_far_parent_stays_unless_the_announcer_is_near_early_and_not_below_us(case):
+    node, out, _ = far_parent_and_near_announcer(**case)
+    assert out == []
+    assert (node.eager_peers(TOPIC), node.lazy_peers(TOPIC)) == ([1], [2])
+
+
+def test_near_parent_swaps_happen_at_most_once_per_graft_grace():
+    config = node_config(broadcast=broadcast_config())
+    rtts = {1: 0.1, 4: 0.1, 2: 0.01, 3: 0.01}
+    node = make_node(active=(1, 4, 2, 3), rtts=rtts, config=config)
+    make_lazy(node, 2, 3)
+    a, b, c = env(0), env(1), env(2)
+    node.handle(received(1, gossip(a, hops=3)), 1.0)
+    node.handle(received(2, m.IHave(ranges=(at(a, 2),))), 1.13)
+    # Far 4 sends b first, near 3 announces it as early: within graft_grace of the swap.
+    node.handle(received(4, gossip(b, hops=3)), 1.2)
+    assert node.handle(received(3, m.IHave(ranges=(at(b, 2),))), 1.33) == []
+    # After the grace the same case swaps.
+    node.handle(received(4, gossip(c, hops=3)), 2.0)
+    out = node.handle(received(3, m.IHave(ranges=(at(c, 2),))), 2.13)
+    assert (sends(out, m.Graft), sends(out, m.Prune)) == (
+        [send(3, m.Graft())],
+        [send(4, m.Prune())],
+    )
+    assert broadcast(node).counters.near_parent_swaps == 2
+
+
+def test_the_near_parent_rule_is_off_at_factor_0_the_default():
+    assert episub_config.BroadcastConfig().near_parent_factor == 0
+    config = node_config(broadcast=broadcast_config(near_parent_factor=0.0))
+    node = make_node(active=(1, 2), rtts={1: 0.1, 2: 0.01}, config=config)
+    make_lazy(node, 2)
+    e = env(0)
+    node.handle(received(1, gossip(e, hops=3)), 1.0)
+    assert node.handle(received(2, m.IHave(ranges=(at(e, 2),))), 1.13) == []
+
+
 # -- eager repair -------------------------------------------------------------------------
 
 

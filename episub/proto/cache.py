@@ -45,6 +45,7 @@ class Cached:
     received_at: float
     size: int
     publisher: PeerId  # as the core names it (an int in the simulator, whose bytes differ)
+    sender: PeerId | None  # the neighbour its first copy came from (None: we published it)
 
     @property
     def envelope(self) -> Envelope:
@@ -77,6 +78,7 @@ class MessageCache:
         self._sizes = array("q")
         self._row_places: list[_Places] = []  # a row's publisher: one object a publisher
         self._seqs = array("q")
+        self._senders: list[PeerId | None] = []  # a row's first sender (a shared reference)
         self._cache_base = self._cache_head = 0
         self._cached = 0  # messages cached (rows from _cache_head whose raw is not None)
         self.cache_bytes = 0
@@ -87,7 +89,14 @@ class MessageCache:
 
     # -- writing ------------------------------------------------------------------------
 
-    def remember(self, mid: MessageId, envelope: Envelope, hops: int, now: float) -> None:
+    def remember(
+        self,
+        mid: MessageId,
+        envelope: Envelope,
+        hops: int,
+        now: float,
+        sender: PeerId | None = None,
+    ) -> None:
         """`mid` is seen, and its envelope cached, from `now`; then the bounds apply."""
         index = self._index
         if mid in index:  # taken again (not done by broadcast.py): its old row is spent
@@ -106,6 +115,7 @@ class MessageCache:
             places = self._places[envelope.publisher] = _Places(envelope.publisher)
         self._row_places.append(places)
         self._seqs.append(envelope.seq)
+        self._senders.append(sender)
         places.put(envelope.seq, serial)
         self._seen += 1
         self._cached += 1
@@ -182,7 +192,14 @@ class MessageCache:
             self._seen_base = self._seen_head
         spent = self._cache_head - self._cache_base
         if spent >= _COMPACT_AT and 8 * spent >= len(self._raws):
-            for column in (self._raws, self._hops, self._sizes, self._row_places, self._seqs):
+            for column in (
+                self._raws,
+                self._hops,
+                self._sizes,
+                self._row_places,
+                self._seqs,
+                self._senders,
+            ):
                 del column[:spent]
             self._cache_base = self._cache_head
 
@@ -197,7 +214,7 @@ class MessageCache:
         assert raw is not None
         at = self._at[serial - self._seen_base]
         publisher = self._row_places[i].publisher
-        return Cached(mid, raw, self._hops[i], at, self._sizes[i], publisher)
+        return Cached(mid, raw, self._hops[i], at, self._sizes[i], publisher, self._senders[i])
 
     def place(self, publisher: PeerId, seq: int) -> MessageId | None:
         """The cached message's id at (publisher, seq), if any."""

@@ -128,6 +128,12 @@ class BroadcastConfig:
     # The draft: "closer to the diameter of the tree to avoid constant changes". iroh uses 7;
     # at 7 the simulator saw 4 senders flutter (RMR 0.38, p50 327 ms; 15: 0.11, 204 ms).
     optimization_threshold: int = 15
+    # Near parent (broadcast.py, `_prefer_near_parent`): a lazy announcer whose RTT is this
+    # many times smaller than our eager parent's, and whose copy was about as early, takes
+    # its place. 0: off (the default). At 4 the simulator's zones model met its 4x target
+    # on 4 seeds of 5 (mean 4.4x, 3.67x off), but the 2-D model's p99 rose on 3 seeds of 5
+    # (docs/simulation.md): for deployments whose far links cost much more than near ones.
+    near_parent_factor: float = 0.0
     # The draft recommends it "for applications that value latency minimization"; with
     # proximity swaps it cut p99 from 447 to 199 ms at 1,000 nodes (docs/simulation.md).
     eager_repair: bool = True
@@ -186,6 +192,10 @@ class BroadcastConfig:
             )
         if self.max_message_size < 1:
             raise ValueError(f"max_message_size must be >= 1, not {self.max_message_size}")
+        if not (self.near_parent_factor == 0 or self.near_parent_factor >= 1):
+            raise ValueError(
+                f"near_parent_factor must be 0 (off) or >= 1, not {self.near_parent_factor}"
+            )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -61,6 +61,7 @@ class BroadcastCounters:
     bad_signatures: int = 0  # signing on: unsigned, unbound or forged first copies dropped
     data_lost: int = 0
     optimizations: int = 0
+    near_parent_swaps: int = 0  # a far eager parent swapped for a near lazy announcer
     recovered: int = 0  # messages pulled from behind a stream's position (history)
     republished: int = 0  # publishes at a named stream place that was taken already
     streams_evicted: int = 0  # idle publisher streams forgotten to make room (max_publishers)

@@ -64,6 +64,8 @@ class Topic:
             timer_prefix=timer_prefix,
             id_key=config.id_key,
             signer=signer,
+            # Near parents are part of proximity: with it off, Plumtree as it is.
+            rtts=rtts if config.membership.proximity else None,
         )
 
     def join(self, bootstrap: tuple[PeerId, ...], now: float, out: list[OutEvent]) -> None:

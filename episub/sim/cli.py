@@ -97,6 +97,12 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     add("--zones", type=COUNT, help=f"zones model with K zones (default {DEFAULT_ZONES})")
     add("--loss", type=SHARE, default=d.loss, help="probability a send is dropped")
     add("--hop-cost-ms", type=SECONDS, default=d.hop_cost_ms, help="processing time per hop")
+    add(
+        "--near-parent-factor",
+        type=_number(float, 0),
+        default=d.near_parent_factor,
+        help="broadcast's near parent rule: RTT factor (0: off, the default)",
+    )
     add("--join-rate", type=POSITIVE, help="joins per second (default N/20 within 100..500)")
     add("--senders", type=COUNT, default=d.senders, help="multi-sender: publishers")
     add("--fraction", type=SHARE, default=d.fraction, help="crash: share of nodes that crash")
@@ -191,6 +197,7 @@ def params_from_args(args: argparse.Namespace) -> SimParams:
         drop=tuple(args.drop),
         delay=tuple(args.delay),
         one_way_partition=args.one_way_partition,
+        near_parent_factor=args.near_parent_factor,
     )
 
 

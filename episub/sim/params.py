@@ -62,6 +62,9 @@ class SimParams:
     drop: tuple[tuple[str, float], ...] = ()  # (message kind, probability a send is dropped)
     delay: tuple[tuple[str, float], ...] = ()  # (message kind, seconds added to its delay)
     one_way_partition: OneWayPartition | None = None
+    # broadcast.py's near parent rule (BroadcastConfig.near_parent_factor); 0: off, the
+    # core's default. On only where proximity is (a near parent is a proximity rule).
+    near_parent_factor: float = 0.0
 
     def __post_init__(self) -> None:
         if self.scenario not in SCENARIOS:
@@ -70,6 +73,10 @@ class SimParams:
             )
         if self.latency is not None and self.latency not in MODELS:
             raise ValueError(f"latency must be one of {', '.join(MODELS)}, not {self.latency!r}")
+        if not (self.near_parent_factor == 0 or self.near_parent_factor >= 1):
+            raise ValueError(
+                f"near_parent_factor must be 0 (off) or >= 1, not {self.near_parent_factor}"
+            )
         if self.nodes < 2:
             raise ValueError(f"nodes must be >= 2, not {self.nodes}")
         if self.messages < 1 or self.warmup < 0:

@@ -113,7 +113,10 @@ class ScenarioRun:
         if node_factory is None:
             from episub.proto.node import NodeState
 
-            config = NodeConfig(membership=membership_config(proximity))
+            config = NodeConfig(
+                membership=membership_config(proximity),
+                broadcast=BroadcastConfig(near_parent_factor=params.near_parent_factor),
+            )
 
             def node_factory(peer: int, rng: random.Random) -> Any:
                 return NodeState(peer, config, rng)
@@ -400,6 +403,8 @@ def run(
         "interval": params.interval,
         "join_rate": params.effective_join_rate,
     }
+    if params.near_parent_factor:
+        header["near_parent_factor"] = params.near_parent_factor
     if params.drop or params.delay or params.one_way_partition is not None:
         header["faults"] = {
             "drop": {kind: p for kind, p in params.drop},
