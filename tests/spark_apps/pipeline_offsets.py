@@ -26,6 +26,7 @@ from pyspark.sql import SparkSession
 
 import spark_connector
 from episub import RetentionConfig
+from spark_connector.planner import NEW_MARK
 
 BATCHES = 200
 RETENTION = 10.0  # s
@@ -90,7 +91,10 @@ def main() -> None:
         found = []
         for batch in sorted(ends)[:BATCHES]:
             offsets = json.loads(ends[batch])
-            found.append({"publishers": len(offsets.get("pipe", {})), "json": len(ends[batch])})
+            # A batch's end also names where a publisher first seen at it starts
+            # (planner.NEW_MARK + publisher): a mark, not a publisher.
+            streams = [p for p in offsets.get("pipe", {}) if not p.startswith(NEW_MARK)]
+            found.append({"publishers": len(streams), "json": len(ends[batch])})
         print(json.dumps({"batches": found}), flush=True)
     finally:
         spark.stop()
