@@ -76,16 +76,21 @@ def process_cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def rss_kib(pid: int) -> int | None:
-    """Resident set size of process `pid` in KiB (/proc/PID/status), None once it is gone."""
+def _status_field(pid: int | str, name: str) -> int | None:
+    """The first number of line `name` of /proc/PID/status, None once the process is gone."""
     try:
         with open(f"/proc/{pid}/status", encoding="ascii") as fh:
             for line in fh:
-                if line.startswith("VmRSS:"):
+                if line.startswith(name):
                     return int(line.split()[1])
     except (OSError, ValueError):
         return None
     return None
+
+
+def rss_kib(pid: int) -> int | None:
+    """Resident set size of process `pid` in KiB (/proc/PID/status), None once it is gone."""
+    return _status_field(pid, "VmRSS:")
 
 
 def wakeups(pid: int | str = "self") -> int | None:
@@ -93,14 +98,7 @@ def wakeups(pid: int | str = "self") -> int | None:
     context switches (/proc/PID/status; None where that is missing). A wakeup costs a
     process tens of microseconds of CPU on a busy VM whatever it then does, so these
     counts, per message or per second, say where much of the CPU goes."""
-    try:
-        with open(f"/proc/{pid}/status", encoding="ascii") as fh:
-            for line in fh:
-                if line.startswith("voluntary_ctxt_switches:"):
-                    return int(line.split()[1])
-    except (OSError, ValueError):
-        return None
-    return None
+    return _status_field(pid, "voluntary_ctxt_switches:")
 
 
 def busy_cpu_s() -> float | None:
