@@ -137,11 +137,11 @@ def node_config(
 # -- events --------------------------------------------------------------------------------
 
 
-def received(peer: PeerId, message: m.Message, topic: str | None = TOPIC) -> Received:
+def received(peer: PeerId, message: m.PeerMessage, topic: str | None = TOPIC) -> Received:
     return Received(peer, topic, message)
 
 
-def send(peer: PeerId, message: m.Message, topic: str | None = TOPIC) -> Send:
+def send(peer: PeerId, message: m.PeerMessage, topic: str | None = TOPIC) -> Send:
     return Send(peer, topic, message)
 
 

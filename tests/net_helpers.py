@@ -26,7 +26,7 @@ from episub.net.handshake import perform_handshake
 from episub.net.peer_id import make_peer_id, parse_address
 from episub.net.sealing import SealedStream, direction_keys
 from episub.proto.config import BroadcastConfig, MembershipConfig, NodeConfig
-from episub.proto.messages import Message
+from episub.proto.messages import PeerMessage
 from episub.proto.signing import Signer
 from episub.proto.wire import encode_frame
 
@@ -142,7 +142,7 @@ class RawPeer:
     async def send(self, data: bytes) -> None:
         await self.stream.send_all(data)
 
-    async def send_items(self, items: Sequence[tuple[str | None, Message]]) -> None:
+    async def send_items(self, items: Sequence[tuple[str | None, PeerMessage]]) -> None:
         await self.stream.send_all(encode_frame(items))
 
     async def wait_closed(self) -> None:

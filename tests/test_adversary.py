@@ -120,7 +120,7 @@ class Adversary(RuleBasedStateMachine):
         self.published = 0
         self.publishing = True
         self.forged: set[int] = set()  # honest publisher's seqs the hostile node forged
-        self.sent: list[tuple[int, str | None, m.Message]] = []
+        self.sent: list[tuple[int, str | None, m.PeerMessage]] = []
         self.ids: list[bytes] = [bytes(32)]  # message ids the hostile node may name
         self.known = 0  # honest publishes already among them
         self._publish()
@@ -161,7 +161,7 @@ class Adversary(RuleBasedStateMachine):
             out.append((draw(publishers, label="publisher"), first, last, draw(hops)))
         return tuple(out)
 
-    def _message(self, data: st.DataObject) -> tuple[str | None, m.Message]:
+    def _message(self, data: st.DataObject) -> tuple[str | None, m.PeerMessage]:
         ids = st.sampled_from(self.ids) | st.binary(min_size=32, max_size=32)
         kind = data.draw(
             st.sampled_from(
@@ -252,7 +252,9 @@ class Adversary(RuleBasedStateMachine):
 
     # -- rules ------------------------------------------------------------------------------
 
-    def _inject(self, sender: int, topic: str | None, message: m.Message, settle: float) -> None:
+    def _inject(
+        self, sender: int, topic: str | None, message: m.PeerMessage, settle: float
+    ) -> None:
         self.sim.input(TARGET, Received(sender, topic, message))
         self._run(settle)
 

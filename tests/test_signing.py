@@ -239,7 +239,7 @@ def test_a_node_that_does_not_sign_neither_signs_nor_checks() -> None:
 # -- the wire ------------------------------------------------------------------------------
 
 
-def decode(data: bytes) -> list[tuple[str | None, m.Message]]:
+def decode(data: bytes) -> list[tuple[str | None, m.PeerMessage]]:
     decoder = FrameDecoder(max_frame_size=1 << 20)
     decoder.feed(data)
     frame = decoder.next_frame()

@@ -31,10 +31,10 @@ from episub.proto.messages import (
     Join,
     Leave,
     LinkKind,
-    Message,
     Neighbor,
     NeighborOp,
     Nodes,
+    PeerMessage,
     Ping,
     Pong,
     Prune,
@@ -73,7 +73,7 @@ ENVELOPE = Envelope(
     headers=(("content-type", b"application/json"), ("trace", b"\x00\x01\xff")),
 )
 
-TOPIC_EXAMPLES: list[Message] = [
+TOPIC_EXAMPLES: list[PeerMessage] = [
     GetNodes(),
     Nodes(peers=(ALICE, BOB, CAROL)),
     Join(peer=ALICE, ttl=6),
@@ -123,10 +123,13 @@ TOPIC_EXAMPLES: list[Message] = [
         more=True,
     ),
 ]
-NODE_EXAMPLES: list[Message] = [GetTopics(), Topics(topics=("sensors", "config/живой", "x" * 256))]
+NODE_EXAMPLES: list[PeerMessage] = [
+    GetTopics(),
+    Topics(topics=("sensors", "config/живой", "x" * 256)),
+]
 
 
-def decode_all(data: bytes, **limits: int) -> list[list[tuple[str | None, Message]]]:
+def decode_all(data: bytes, **limits: int) -> list[list[tuple[str | None, PeerMessage]]]:
     decoder = FrameDecoder(max_frame_size=limits.pop("max_frame_size", MAX_FRAME), **limits)
     decoder.feed(data)
     frames = []
@@ -155,16 +158,16 @@ def assert_refused(data: bytes, match: str, **limits: int) -> None:
 
 
 def test_examples_cover_every_message_type() -> None:
-    assert {type(m) for m in TOPIC_EXAMPLES + NODE_EXAMPLES} == set(Message.__args__)
+    assert {type(m) for m in TOPIC_EXAMPLES + NODE_EXAMPLES} == set(PeerMessage.__args__)
 
 
 @pytest.mark.parametrize("message", TOPIC_EXAMPLES, ids=repr)
-def test_every_topic_message_round_trips(message: Message) -> None:
+def test_every_topic_message_round_trips(message: PeerMessage) -> None:
     assert decode_all(encode_frame([("sensors", message)])) == [[("sensors", message)]]
 
 
 @pytest.mark.parametrize("message", NODE_EXAMPLES, ids=repr)
-def test_every_node_level_message_round_trips_without_topic(message: Message) -> None:
+def test_every_node_level_message_round_trips_without_topic(message: PeerMessage) -> None:
     assert decode_all(encode_frame([(None, message)])) == [[(None, message)]]
 
 
@@ -199,7 +202,7 @@ def test_schema_enums_match_the_message_enums() -> None:
 
 
 def test_one_frame_carries_several_topics_and_a_node_level_message() -> None:
-    items: list[tuple[str | None, Message]] = [
+    items: list[tuple[str | None, PeerMessage]] = [
         ("sensors", Gossip(id=ID1, envelope=ENVELOPE, hops=2)),
         ("config", IHave(ranges=((BOB, 4, 4, 4),))),
         (None, Topics(topics=("sensors", "config"))),
@@ -630,7 +633,7 @@ items = st.lists(
 @settings(max_examples=300)
 @given(frames=st.lists(items, min_size=1, max_size=3), chunk=st.integers(1, 50))
 def test_generated_messages_round_trip_in_any_chunking(
-    frames: list[list[tuple[str | None, Message]]], chunk: int
+    frames: list[list[tuple[str | None, PeerMessage]]], chunk: int
 ) -> None:
     data = b"".join(encode_frame(frame) for frame in frames)
     decoder = FrameDecoder(max_frame_size=MAX_FRAME)

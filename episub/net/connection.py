@@ -47,7 +47,7 @@ import trio
 
 from episub.net.framing import PIGGYBACK_BUDGET, READ_CHUNK, take_frames
 from episub.net.sealing import RecordOpener, RecordSealer, direction_keys
-from episub.proto.messages import Message
+from episub.proto.messages import PeerMessage
 from episub.proto.wire import LENGTH_PREFIX_SIZE, FrameDecoder, FrameError
 
 __all__ = ["CLOSE_LINGER", "DELAY_LINE_CAP", "GATHER_WAIT", "Connection", "Peer", "show_peer"]
@@ -67,7 +67,7 @@ GATHER_WAIT = 0.002  # guess: a few loopback round trips; far below any protocol
 # the socket full must not starve the rest of the node.
 READS_PER_TURN = 16  # guess
 
-FrameItems = list[tuple[str | None, Message]]
+FrameItems = list[tuple[str | None, PeerMessage]]
 
 
 def show_peer(peer_id: bytes) -> str:

@@ -17,7 +17,7 @@ from collections import deque
 
 import trio
 
-from episub.proto.messages import Message
+from episub.proto.messages import PeerMessage
 from episub.proto.wire import (
     MAX_ITEMS_PER_FRAME,
     FrameDecoder,
@@ -69,7 +69,7 @@ class FrameReader:
         self.bytes_received += len(data)
         self._decoder.feed(data)
 
-    async def receive_frame(self) -> list[tuple[str | None, Message]] | None:
+    async def receive_frame(self) -> list[tuple[str | None, PeerMessage]] | None:
         """The next frame; None once the peer closed cleanly between frames.
 
         Raises FrameError for a bad frame, or for a stream that ends inside a frame.
@@ -91,7 +91,7 @@ class FrameReader:
             self.bytes_received += len(data)
             self._decoder.feed(data)
 
-    async def receive_frames(self) -> list[list[tuple[str | None, Message]]]:
+    async def receive_frames(self) -> list[list[tuple[str | None, PeerMessage]]]:
         """Every whole frame held after one read (at least one); [] once the peer closed
         cleanly between frames. Raises like `receive_frame`; frames before a bad one are
         handed out first."""

@@ -19,9 +19,9 @@ from episub.proto.messages import (
     GetHeld,
     Held,
     LinkKind,
-    Message,
     MessageId,
     PeerId,
+    PeerMessage,
     View,
 )
 
@@ -34,7 +34,7 @@ class Received:
 
     peer: PeerId
     topic: str | None
-    message: Message
+    message: PeerMessage
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,7 +215,7 @@ class Send:
 
     peer: PeerId
     topic: str | None
-    message: Message
+    message: PeerMessage
 
 
 @dataclass(frozen=True, slots=True)

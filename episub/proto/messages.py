@@ -521,4 +521,5 @@ NodeMessage: TypeAlias = GetTopics | Topics
 ViewMessage: TypeAlias = GetView | View  # topic-level, answered by the node (node.py)
 # Topic-level, answered above the core from retention (episub/node/serving.py): no core state.
 HeldMessage: TypeAlias = GetHeld | Held
-Message: TypeAlias = TopicMessage | NodeMessage | ViewMessage | HeldMessage
+# Anything a peer may send us, on the wire as one item of a frame (wire.py).
+PeerMessage: TypeAlias = TopicMessage | NodeMessage | ViewMessage | HeldMessage

@@ -139,7 +139,7 @@ class NodeState:
     def handle_received(
         self,
         peer: PeerId,
-        items: list[tuple[str | None, m.Message]],
+        items: list[tuple[str | None, m.PeerMessage]],
         now: float,
         out: list[OutEvent] | None = None,
     ) -> list[OutEvent]:
@@ -192,7 +192,12 @@ class NodeState:
     # -- inputs -------------------------------------------------------------------------
 
     def _on_received(
-        self, peer: PeerId, topic: str | None, message: m.Message, now: float, out: list[OutEvent]
+        self,
+        peer: PeerId,
+        topic: str | None,
+        message: m.PeerMessage,
+        now: float,
+        out: list[OutEvent],
     ) -> None:
         if topic is None:
             match message:
@@ -230,7 +235,7 @@ class NodeState:
         t.on_message(peer, message, now, out)
 
     def _not_subscribed(
-        self, peer: PeerId, topic: str, message: m.Message, out: list[OutEvent]
+        self, peer: PeerId, topic: str, message: m.PeerMessage, out: list[OutEvent]
     ) -> None:
         """Answer so the asker can drop us from its views of a topic we are not in."""
         match message:

@@ -46,11 +46,11 @@ from episub.proto.messages import (
     Join,
     Leave,
     LinkKind,
-    Message,
     Neighbor,
     NeighborOp,
     Nodes,
     PeerId,
+    PeerMessage,
     Ping,
     Pong,
     Prune,
@@ -348,7 +348,7 @@ class _Codec:
         self,
         field: str,
         encode: Callable[[Any, Any], None],
-        decode: Callable[[Any], Message],
+        decode: Callable[[Any], PeerMessage],
         *,
         node_level: bool = False,
     ) -> None:
@@ -416,7 +416,7 @@ _CODECS_BY_FIELD: dict[str, _Codec] = {codec.field: codec for codec in _CODECS.v
 # -- frames -----------------------------------------------------------------------------
 
 
-def encode_frame(items: Sequence[tuple[str | None, Message]]) -> bytes:
+def encode_frame(items: Sequence[tuple[str | None, PeerMessage]]) -> bytes:
     """One frame carrying `items`, each a (topic, message); topic is None for node-level ones.
 
     Raises TypeError for a value that cannot go on the wire (an int peer id from the
@@ -428,7 +428,7 @@ def encode_frame(items: Sequence[tuple[str | None, Message]]) -> bytes:
     return frame_from_items([encode_item(topic, message) for topic, message in items])
 
 
-def encode_item(topic: str | None, message: Message) -> bytes:
+def encode_item(topic: str | None, message: PeerMessage) -> bytes:
     """One (topic, message) encoded as it sits inside a frame, ready for `frame_from_items`.
 
     A frame's body is the concatenation of its items' encodings (protobuf's repeated field),
@@ -525,7 +525,7 @@ def _read_topic(body: bytes, pos: int, end: int) -> tuple[str, int]:
     return topic, stop
 
 
-def _read_fast(body: bytes, pos: int, end: int) -> tuple[str, Message] | None:
+def _read_fast(body: bytes, pos: int, end: int) -> tuple[str, PeerMessage] | None:
     """The GOSSIP item at body[pos:end] in its canonical layout, else None."""
     if body[pos] != 0x0A:
         return None
@@ -566,7 +566,7 @@ def frame_from_items(items: Sequence[bytes]) -> bytes:
     return _LENGTH_PREFIX.pack(len(data)) + data
 
 
-def _decode_item(item: pb.Item) -> tuple[str | None, Message]:
+def _decode_item(item: pb.Item) -> tuple[str | None, PeerMessage]:
     field = item.WhichOneof("body")
     if field is None:
         raise FrameError("item has no message body (empty or of an unknown kind)")
@@ -627,7 +627,7 @@ class FrameDecoder:
         self._buffer += data
         self._scan()
 
-    def next_frame(self) -> list[tuple[str | None, Message]] | None:
+    def next_frame(self) -> list[tuple[str | None, PeerMessage]] | None:
         """The next whole frame's items, or None when more bytes are needed.
 
         Raises FrameError when the frame (or the stream) is invalid; after that the decoder
@@ -672,9 +672,9 @@ class FrameDecoder:
                 return
             self._complete = end
 
-    def _decode(self, body: bytes) -> list[tuple[str | None, Message]]:
+    def _decode(self, body: bytes) -> list[tuple[str | None, PeerMessage]]:
         """The items of a frame body: GOSSIP read by hand, anything else by protobuf."""
-        out: list[tuple[str | None, Message]] = []
+        out: list[tuple[str | None, PeerMessage]] = []
         end = len(body)
         pos = 0
         try:
@@ -710,7 +710,7 @@ class FrameDecoder:
             raise FrameError("frame carries no items")
         return out
 
-    def _decode_pb(self, body: bytes) -> list[tuple[str | None, Message]]:
+    def _decode_pb(self, body: bytes) -> list[tuple[str | None, PeerMessage]]:
         frame = pb.Frame()
         try:
             frame.ParseFromString(body)
