@@ -108,10 +108,12 @@ class EpisubAdapter:
         await self.node.publish_many(self.args.topic, batch)
 
     async def receive_batch(self) -> list[bytes]:
-        from episub.subscription import Message
+        from episub.subscription import Delivery
 
         while True:
-            batch = [item.value for item in await self.sub.receive_batch() if type(item) is Message]
+            batch = [
+                item.value for item in await self.sub.receive_batch() if type(item) is Delivery
+            ]
             if batch:
                 return batch
 

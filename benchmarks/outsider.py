@@ -41,7 +41,7 @@ import trio
 from config_broadcast import process_cpu_s
 from soak import rss_kib
 
-from episub import Message, Node
+from episub import Delivery, Node
 from episub.agent import AgentClient
 
 HERE = Path(__file__).resolve().parent
@@ -78,7 +78,7 @@ async def honest_join(target: str, socket_path: str) -> dict[str, Any]:
         await trio.to_thread.run_sync(publish_one, socket_path)
         with trio.move_on_after(WAIT):
             item = await sub.receive()
-            return {"joined": True, "join_s": joined, "received": isinstance(item, Message)}
+            return {"joined": True, "join_s": joined, "received": isinstance(item, Delivery)}
         return {"joined": True, "join_s": joined, "received": False}
 
 

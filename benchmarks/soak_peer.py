@@ -48,7 +48,7 @@ from peer_common import HEADER, HEADER_SIZE, LineReader, emit
 
 from episub.agent.options import load_config, load_key, load_retention
 from episub.node import Node
-from episub.subscription import Lagged, Lost, Message
+from episub.subscription import Delivery, Lagged, Lost
 
 TOPIC = "soak"
 # Items the subscription holds while this process writes its log; a node of the soak
@@ -92,7 +92,7 @@ class Log:
 async def receive_loop(sub: Any, recv: Log) -> None:
     async for item in sub:
         now = time.monotonic_ns()
-        if isinstance(item, Message):
+        if isinstance(item, Delivery):
             if len(item.value) < HEADER_SIZE:
                 recv.line(f"foreign {item.publisher.hex()} {item.seq}")
                 continue

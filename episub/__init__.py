@@ -4,6 +4,8 @@ The public API is flat (h11's manner): everything an application needs is import
 from `episub`; the modules behind it are an implementation detail.
 """
 
+import warnings
+
 from episub.net.link_delay import zones_link_delay
 from episub.net.runtime import CoreError
 from episub.node import BootstrapError, Neighbor, Node
@@ -11,19 +13,33 @@ from episub.proto.config import BroadcastConfig, MembershipConfig, NodeConfig
 from episub.proto.envelope import Record
 from episub.proto.errors import LocalProtocolError, MessageTooLarge
 from episub.retention import RetentionConfig
-from episub.subscription import Lagged, Lost, Message, Subscription
+from episub.subscription import Delivery, Lagged, Lost, Subscription
 
 __version__ = "0.1.0"
+
+# Names that were renamed: still importable, with a DeprecationWarning saying the new one.
+_RENAMED = {"Message": ("Delivery", Delivery)}
+
+
+def __getattr__(name: str) -> object:
+    if name in _RENAMED:
+        new, value = _RENAMED[name]
+        warnings.warn(
+            f"episub.{name} is deprecated: use episub.{new}", DeprecationWarning, stacklevel=2
+        )
+        return value
+    raise AttributeError(f"module 'episub' has no attribute {name!r}")
+
 
 __all__ = [
     "BootstrapError",
     "BroadcastConfig",
     "CoreError",
+    "Delivery",
     "Lagged",
     "LocalProtocolError",
     "Lost",
     "MembershipConfig",
-    "Message",
     "MessageTooLarge",
     "Neighbor",
     "Node",

@@ -12,11 +12,11 @@ __all__ = [
     "CRAWL_TIMEOUT",
     "HELD_TIMEOUT",
     "SUBSCRIPTION_BUFFER",
+    "Delivery",
     "Item",
     "LagBuffer",
     "Lagged",
     "Lost",
-    "Message",
     "Neighbor",
 ]
 
@@ -37,8 +37,9 @@ class Neighbor:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Message:
-    """One published message as the application sees it (Kafka's record, plus its id)."""
+class Delivery:
+    """One published message as delivered to the application: what a subscription yields
+    and `retained`/`fetch` return (Kafka's consumer record, plus its id)."""
 
     topic: str
     publisher: bytes  # the publishing node's peer id
@@ -73,7 +74,7 @@ class Lost:
     last_seq: int
 
 
-Item: TypeAlias = Message | Lagged | Lost
+Item: TypeAlias = Delivery | Lagged | Lost
 
 
 class LagBuffer:

@@ -15,12 +15,12 @@ import trio
 
 from episub.proto.errors import LocalProtocolError
 from episub.proto.messages import check_topic_name
-from episub.records import Item, LagBuffer, Lagged, Lost, Message
+from episub.records import Delivery, Item, LagBuffer, Lagged, Lost
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-__all__ = ["Item", "LagBuffer", "Lagged", "Lost", "Message", "Subscription"]
+__all__ = ["Delivery", "Item", "LagBuffer", "Lagged", "Lost", "Subscription"]
 
 
 class Subscription:
@@ -65,14 +65,14 @@ class Subscription:
         self._on_exit(self)
         self.close()
 
-    def offer(self, item: Message | Lost) -> None:
+    def offer(self, item: Delivery | Lost) -> None:
         """Called by the node, never blocks: queue `item`, or drop and count it."""
         if self._closed:
             return
         self._buffer.put(item)
         self._wake()
 
-    def offer_many(self, items: list[Message | Lost]) -> None:
+    def offer_many(self, items: list[Delivery | Lost]) -> None:
         """`offer` each of `items`, in order, waking the subscriber once."""
         if self._closed:
             return

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import trio
 
-from episub import Message, Node, Record
+from episub import Delivery, Node, Record
 
 KEY = bytes(32)  # the deployment's shared 32-byte key; use a secret one
 COUNT = 1000
@@ -32,7 +32,7 @@ async def main() -> None:
             print(f"published {len(receipts)} records: seqs {receipts[0].seq}..{receipts[-1].seq}")
             got = []
             while len(got) < COUNT:
-                got += [item for item in await sub.receive_batch() if type(item) is Message]
+                got += [item for item in await sub.receive_batch() if type(item) is Delivery]
         in_order = [m.seq for m in got] == [r.seq for r in receipts]
         print(f"b received {len(got)} records, in order: {in_order}; last {got[-1].value!r}")
         try:

@@ -16,7 +16,7 @@ import secrets
 
 import trio
 
-from episub import BootstrapError, Message, Node
+from episub import BootstrapError, Delivery, Node
 
 TOPIC = "payments"
 
@@ -31,7 +31,7 @@ async def main() -> None:
             await a.publish(TOPIC, b"pay 10")
             with trio.fail_after(10):
                 item = await sub.receive()
-            assert isinstance(item, Message)
+            assert isinstance(item, Delivery)
             print(f"b got {item.value!r} from {item.publisher.decode()}, signature checked")
         stats = b.stats()
         print(f"b: signed={stats['signed']}, bad_signatures={stats['bad_signatures']}")

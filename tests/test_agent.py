@@ -46,7 +46,7 @@ def serving_lines(socket_path: str) -> int:
 CLIENT = """
 import json, sys
 from episub.agent import AgentClient
-from episub.subscription import Message
+from episub.subscription import Delivery
 path, count, tag = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 got = []
 with AgentClient(path) as client:
@@ -59,7 +59,7 @@ with AgentClient(path) as client:
             client.publish_batch("t", values)
         while len(got) < 2 * count:
             item = sub.receive(timeout=60)
-            if not isinstance(item, Message):
+            if not isinstance(item, Delivery):
                 sys.exit(f"unexpected item {item!r}")
             got.append([item.seq, item.value.decode()])
 print(json.dumps(got))

@@ -26,7 +26,7 @@ from episub.agent.server import AgentServer
 from episub.agent.service import AgentLimits, AgentService
 from episub.agent.wire import FrameDecoder, FrameError, encode_frame, item_to_pb
 from episub.retention import Span
-from episub.subscription import Lagged, Message
+from episub.subscription import Delivery, Lagged
 from tests.proc_helpers import KEY, TOPIC, WAIT, socket_dir
 
 pytestmark = pytest.mark.timeout(60)
@@ -72,8 +72,8 @@ def agent(**limits: int) -> Iterator[str]:
         assert not errors, errors
 
 
-def message(seq: int, value: bytes = b"v") -> Message:
-    return Message(
+def message(seq: int, value: bytes = b"v") -> Delivery:
+    return Delivery(
         topic=TOPIC, publisher=b"p", seq=seq, timestamp_ms=0, key=None, value=value,
         headers=(), id=b"%d" % seq,
     )  # fmt: skip
@@ -230,7 +230,7 @@ def test_unsubscribing_ends_the_stream_at_the_agent() -> None:
     with agent() as path, AgentClient(path) as client:
         with client.subscribe(TOPIC) as sub:
             client.publish(TOPIC, b"one")
-            assert isinstance(sub.receive(WAIT), Message)
+            assert isinstance(sub.receive(WAIT), Delivery)
         assert client.inspect().stats["subscriptions"] == 0
 
 

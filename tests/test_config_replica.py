@@ -10,7 +10,7 @@ from episub import Node
 from episub.config import DELETE, ConfigReplica, config_topic
 from episub.config.codec import encode_update, entry_for, value_of
 from episub.config.replica import GAP_GRACE, write_stream
-from episub.subscription import Message
+from episub.subscription import Delivery
 from tests.net_helpers import KEY, fast_config, run, wait_until
 
 
@@ -154,10 +154,10 @@ def test_a_malformed_message_is_dropped_and_the_replica_keeps_working() -> None:
     run(main)
 
 
-def update_item(writer: bytes, version: int, value: object) -> Message:
+def update_item(writer: bytes, version: int, value: object) -> Delivery:
     """An Update as the replica's subscription hands it over, on the write's own stream."""
     body = encode_update(version, writer, {"k": entry_for(value, version, writer)})
-    return Message(topic=config_topic("default"), publisher=write_stream(writer, version), seq=0,
+    return Delivery(topic=config_topic("default"), publisher=write_stream(writer, version), seq=0,
                    timestamp_ms=0, key=None, value=body, headers=(), id=bytes(32))  # fmt: skip
 
 
@@ -192,7 +192,7 @@ def test_each_write_travels_on_a_stream_of_its_own() -> None:
                     version = await first.write({"a": 1})
                     with trio.fail_after(20):
                         async for item in sub:
-                            if isinstance(item, Message) and item.publisher != first.node.id:
+                            if isinstance(item, Delivery) and item.publisher != first.node.id:
                                 break
                 assert (item.publisher, item.seq) == (write_stream(first.node.id, version), 0)
                 nursery.cancel_scope.cancel()

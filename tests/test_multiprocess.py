@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from episub.agent import AgentClient, Published
-from episub.subscription import Lagged, Message
+from episub.subscription import Delivery, Lagged
 from tests.proc_helpers import TOPIC, WAIT, Processes, node_ready, start_node, wait_until
 
 pytestmark = pytest.mark.timeout(200)
@@ -95,7 +95,7 @@ def receive_until(
             item = sub.receive(timeout=WAIT)
             assert item is not None, f"{socket_path}: subscription ended: {sub.ended}"
             assert not isinstance(item, Lagged), f"{socket_path}: lagged {item}"
-            if isinstance(item, Message):
+            if isinstance(item, Delivery):
                 got.append((item.publisher, item.seq))
                 if item.publisher == publisher and item.seq >= last_seq:
                     return got
@@ -272,5 +272,5 @@ def test_near_neighbours_settle_inside_each_emulated_zone_and_the_overlay_stays_
     for name, (client, sub) in subs.items():
         with client:
             item = sub.receive(timeout=WAIT)  # type: ignore[attr-defined]
-            assert isinstance(item, Message), (name, item)
+            assert isinstance(item, Delivery), (name, item)
             assert (item.publisher, item.seq, item.id) == (sent.publisher, sent.seq, sent.id)

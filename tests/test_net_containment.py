@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import trio
 
-from episub import CoreError, Message, Node
+from episub import CoreError, Delivery, Node
 from episub.proto import messages as m
 from tests import hostile_peer
 from tests.net_helpers import TOPIC, WAIT, RawPeer, run, wait_until
@@ -122,7 +122,7 @@ def test_what_a_burst_delivered_before_a_core_error_still_goes_on(
             with trio.fail_after(WAIT):
                 await raw.wait_closed()  # cut off
                 item = await at_b.receive()  # and the message before the failure went on
-            assert isinstance(item, Message) and item.id == gossip.id
+            assert isinstance(item, Delivery) and item.id == gossip.id
             monkeypatch.undo()
             forgive_core_errors(a, 1)
 

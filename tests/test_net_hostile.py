@@ -15,7 +15,7 @@ from contextlib import asynccontextmanager
 import pytest
 import trio
 
-from episub import BroadcastConfig, Message, Node, NodeConfig
+from episub import BroadcastConfig, Delivery, Node, NodeConfig
 from episub.net.handshake import FAILURE_REASONS, HandshakeError
 from episub.proto.envelope import message_id
 from episub.proto.messages import Envelope, Gossip, Ping
@@ -55,7 +55,7 @@ async def assert_still_serving(a: Node, b: Node, count: int = 20) -> None:
                 got: list[int] = []
                 while len(got) < count:
                     item = await sub.receive()
-                    assert isinstance(item, Message), item
+                    assert isinstance(item, Delivery), item
                     if item.publisher == publisher:
                         got.append(item.seq)
                 assert got == list(range(count))

@@ -9,7 +9,7 @@ import logging
 import pytest
 import trio
 
-from episub import Lost, Message, Node, Subscription
+from episub import Delivery, Lost, Node, Subscription
 from episub.net.network import SEND_QUEUE_CAP
 from episub.proto.config import BroadcastConfig
 from tests import hostile_peer
@@ -120,15 +120,15 @@ def test_connections_in_a_loop_stop_at_max_connections(caplog: pytest.LogCapture
     assert "max_connections" in caplog.text
 
 
-async def receive_from(sub: Subscription, publisher: bytes, count: int) -> list[Message]:
+async def receive_from(sub: Subscription, publisher: bytes, count: int) -> list[Delivery]:
     """The next `count` messages of `publisher` on `sub`; a Lost of it fails the test."""
-    got: list[Message] = []
+    got: list[Delivery] = []
     with trio.fail_after(WAIT):
         while len(got) < count:
             item = await sub.receive()
             if isinstance(item, Lost):
                 assert item.publisher != publisher, f"reported lost: {item}"
-            elif isinstance(item, Message) and item.publisher == publisher:
+            elif isinstance(item, Delivery) and item.publisher == publisher:
                 got.append(item)
     return got
 

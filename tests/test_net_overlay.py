@@ -14,7 +14,7 @@ from contextlib import AsyncExitStack
 
 import trio
 
-from episub import Lagged, Lost, Message, Node, zones_link_delay
+from episub import Delivery, Lagged, Lost, Node, zones_link_delay
 from tests.net_helpers import KEY, TOPIC, WAIT, fast_config, overlay_connected, run, wait_until
 
 NODES = 7
@@ -49,7 +49,7 @@ def test_every_node_receives_every_message_once_in_publisher_order() -> None:
                 while count < MESSAGES:
                     item = await sub.receive()  # type: ignore[attr-defined]
                     assert not isinstance(item, Lagged | Lost), f"{node.address}: {item}"
-                    assert isinstance(item, Message)
+                    assert isinstance(item, Delivery)
                     streams[item.publisher].append(item.seq)
                     count += 1
                 finished.append(node)

@@ -14,7 +14,7 @@ import time
 import pytest
 import trio
 
-from episub import Message, Node
+from episub import Delivery, Node
 from episub.agent import AgentClient, AgentUnavailable, ensure_agent
 from episub.proto.envelope import message_id
 from episub.proto.messages import Envelope, Gossip, Signature
@@ -56,7 +56,7 @@ def receive(subscription: object, count: int) -> list[tuple[bytes, int]]:
     got = []
     while len(got) < count:
         item = subscription.receive(timeout=WAIT)  # type: ignore[attr-defined]
-        assert isinstance(item, Message), (item, got)  # not None, Lost or Lagged
+        assert isinstance(item, Delivery), (item, got)  # not None, Lost or Lagged
         got.append((item.publisher, item.seq))
     return got
 
@@ -122,7 +122,7 @@ def test_a_forged_and_an_altered_message_are_dropped_counted_and_never_delivered
                 with trio.fail_after(WAIT):
                     genuine = await first_gossip(spy)
                     item = await at_b.receive()
-                assert isinstance(item, Message) and item.value == b"pay 10"
+                assert isinstance(item, Delivery) and item.value == b"pay 10"
                 # ...alters it (a member can recompute the id) and forges a's next one.
                 envelope = genuine.envelope.replace(payload=b"pay 1000")
                 altered = Gossip(id=message_id(TOPIC, envelope), envelope=envelope, hops=1)
@@ -134,7 +134,7 @@ def test_a_forged_and_an_altered_message_are_dropped_counted_and_never_delivered
                 await a.publish(TOPIC, b"pay 20")  # a's real seq 1
                 with trio.fail_after(WAIT):
                     item = await at_b.receive()
-                assert isinstance(item, Message) and (item.seq, item.value) == (1, b"pay 20")
+                assert isinstance(item, Delivery) and (item.seq, item.value) == (1, b"pay 20")
                 assert at_b.dropped == 0
             assert b.stats()["peer_misbehaved"] == 2
             await spy.aclose()

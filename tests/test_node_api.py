@@ -12,9 +12,9 @@ import trio
 from episub import (
     BootstrapError,
     BroadcastConfig,
+    Delivery,
     Lagged,
     LocalProtocolError,
-    Message,
     MessageTooLarge,
     Node,
     NodeConfig,
@@ -25,11 +25,11 @@ from episub.proto.messages import Ping
 from tests.net_helpers import KEY, OTHER_KEY, TOPIC, fast_config, run, wait_until
 
 
-async def receive_messages(sub: object, count: int) -> list[Message]:
+async def receive_messages(sub: object, count: int) -> list[Delivery]:
     out = []
     for _ in range(count):
         item = await sub.receive()  # type: ignore[attr-defined]
-        assert isinstance(item, Message), item
+        assert isinstance(item, Delivery), item
         out.append(item)
     return out
 
@@ -362,7 +362,7 @@ def test_a_restarted_peer_answering_under_a_new_id_replaces_the_old_one(
 
 def test_join_returns_once_a_neighbour_is_up_so_a_publish_right_after_it_arrives():
     # The README's first example: publish straight after join, nothing else in between.
-    async def main() -> Message:
+    async def main() -> Delivery:
         async with Node(key=KEY) as a, Node(key=KEY) as b:
             await a.join(TOPIC)
             await b.join(TOPIC, bootstrap=[a.address])
@@ -462,3 +462,15 @@ def test_a_fetch_larger_than_a_send_queue_comes_in_chunks_without_losing_the_lin
             assert a.stats()["queue_overflows"] == 0
 
     run(main)
+
+
+def test_the_old_name_message_imports_as_delivery_with_a_deprecation_warning() -> None:
+    import episub
+
+    with pytest.warns(
+        DeprecationWarning, match=r"episub\.Message is deprecated: use episub\.Delivery"
+    ):
+        old = episub.Message  # type: ignore[attr-defined]
+    assert old is episub.Delivery
+    with pytest.raises(AttributeError, match="no attribute 'Mesage'"):
+        episub.Mesage  # type: ignore[attr-defined]  # noqa: B018

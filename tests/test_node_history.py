@@ -9,7 +9,7 @@ from contextlib import AsyncExitStack
 
 import trio
 
-from episub import Message, Node, NodeConfig
+from episub import Delivery, Node, NodeConfig
 from episub.node import CONTROL_PREFIX
 from episub.proto.config import BroadcastConfig
 from episub.proto.messages import HeldSpan
@@ -147,7 +147,7 @@ def test_control_streams_are_held_and_relayed_but_never_reach_subscribers() -> N
                 await a.publish_record(TOPIC, b'{"batch": 0}', stream=(control, 0))
                 data = await a.publish(TOPIC, b"data")
                 item = await sub.receive()
-                assert isinstance(item, Message) and item.id == data
+                assert isinstance(item, Delivery) and item.id == data
             await wait_until(lambda: b.retained(TOPIC, control, 0, 0) != [], what="held at b")
 
     run(main)

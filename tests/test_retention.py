@@ -6,7 +6,7 @@ import pytest
 from blake3 import blake3
 
 from episub.retention import RetentionConfig, RetentionStore, Span
-from episub.subscription import Message
+from episub.subscription import Delivery
 
 P = b"127.0.0.1:1/0000000000000001"
 Q = b"127.0.0.1:2/0000000000000002"
@@ -20,8 +20,8 @@ def msg(
     value: bytes = b"v",
     timestamp_ms: int = 0,
     mid: bytes | None = None,
-) -> Message:
-    return Message(
+) -> Delivery:
+    return Delivery(
         topic=topic,
         publisher=publisher,
         seq=seq,
@@ -33,11 +33,11 @@ def msg(
     )
 
 
-def store(**limits: float) -> RetentionStore[Message]:
+def store(**limits: float) -> RetentionStore[Delivery]:
     return RetentionStore(RetentionConfig(**limits))  # type: ignore[arg-type]
 
 
-def seqs(messages: list[Message]) -> list[int]:
+def seqs(messages: list[Delivery]) -> list[int]:
     return [m.seq for m in messages]
 
 

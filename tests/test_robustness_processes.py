@@ -17,7 +17,7 @@ import pytest
 import trio
 
 from episub.agent import AgentClient
-from episub.subscription import Lagged, Lost, Message
+from episub.subscription import Delivery, Lagged, Lost
 from tests import hostile_peer
 from tests.net_helpers import RawPeer
 from tests.proc_helpers import TOPIC, WAIT, Processes, wait_until
@@ -44,7 +44,7 @@ def receive_seqs(subscribed: object, publisher: bytes, last_seq: int) -> list[in
             assert not isinstance(item, Lagged), item
             if isinstance(item, Lost):
                 assert item.publisher != publisher, f"reported lost: {item}"
-            elif isinstance(item, Message) and item.publisher == publisher:
+            elif isinstance(item, Delivery) and item.publisher == publisher:
                 seqs.append(item.seq)
     finally:
         client.close()

@@ -14,7 +14,7 @@ import pytest
 
 from episub.proto.messages import HeldSpan
 from episub.recordbatch import BATCH_HEADER, encode
-from episub.subscription import Message
+from episub.subscription import Delivery
 from spark_connector.planner import (
     GONE_GRACE,
     NEW_MARK,
@@ -279,7 +279,7 @@ def test_ten_thousand_planned_batches_of_a_sink_to_source_pipeline_keep_the_offs
 class _Held:
     """A node's retention of one stream, as read_range answers it (values cut as asked)."""
 
-    def __init__(self, messages: list[Message]) -> None:
+    def __init__(self, messages: list[Delivery]) -> None:
         self.messages = messages
 
     def read_range(self, topic, publisher, first, last, *, value_prefix=0, **_):  # type: ignore[no-untyped-def]
@@ -290,9 +290,9 @@ class _Held:
         ]
 
 
-def _message(seq: int, value: bytes, batch: bool) -> Message:
+def _message(seq: int, value: bytes, batch: bool) -> Delivery:
     headers = ((BATCH_HEADER, b"1"),) if batch else ()
-    return Message(
+    return Delivery(
         topic=T, publisher=b"s", seq=seq, timestamp_ms=0, key=None, value=value,
         headers=headers, id=b"",
     )  # fmt: skip

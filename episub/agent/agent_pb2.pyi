@@ -288,7 +288,7 @@ class Published(_message.Message):
     duplicate: bool
     def __init__(self, id: _Optional[bytes] = ..., seq: _Optional[int] = ..., publisher: _Optional[bytes] = ..., duplicate: _Optional[bool] = ...) -> None: ...
 
-class Message(_message.Message):
+class Delivery(_message.Message):
     __slots__ = ("topic", "publisher", "seq", "timestamp_ms", "key", "value", "headers", "id")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     PUBLISHER_FIELD_NUMBER: _ClassVar[int]
@@ -313,10 +313,10 @@ class Item(_message.Message):
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     LAGGED_FIELD_NUMBER: _ClassVar[int]
     LOST_FIELD_NUMBER: _ClassVar[int]
-    message: Message
+    message: Delivery
     lagged: Lagged
     lost: Lost
-    def __init__(self, message: _Optional[_Union[Message, _Mapping]] = ..., lagged: _Optional[_Union[Lagged, _Mapping]] = ..., lost: _Optional[_Union[Lost, _Mapping]] = ...) -> None: ...
+    def __init__(self, message: _Optional[_Union[Delivery, _Mapping]] = ..., lagged: _Optional[_Union[Lagged, _Mapping]] = ..., lost: _Optional[_Union[Lost, _Mapping]] = ...) -> None: ...
 
 class Lagged(_message.Message):
     __slots__ = ("count",)
@@ -344,9 +344,9 @@ class Messages(_message.Message):
     __slots__ = ("messages", "next_seq")
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
     NEXT_SEQ_FIELD_NUMBER: _ClassVar[int]
-    messages: _containers.RepeatedCompositeFieldContainer[Message]
+    messages: _containers.RepeatedCompositeFieldContainer[Delivery]
     next_seq: int
-    def __init__(self, messages: _Optional[_Iterable[_Union[Message, _Mapping]]] = ..., next_seq: _Optional[int] = ...) -> None: ...
+    def __init__(self, messages: _Optional[_Iterable[_Union[Delivery, _Mapping]]] = ..., next_seq: _Optional[int] = ...) -> None: ...
 
 class Offsets(_message.Message):
     __slots__ = ("publishers",)

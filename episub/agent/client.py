@@ -4,7 +4,7 @@
         agent.join("prices")
         with agent.subscribe("prices") as sub:
             agent.publish("prices", b"42")
-            for item in sub:  # Message, Lagged or Lost
+            for item in sub:  # Delivery, Lagged or Lost
                 ...
 
 Plain blocking sockets: workers run no event loop, and a worker may be forked or killed at
@@ -40,9 +40,9 @@ from episub.agent.wire import (
     Record,
     checked_record_to_pb,
     decode_response,
+    delivery_from_pb,
     encode_frame,
     item_from_pb,
-    message_from_pb,
     neighbor_from_pb,
     record_to_pb,
     span_from_pb,
@@ -58,10 +58,10 @@ from episub.records import (
     CRAWL_TIMEOUT,
     HELD_TIMEOUT,
     SUBSCRIPTION_BUFFER,
+    Delivery,
     Item,
     LagBuffer,
     Lagged,
-    Message,
     Neighbor,
 )
 from episub.retention import Span
@@ -329,7 +329,7 @@ class AgentClient:
         fetch_timeout: float = 0.0,
         holders: Iterable[bytes] = (),
         value_prefix: int = 0,
-    ) -> list[Message]:
+    ) -> list[Delivery]:
         """Retained messages of `publisher`, first_seq..last_seq, in order (what the agent
         no longer holds is absent). Large ranges come in several replies. fetch_timeout > 0:
         the agent's node first asks `holders` (node ids known to hold the range) and its
@@ -338,7 +338,7 @@ class AgentClient:
         record batch's header, see episub.recordbatch)."""
         if not 0 <= first_seq <= last_seq:
             raise ValueError(f"need 0 <= first_seq <= last_seq, not {first_seq!r}..{last_seq!r}")
-        out: list[Message] = []
+        out: list[Delivery] = []
         seq = first_seq
         while seq <= last_seq:
             body = pb.ReadRange(
@@ -351,7 +351,7 @@ class AgentClient:
                 value_prefix=value_prefix,
             )
             page = self._call(wait=fetch_timeout, read_range=body).messages
-            out += (message_from_pb(m) for m in page.messages)
+            out += (delivery_from_pb(m) for m in page.messages)
             if page.next_seq <= seq:
                 raise AgentError("internal", f"read_range made no progress at seq {seq}")
             seq = page.next_seq

@@ -35,7 +35,7 @@ from episub.agent import agent_pb2 as pb
 from episub.agent.wire import (
     MAX_BATCH_RECORDS,
     MAX_REQUEST_SIZE,
-    message_to_pb,
+    delivery_to_pb,
     neighbor_to_pb,
     record_from_pb,
     span_from_pb,
@@ -256,7 +256,7 @@ class AgentService:
             ):
                 out.next_seq = message.seq  # the page is full: the client asks again from here
                 break
-            encoded = message_to_pb(message)
+            encoded = delivery_to_pb(message)
             if prefix:
                 encoded.value = encoded.value[:prefix]
             out.messages.append(encoded)

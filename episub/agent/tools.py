@@ -41,7 +41,7 @@ from episub.agent.options import (
 from episub.agent.wire import Published, Record
 from episub.node import JOIN_TIMEOUT, SUBSCRIPTION_BUFFER, Node
 from episub.recordbatch import BatchFormatError, unbatch
-from episub.subscription import Item, Lagged, Lost, Message
+from episub.subscription import Delivery, Item, Lagged, Lost
 
 __all__ = ["add_parsers"]
 
@@ -214,7 +214,7 @@ def _iterate(sub: AgentSubscription) -> Iterator[Item]:
 
 
 async def _subscribe_alone(
-    args: argparse.Namespace, key: bytes, config: Any, show: Callable[[Message], str]
+    args: argparse.Namespace, key: bytes, config: Any, show: Callable[[Delivery], str]
 ) -> None:
     node = Node(
         key=key,
@@ -238,7 +238,7 @@ def _say_subscribed(topic: str) -> None:
     print(f"subscribed to {topic!r}", file=sys.stderr, flush=True)
 
 
-def _print_items(items: Iterator[Item], show: Callable[[Message], str], count: int | None) -> None:
+def _print_items(items: Iterator[Item], show: Callable[[Delivery], str], count: int | None) -> None:
     seen = 0
     for item in items:
         seen += _print_item(item, show)
@@ -246,8 +246,8 @@ def _print_items(items: Iterator[Item], show: Callable[[Message], str], count: i
             return
 
 
-def _print_item(item: Item, show: Callable[[Message], str]) -> int:
-    if isinstance(item, Message):
+def _print_item(item: Item, show: Callable[[Delivery], str]) -> int:
+    if isinstance(item, Delivery):
         try:
             rows = unbatch(item)  # a record batch: a line per row
         except BatchFormatError as exc:
@@ -266,7 +266,7 @@ def _print_item(item: Item, show: Callable[[Message], str]) -> int:
     return 0
 
 
-def _text_line(message: Message) -> str:
+def _text_line(message: Delivery) -> str:
     return message.value.decode("utf-8", "backslashreplace")
 
 
@@ -279,7 +279,7 @@ def _bytes_fields(name: str, value: bytes | None) -> dict[str, Any]:
         return {name: base64.b64encode(value).decode("ascii"), f"{name}_encoding": "base64"}
 
 
-def message_json(message: Message) -> dict[str, Any]:
+def message_json(message: Delivery) -> dict[str, Any]:
     out: dict[str, Any] = {
         "topic": message.topic,
         "publisher": message.publisher.hex(),
@@ -293,5 +293,5 @@ def message_json(message: Message) -> dict[str, Any]:
     return out
 
 
-def _json_line(message: Message) -> str:
+def _json_line(message: Delivery) -> str:
     return json.dumps(message_json(message), sort_keys=True)

@@ -20,7 +20,7 @@ from google.protobuf.message import DecodeError
 from episub.agent import agent_pb2 as pb
 from episub.proto.envelope import Record
 from episub.proto.messages import HeldSpan
-from episub.records import Item, Lagged, Lost, Message, Neighbor
+from episub.records import Delivery, Item, Lagged, Lost, Neighbor
 
 __all__ = [
     "LENGTH_PREFIX",
@@ -34,11 +34,11 @@ __all__ = [
     "checked_record_to_pb",
     "decode_request",
     "decode_response",
+    "delivery_from_pb",
+    "delivery_to_pb",
     "encode_frame",
     "item_from_pb",
     "item_to_pb",
-    "message_from_pb",
-    "message_to_pb",
     "neighbor_from_pb",
     "neighbor_to_pb",
     "record_from_pb",
@@ -183,8 +183,8 @@ def record_from_pb(record: pb.Record) -> Record:
     )
 
 
-def message_to_pb(message: Message) -> pb.Message:
-    out = pb.Message(
+def delivery_to_pb(message: Delivery) -> pb.Delivery:
+    out = pb.Delivery(
         topic=message.topic,
         publisher=message.publisher,
         seq=message.seq,
@@ -198,8 +198,8 @@ def message_to_pb(message: Message) -> pb.Message:
     return out
 
 
-def message_from_pb(message: pb.Message) -> Message:
-    return Message(
+def delivery_from_pb(message: pb.Delivery) -> Delivery:
+    return Delivery(
         topic=message.topic,
         publisher=message.publisher,
         seq=message.seq,
@@ -212,8 +212,8 @@ def message_from_pb(message: pb.Message) -> Message:
 
 
 def item_to_pb(item: Item) -> pb.Item:
-    if isinstance(item, Message):
-        return pb.Item(message=message_to_pb(item))
+    if isinstance(item, Delivery):
+        return pb.Item(message=delivery_to_pb(item))
     if isinstance(item, Lagged):
         return pb.Item(lagged=pb.Lagged(count=item.count))
     return pb.Item(
@@ -224,7 +224,7 @@ def item_to_pb(item: Item) -> pb.Item:
 def item_from_pb(item: pb.Item) -> Item:
     kind = item.WhichOneof("kind")
     if kind == "message":
-        return message_from_pb(item.message)
+        return delivery_from_pb(item.message)
     if kind == "lagged":
         return Lagged(item.lagged.count)
     if kind == "lost":

@@ -54,7 +54,7 @@ from episub.config.codec import (
 from episub.config.state import ConfigState, Entry, check_key
 from episub.node import Neighbor, Node
 from episub.proto.messages import check_topic_name
-from episub.subscription import Lost, Message
+from episub.subscription import Delivery, Lost
 
 __all__ = [
     "DELETE",
@@ -155,7 +155,7 @@ class ConfigReplica:
             log.info("config %r: missed messages (%r); asking for a snapshot", self.name, item)
             self._sync_wanted.set()
             return
-        if not isinstance(item, Message) or item.publisher == self.node.id:
+        if not isinstance(item, Delivery) or item.publisher == self.node.id:
             return  # our own writes were applied when made
         try:
             message = decode(item.value)

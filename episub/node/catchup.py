@@ -19,7 +19,7 @@ import trio
 from episub.node.checks import FETCH_MAX_SPAN
 from episub.proto.errors import LocalProtocolError
 from episub.proto.messages import HeldSpan
-from episub.records import Message, Neighbor
+from episub.records import Delivery, Neighbor
 from episub.retention import RetentionStore
 
 __all__ = ["CATCH_UP_AT_ONCE", "CATCH_UP_CLOCK_SLACK_MS", "CATCH_UP_TIMEOUT", "CatchUp"]
@@ -51,7 +51,7 @@ class _Asks(Protocol):
         last_seq: int,
         *,
         holders: Iterable[bytes],
-    ) -> list[Message]: ...
+    ) -> list[Delivery]: ...
 
 
 class CatchUp:

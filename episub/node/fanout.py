@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from episub.proto.messages import check_topic_name
-from episub.records import Lost, Message
+from episub.records import Delivery, Lost
 from episub.subscription import Subscription
 
 __all__ = ["CONTROL_PREFIX", "Fanout", "Listener"]
@@ -20,7 +20,7 @@ log = logging.getLogger(__name__)
 # delivered to subscriptions or listeners. Application streams must not use the prefix.
 CONTROL_PREFIX = b"_episub/"
 
-Listener = Callable[[Message | Lost], None]
+Listener = Callable[[Delivery | Lost], None]
 
 
 class Fanout:
@@ -54,7 +54,7 @@ class Fanout:
             if not listeners:
                 self.listeners.pop(topic, None)
 
-    def deliver(self, batches: dict[str, list[Message | Lost]]) -> None:
+    def deliver(self, batches: dict[str, list[Delivery | Lost]]) -> None:
         """Each topic's items of one core input, in order."""
         for topic, items in batches.items():
             for sub in self.subscriptions.get(topic, ()):
@@ -63,7 +63,7 @@ class Fanout:
                 for item in items:
                     self._tell_listeners(topic, item)
 
-    def _tell_listeners(self, topic: str, item: Message | Lost) -> None:
+    def _tell_listeners(self, topic: str, item: Delivery | Lost) -> None:
         for callback in self.listeners.get(topic, ()):
             try:
                 callback(item)

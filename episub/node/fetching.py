@@ -13,7 +13,7 @@ import trio
 from episub.net.runtime import Runtime
 from episub.node.retained import missing
 from episub.proto.events import Fetch
-from episub.records import Message
+from episub.records import Delivery
 
 __all__ = ["FETCH_CHUNK", "FETCH_QUIET", "FETCH_RETRY", "FETCH_TIMEOUT", "Fetcher"]
 
@@ -50,7 +50,7 @@ class Fetcher:
         last_seq: int,
         timeout: float,
         holders: Iterable[bytes],
-        held: Callable[[], list[Message]],
+        held: Callable[[], list[Delivery]],
         neighbors: Callable[[], Iterable[bytes]],
     ) -> None:
         """Ask `holders`, then `neighbors()`, in turn for what `held()` lacks of the range

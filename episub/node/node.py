@@ -48,7 +48,7 @@ from episub.node.fetching import FETCH_TIMEOUT, Fetcher
 from episub.node.lifetime import running
 from episub.node.publishing import Receipt, publish_checked
 from episub.node.queries import VIEW_TIMEOUT, Queries, neighbors
-from episub.node.retained import held_page, message_of, retained
+from episub.node.retained import delivery_of, held_page, retained
 from episub.proto.config import NodeConfig
 from episub.proto.envelope import Record
 from episub.proto.errors import LocalProtocolError
@@ -72,7 +72,7 @@ from episub.proto.messages import GetHeld, Held, HeldSpan, View, check_topic_nam
 from episub.proto.signing import Signer
 from episub.records import HELD_TIMEOUT, SUBSCRIPTION_BUFFER, Neighbor
 from episub.retention import RetentionConfig, RetentionStore, Span
-from episub.subscription import Lost, Message, Subscription
+from episub.subscription import Delivery, Lost, Subscription
 
 __all__ = ["JOIN_TIMEOUT", "Node"]
 
@@ -323,7 +323,7 @@ class Node:
         return await publish_checked(runtime, topic, checked)
 
     def subscribe(self, topic: str, buffer: int = SUBSCRIPTION_BUFFER) -> Subscription:
-        """Items of `topic` (Message, Lagged, Lost) from entering `async with` on.
+        """Items of `topic` (Delivery, Lagged, Lost) from entering `async with` on.
 
         The topic need not be joined yet: items flow while it is.
         """
@@ -335,8 +335,8 @@ class Node:
         self._fanout.add(sub)
 
     @contextmanager
-    def listen(self, topic: str, callback: Callable[[Message | Lost], None]) -> Iterator[None]:
-        """Call `callback(item)` for each item of `topic` (Message, Lost) while in the block.
+    def listen(self, topic: str, callback: Callable[[Delivery | Lost], None]) -> Iterator[None]:
+        """Call `callback(item)` for each item of `topic` (Delivery, Lost) while in the block.
 
         For in-process components that keep state, such as a configuration replica: the
         call happens as the node delivers the message, inside its event processing, so it
@@ -357,7 +357,7 @@ class Node:
         fetching = self._fetcher.waiting
         subscriptions = self._fanout.subscriptions
         listeners = self._fanout.listeners
-        batches: dict[str, list[Message | Lost]] = {}
+        batches: dict[str, list[Delivery | Lost]] = {}
         for event in events:
             kind = type(event)
             if kind is Deliver or kind is Published or kind is Recovered:
@@ -383,7 +383,7 @@ class Node:
                     and (topic in subscriptions or topic in listeners)
                     and not publisher.startswith(CONTROL_PREFIX)
                 ):
-                    message = message_of(topic, event.id, envelope)  # type: ignore[union-attr]
+                    message = delivery_of(topic, event.id, envelope)  # type: ignore[union-attr]
                     batches.setdefault(topic, []).append(message)
             elif kind is DataLost:
                 lost = Lost(event.publisher, event.first_seq, event.last_seq)  # type: ignore[union-attr]
@@ -450,7 +450,7 @@ class Node:
         *,
         timeout: float = FETCH_TIMEOUT,
         holders: Iterable[bytes] = (),
-    ) -> list[Message]:
+    ) -> list[Delivery]:
         """`retained`, after asking in turn (PULL) `holders` (peer ids of nodes known to
         hold the range, neighbours or not), then the topic's neighbours, for what this node
         lacks of the range: a node that joined late, or restarted, fills its history this
@@ -474,7 +474,7 @@ class Node:
 
     def retained(
         self, topic: str, publisher: bytes, first_seq: int, last_seq: int
-    ) -> list[Message]:
+    ) -> list[Delivery]:
         """Stored messages of `publisher` on `topic`, first_seq..last_seq, in order; what
         was never delivered here, or has aged out of retention, is absent."""
         self._running()

@@ -1,4 +1,4 @@
-"""Retention read back: the one place a stored envelope becomes a `Message`, and what
+"""Retention read back: the one place a stored envelope becomes a `Delivery`, and what
 this node holds as a GETHELD answers it.
 
 Delivery (fanout), `retained`/`fetch` and the gap scan of a fetch all see messages made
@@ -8,14 +8,14 @@ from __future__ import annotations
 
 from episub.proto.envelope import Envelope
 from episub.proto.messages import MAX_HELD_SPANS, GetHeld, Held, HeldSpan
-from episub.records import Message
+from episub.records import Delivery
 from episub.retention import RetentionStore, Span
 
-__all__ = ["held_page", "message_of", "missing", "retained"]
+__all__ = ["delivery_of", "held_page", "missing", "retained"]
 
 
-def message_of(topic: str, message_id: bytes, envelope: Envelope) -> Message:
-    return Message(
+def delivery_of(topic: str, message_id: bytes, envelope: Envelope) -> Delivery:
+    return Delivery(
         topic=topic,
         publisher=envelope.publisher,  # type: ignore[arg-type]
         seq=envelope.seq,
@@ -34,13 +34,13 @@ def retained(
     first_seq: int,
     last_seq: int,
     now: float,
-) -> list[Message]:
+) -> list[Delivery]:
     """Stored messages of `publisher` on `topic`, first_seq..last_seq, in order."""
     kept = store.entries(topic, publisher, first_seq, last_seq, now)
-    return [message_of(topic, mid, Envelope.decode(raw)) for mid, raw in kept]
+    return [delivery_of(topic, mid, Envelope.decode(raw)) for mid, raw in kept]
 
 
-def missing(held: list[Message], first_seq: int, last_seq: int) -> tuple[int, int] | None:
+def missing(held: list[Delivery], first_seq: int, last_seq: int) -> tuple[int, int] | None:
     """The span from the first to the last seq of first..last that `held` lacks."""
     have = {m.seq for m in held}
     lacking = [s for s in range(first_seq, last_seq + 1) if s not in have]
