@@ -125,7 +125,10 @@ def test_a_listener_sees_each_message_as_delivered_and_a_failing_one_is_counted(
             def broken(item: object) -> None:
                 raise RuntimeError("listener bug")
 
-            with b.listen(TOPIC, lambda item: heard.append(item.value)), b.listen(TOPIC, broken):
+            with (
+                b.deliver_to(TOPIC, lambda item: heard.append(item.value)),
+                b.deliver_to(TOPIC, broken),
+            ):
                 async with b.subscribe(TOPIC) as sub:
                     for i in range(3):
                         await a.publish(TOPIC, b"%d" % i)
@@ -474,3 +477,19 @@ def test_the_old_name_message_imports_as_delivery_with_a_deprecation_warning() -
     assert old is episub.Delivery
     with pytest.raises(AttributeError, match="no attribute 'Mesage'"):
         episub.Mesage  # type: ignore[attr-defined]  # noqa: B018
+
+
+def test_the_old_name_listen_still_calls_back_with_a_deprecation_warning() -> None:
+    async def main() -> None:
+        async with AsyncExitStack() as stack:
+            a, b = await pair(stack)
+            heard: list[bytes] = []
+            with pytest.warns(DeprecationWarning, match=r"use Node\.deliver_to"):
+                old = b.listen(TOPIC, lambda item: heard.append(item.value))
+            with old:
+                async with b.subscribe(TOPIC) as sub:
+                    await a.publish(TOPIC, b"x")
+                    await receive_messages(sub, 1)
+            assert heard == [b"x"]
+
+    run(main)

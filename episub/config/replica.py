@@ -139,7 +139,7 @@ class ConfigReplica:
         """Listen, join, then apply what arrives until cancelled; syncs in between."""
         # A listener, not a subscription: each message is applied as the node delivers
         # it, with no task switch and no buffer to lag (an update reaches wait_for sooner).
-        with self.node.listen(self.topic, self._on_item):
+        with self.node.deliver_to(self.topic, self._on_item):
             async with trio.open_nursery() as nursery:
                 try:
                     await self.node.join(self.topic, self.bootstrap)

@@ -28,8 +28,14 @@ Choices the API makes:
 from __future__ import annotations
 
 import secrets
+import warnings
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
-from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
+from contextlib import (
+    AbstractAsyncContextManager,
+    AbstractContextManager,
+    asynccontextmanager,
+    contextmanager,
+)
 from random import Random
 from types import TracebackType
 
@@ -335,7 +341,7 @@ class Node:
         self._fanout.add(sub)
 
     @contextmanager
-    def listen(self, topic: str, callback: Callable[[Delivery | Lost], None]) -> Iterator[None]:
+    def deliver_to(self, topic: str, callback: Callable[[Delivery | Lost], None]) -> Iterator[None]:
         """Call `callback(item)` for each item of `topic` (Delivery, Lost) while in the block.
 
         For in-process components that keep state, such as a configuration replica: the
@@ -347,6 +353,17 @@ class Node:
         self._running()
         with self._fanout.listen(topic, callback):
             yield
+
+    def listen(
+        self, topic: str, callback: Callable[[Delivery | Lost], None]
+    ) -> AbstractContextManager[None]:
+        """Deprecated name of `deliver_to` (it clashed with the `listen=` address)."""
+        warnings.warn(
+            "Node.listen(topic, callback) is deprecated: use Node.deliver_to(topic, callback)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.deliver_to(topic, callback)
 
     def _on_events(self, events: list[OutEvent]) -> None:
         """The core's events of one input, in order: messages and losses go to retention,
