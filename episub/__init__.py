@@ -8,7 +8,7 @@ import warnings
 
 from episub.net.link_delay import zones_link_delay
 from episub.net.runtime import CoreError
-from episub.node import BootstrapError, Neighbor, Node
+from episub.node import BootstrapError, Neighbor, Node, Receipt
 from episub.proto.config import BroadcastConfig, MembershipConfig, NodeConfig
 from episub.proto.envelope import Record
 from episub.proto.errors import LocalProtocolError, MessageTooLarge
@@ -44,6 +44,7 @@ __all__ = [
     "Neighbor",
     "Node",
     "NodeConfig",
+    "Receipt",
     "Record",
     "RetentionConfig",
     "Subscription",

@@ -18,6 +18,7 @@ __all__ = [
     "Lagged",
     "Lost",
     "Neighbor",
+    "Receipt",
 ]
 
 SUBSCRIPTION_BUFFER = 1024  # guess: ~a second of a busy topic; trio has no default on purpose
@@ -55,6 +56,20 @@ class Delivery:
         """Application bytes (value, key, headers): what size limits count."""
         size = len(self.value) + (len(self.key) if self.key is not None else 0)
         return size + sum(len(name) + len(value) for name, value in self.headers)
+
+
+@dataclass(frozen=True, slots=True)
+class Receipt:
+    """Where a publish went: the message id, and its place (publisher, seq).
+
+    duplicate: the place was taken already and nothing was published; `id` is then the
+    message that holds it, when this node still caches it (else None). `id` is None too
+    for a named-stream publish held behind an earlier place that has not arrived yet."""
+
+    id: bytes | None
+    publisher: bytes
+    seq: int
+    duplicate: bool
 
 
 @dataclass(frozen=True, slots=True)

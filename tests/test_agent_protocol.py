@@ -308,3 +308,13 @@ def test_the_link_delay_file_maps_zones(tmp_path: Path) -> None:
     path.write_text('{"zones": {}, "inter_ms": -1}')
     with pytest.raises(UsageError, match="inter_ms must be a number >= 0, not -1"):
         load_link_delay(str(path))
+
+
+def test_the_agent_s_receipt_is_the_node_s_and_the_old_name_warns() -> None:
+    import episub
+    import episub.agent
+
+    assert episub.agent.Receipt is episub.Receipt is episub.node.Receipt
+    with pytest.warns(DeprecationWarning, match=r"episub\.agent\.Published is deprecated"):
+        old = episub.agent.Published  # type: ignore[attr-defined]
+    assert old is episub.Receipt

@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from episub.agent import AgentClient, Published
+from episub.agent import AgentClient, Receipt
 from episub.subscription import Delivery, Lagged
 from tests.proc_helpers import TOPIC, WAIT, Processes, node_ready, start_node, wait_until
 
@@ -108,8 +108,8 @@ def subscribe(socket_path: str) -> tuple[AgentClient, object]:
     return client, client.subscribe(TOPIC, BUFFER)
 
 
-def publish(socket_path: str, first: int, count: int) -> list[Published]:
-    out: list[Published] = []
+def publish(socket_path: str, first: int, count: int) -> list[Receipt]:
+    out: list[Receipt] = []
     with AgentClient(socket_path) as client:
         for start in range(first, first + count, BATCH):
             values = [b"m%d" % i for i in range(start, min(first + count, start + BATCH))]

@@ -14,6 +14,8 @@ ends or nobody has used it for a while.
   commands.
 """
 
+import warnings
+
 from episub.agent.client import (
     AgentClient,
     AgentError,
@@ -24,7 +26,8 @@ from episub.agent.client import (
     ConfigView,
 )
 from episub.agent.launcher import AgentInfo, ensure_agent
-from episub.agent.wire import Published, Record
+from episub.agent.wire import Record
+from episub.records import Receipt
 
 __all__ = [
     "AgentClient",
@@ -35,7 +38,22 @@ __all__ = [
     "AgentTimeout",
     "AgentUnavailable",
     "ConfigView",
-    "Published",
+    "Receipt",
     "Record",
     "ensure_agent",
 ]
+
+# Names that were renamed: still importable, with a DeprecationWarning saying the new one.
+_RENAMED = {"Published": ("Receipt", Receipt)}
+
+
+def __getattr__(name: str) -> object:
+    if name in _RENAMED:
+        new, value = _RENAMED[name]
+        warnings.warn(
+            f"episub.agent.{name} is deprecated: use episub.agent.{new} (the node's Receipt)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return value
+    raise AttributeError(f"module 'episub.agent' has no attribute {name!r}")

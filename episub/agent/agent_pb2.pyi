@@ -244,7 +244,7 @@ class Response(_message.Message):
     id: int
     error: Error
     done: Done
-    published: PublishedList
+    published: Receipts
     item: Item
     end: End
     messages: Messages
@@ -254,7 +254,7 @@ class Response(_message.Message):
     overlay_map: OverlayMap
     holdings_map: HoldingsMap
     topic_list: TopicList
-    def __init__(self, id: _Optional[int] = ..., error: _Optional[_Union[Error, _Mapping]] = ..., done: _Optional[_Union[Done, _Mapping]] = ..., published: _Optional[_Union[PublishedList, _Mapping]] = ..., item: _Optional[_Union[Item, _Mapping]] = ..., end: _Optional[_Union[End, _Mapping]] = ..., messages: _Optional[_Union[Messages, _Mapping]] = ..., offsets: _Optional[_Union[Offsets, _Mapping]] = ..., node_info: _Optional[_Union[NodeInfo, _Mapping]] = ..., config: _Optional[_Union[ConfigSnapshot, _Mapping]] = ..., overlay_map: _Optional[_Union[OverlayMap, _Mapping]] = ..., holdings_map: _Optional[_Union[HoldingsMap, _Mapping]] = ..., topic_list: _Optional[_Union[TopicList, _Mapping]] = ...) -> None: ...
+    def __init__(self, id: _Optional[int] = ..., error: _Optional[_Union[Error, _Mapping]] = ..., done: _Optional[_Union[Done, _Mapping]] = ..., published: _Optional[_Union[Receipts, _Mapping]] = ..., item: _Optional[_Union[Item, _Mapping]] = ..., end: _Optional[_Union[End, _Mapping]] = ..., messages: _Optional[_Union[Messages, _Mapping]] = ..., offsets: _Optional[_Union[Offsets, _Mapping]] = ..., node_info: _Optional[_Union[NodeInfo, _Mapping]] = ..., config: _Optional[_Union[ConfigSnapshot, _Mapping]] = ..., overlay_map: _Optional[_Union[OverlayMap, _Mapping]] = ..., holdings_map: _Optional[_Union[HoldingsMap, _Mapping]] = ..., topic_list: _Optional[_Union[TopicList, _Mapping]] = ...) -> None: ...
 
 class Error(_message.Message):
     __slots__ = ("kind", "message")
@@ -268,15 +268,15 @@ class Done(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
-class PublishedList(_message.Message):
+class Receipts(_message.Message):
     __slots__ = ("publisher", "published")
     PUBLISHER_FIELD_NUMBER: _ClassVar[int]
     PUBLISHED_FIELD_NUMBER: _ClassVar[int]
     publisher: bytes
-    published: _containers.RepeatedCompositeFieldContainer[Published]
-    def __init__(self, publisher: _Optional[bytes] = ..., published: _Optional[_Iterable[_Union[Published, _Mapping]]] = ...) -> None: ...
+    published: _containers.RepeatedCompositeFieldContainer[Receipt]
+    def __init__(self, publisher: _Optional[bytes] = ..., published: _Optional[_Iterable[_Union[Receipt, _Mapping]]] = ...) -> None: ...
 
-class Published(_message.Message):
+class Receipt(_message.Message):
     __slots__ = ("id", "seq", "publisher", "duplicate")
     ID_FIELD_NUMBER: _ClassVar[int]
     SEQ_FIELD_NUMBER: _ClassVar[int]

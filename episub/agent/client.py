@@ -36,7 +36,6 @@ from episub.agent.wire import (
     MAX_RESPONSE_SIZE,
     FrameDecoder,
     FrameError,
-    Published,
     Record,
     checked_record_to_pb,
     decode_response,
@@ -63,6 +62,7 @@ from episub.records import (
     LagBuffer,
     Lagged,
     Neighbor,
+    Receipt,
 )
 from episub.retention import Span
 
@@ -118,7 +118,7 @@ class AgentError(Exception):
 
     `published` lists what a publish_batch had published before the failing request."""
 
-    def __init__(self, kind: str, message: str, published: list[Published] | None = None) -> None:
+    def __init__(self, kind: str, message: str, published: list[Receipt] | None = None) -> None:
         super().__init__(message)
         self.kind = kind
         self.message = message
@@ -226,17 +226,17 @@ class AgentClient:
         *,
         stream: tuple[bytes, int] | None = None,
         timestamp_ms: int | None = None,
-    ) -> Published:
+    ) -> Receipt:
         """Publish one record; `stream` names its place, `timestamp_ms` its stamp (see
         Node.publish_record)."""
         record = record_to_pb(value, key, headers, stream, timestamp_ms)
         reply = self._call(publish=pb.Publish(topic=topic, record=record)).published
-        return _published(reply)[0]
+        return _receipts(reply)[0]
 
-    def publish_batch(self, topic: str, records: Iterable[Record | bytes]) -> list[Published]:
+    def publish_batch(self, topic: str, records: Iterable[Record | bytes]) -> list[Receipt]:
         """Publish `records` in order, in as few requests as the bounds allow. Each request
         is all or none; if one fails, AgentError.published lists what went before it."""
-        out: list[Published] = []
+        out: list[Receipt] = []
         chunk: list[pb.Record] = []
         size = 0
         for record in records:
@@ -296,14 +296,14 @@ class AgentClient:
         return place + len(records), first_row + len(rows)
 
     def _publish_chunk(
-        self, topic: str, chunk: list[pb.Record], before: list[Published]
-    ) -> list[Published]:
+        self, topic: str, chunk: list[pb.Record], before: list[Receipt]
+    ) -> list[Receipt]:
         try:
             reply = self._call(publish_batch=pb.PublishBatch(topic=topic, records=chunk))
         except AgentError as exc:
             exc.published = list(before)
             raise
-        return _published(reply.published)
+        return _receipts(reply.published)
 
     def subscribe(self, topic: str, buffer: int = SUBSCRIPTION_BUFFER) -> AgentSubscription:
         """Items of `topic` from now on (the agent has subscribed when this returns)."""
@@ -633,7 +633,9 @@ class AgentSubscription:
         self.close()
 
 
-def _published(reply: pb.PublishedList) -> list[Published]:
+def _receipts(reply: pb.Receipts) -> list[Receipt]:
+    """The node's receipts as sent (an id the agent did not know travels as b"")."""
     return [
-        Published(p.id, p.publisher or reply.publisher, p.seq, p.duplicate) for p in reply.published
+        Receipt(p.id or None, p.publisher or reply.publisher, p.seq, p.duplicate)
+        for p in reply.published
     ]

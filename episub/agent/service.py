@@ -191,7 +191,7 @@ class AgentService:
             )
         await self.join(body.topic, list(body.bootstrap), body.timeout)
 
-    async def publish(self, topic: str, records: Sequence[pb.Record]) -> pb.PublishedList:
+    async def publish(self, topic: str, records: Sequence[pb.Record]) -> pb.Receipts:
         if topic not in self._joined:
             raise AgentRequestError("bad_request", f"not joined to topic {topic!r}: join it first")
         if not records:
@@ -212,7 +212,7 @@ class AgentService:
                 where = f"record {i} of {count}: " if count > 1 else ""
                 raise AgentRequestError("bad_request", f"{where}{exc}") from None
         receipts = await self.node.publish_many(topic, checked)
-        out = pb.PublishedList(publisher=self.node.id)
+        out = pb.Receipts(publisher=self.node.id)
         for record, receipt in zip(checked, receipts, strict=True):
             out.published.add(
                 id=receipt.id or b"",

@@ -38,9 +38,10 @@ from episub.agent.options import (
     load_key,
     number_type,
 )
-from episub.agent.wire import Published, Record
+from episub.agent.wire import Record
 from episub.node import JOIN_TIMEOUT, SUBSCRIPTION_BUFFER, Node
 from episub.recordbatch import BatchFormatError, unbatch
+from episub.records import Receipt
 from episub.subscription import Delivery, Item, Lagged, Lost
 
 __all__ = ["add_parsers"]
@@ -132,7 +133,7 @@ def run_publish_command(args: argparse.Namespace) -> int:
     records = _records(args)
     summary = args.summary or args.count is not None
     if args.agent is not None:
-        published: list[Published] = []
+        published: list[Receipt] = []
         with AgentClient(args.agent) as client:
             client.join(args.topic)
             batch: list[Record] = []
@@ -158,10 +159,10 @@ def run_publish_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def _report(published: list[Published], summary: bool) -> list[Published]:
+def _report(published: list[Receipt], summary: bool) -> list[Receipt]:
     if not summary:
         for p in published:
-            print(f"{p.seq} {p.id.hex()}", flush=True)
+            print(f"{p.seq} {(p.id or b'').hex()}", flush=True)
     return published
 
 
@@ -173,7 +174,7 @@ async def _joined_node(args: argparse.Namespace, node: Node) -> None:
 
 async def _publish_alone(
     args: argparse.Namespace, key: bytes, config: Any, records: list[Record]
-) -> list[Published]:
+) -> list[Receipt]:
     out = []
     async with Node(
         key=key,
@@ -184,9 +185,10 @@ async def _publish_alone(
         sign=args.sign,
     ) as node:
         await _joined_node(args, node)
-        for seq, record in enumerate(records):  # a fresh node's first join numbers from 0
-            message_id = await node.publish(args.topic, record.value, record.key, record.headers)
-            out.append(Published(message_id, node.id, seq))
+        for record in records:
+            out.append(
+                await node.publish_record(args.topic, record.value, record.key, record.headers)
+            )
     return out
 
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 
 from google.protobuf.message import DecodeError
 
@@ -29,7 +28,6 @@ __all__ = [
     "MAX_RESPONSE_SIZE",
     "FrameDecoder",
     "FrameError",
-    "Published",
     "Record",
     "checked_record_to_pb",
     "decode_request",
@@ -121,19 +119,6 @@ def decode_response(body: bytes) -> pb.Response:
 
 
 # -- values ------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Published:
-    """Where a published message landed: its id, and (publisher, seq) for offsets.
-
-    duplicate: the record named a stream place that was taken, and nothing was published;
-    id is then the holder's when the agent knew it, else b"" (as for a held place)."""
-
-    id: bytes
-    publisher: bytes
-    seq: int
-    duplicate: bool = False
 
 
 def _headers_to_pb(target: object, headers: Iterable[tuple[str, bytes]]) -> None:

@@ -20,9 +20,9 @@ from episub.node.fanout import CONTROL_PREFIX
 from episub.node.fetching import FETCH_TIMEOUT
 from episub.node.lifetime import CLOSE_TIMEOUT
 from episub.node.node import JOIN_TIMEOUT, Node
-from episub.node.publishing import PUBLISH_CHUNK, PUBLISH_WAIT, Receipt
+from episub.node.publishing import PUBLISH_CHUNK, PUBLISH_WAIT
 from episub.node.queries import VIEW_TIMEOUT
-from episub.records import HELD_TIMEOUT, SUBSCRIPTION_BUFFER, Neighbor
+from episub.records import HELD_TIMEOUT, SUBSCRIPTION_BUFFER, Neighbor, Receipt
 
 __all__ = [
     "BOOTSTRAP_GRACE",

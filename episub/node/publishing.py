@@ -3,11 +3,10 @@ neighbours' send queues have room for it, and a receipt per record from the core
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from episub.net.runtime import Runtime
 from episub.proto.envelope import Record
 from episub.proto.events import AlreadyPublished, Deliver, OutEvent, Published, PublishMany
+from episub.records import Receipt
 
 __all__ = ["PUBLISH_CHUNK", "PUBLISH_WAIT", "Receipt", "publish_checked"]
 
@@ -18,20 +17,6 @@ PUBLISH_WAIT = 5.0  # guess: = the ping timeout; a live peer on a LAN drains far
 # queue at most half full (wait_for_room), a chunk fits the rest of it (SEND_QUEUE_CAP is
 # 4,096 messages), so a batch never overflows the queue of a neighbour that keeps up.
 PUBLISH_CHUNK = 1024
-
-
-@dataclass(frozen=True, slots=True)
-class Receipt:
-    """Where a publish went: the message id, and its place (publisher, seq).
-
-    duplicate: the place was taken already and nothing was published; `id` is then the
-    message that holds it, when this node still caches it (else None). `id` is None too
-    for a named-stream publish held behind an earlier place that has not arrived yet."""
-
-    id: bytes | None
-    publisher: bytes
-    seq: int
-    duplicate: bool
 
 
 async def publish_checked(runtime: Runtime, topic: str, checked: list[Record]) -> list[Receipt]:
