@@ -65,7 +65,7 @@ import math
 from collections import OrderedDict
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeAlias
+from typing import Any, TypeAlias, assert_never
 
 from episub.proto import messages as m
 from episub.proto.cache import MessageCache
@@ -452,6 +452,8 @@ class Broadcast:
                 self._on_graft(peer, ranges, now, out)
             case m.Pull(publisher=publisher, first_seq=first, last_seq=last):
                 self._on_pull(peer, publisher, first, last, out)
+            case _:
+                assert_never(msg)  # a broadcast message without a case: a bug of ours
 
     def _on_gossip(self, peer: PeerId, msg: m.Gossip, now: float, out: list[OutEvent]) -> None:
         if msg.hops >= m.MAX_HOPS:

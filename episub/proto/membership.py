@@ -58,6 +58,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable
 from dataclasses import dataclass
+from typing import assert_never
 
 from episub.proto import messages as m
 from episub.proto.config import MembershipConfig
@@ -306,6 +307,8 @@ class Membership:
                 out.append(Send(peer, self.topic, pong))
             case m.Pong():
                 self._on_pong(peer, msg, now, out)
+            case _:
+                assert_never(msg)  # a membership message without a case: a bug of ours
 
     def on_connection_lost(self, peer: PeerId, now: float, out: list[OutEvent]) -> None:
         """The peer is unreachable: it leaves every view and goes dormant."""

@@ -17,7 +17,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Hashable
 from dataclasses import dataclass
-from typing import TypeAlias
+from typing import TypeAlias, get_args
 
 from episub.proto.envelope import MAX_HEADERS as MAX_HEADERS
 from episub.proto.envelope import PUBLIC_KEY_SIZE as PUBLIC_KEY_SIZE
@@ -523,3 +523,12 @@ ViewMessage: TypeAlias = GetView | View  # topic-level, answered by the node (no
 HeldMessage: TypeAlias = GetHeld | Held
 # Anything a peer may send us, on the wire as one item of a frame (wire.py).
 PeerMessage: TypeAlias = TopicMessage | NodeMessage | ViewMessage | HeldMessage
+
+# The unions as tuples of classes, for isinstance and `type(x) in` dispatch: derived here,
+# never written out again, so a kind added to a union reaches every dispatch on it (and
+# each dispatch's `assert_never` fails loudly in tests until the kind is handled there).
+MEMBERSHIP_MESSAGES: tuple[type[MembershipMessage], ...] = get_args(MembershipMessage)
+BROADCAST_MESSAGES: tuple[type[BroadcastMessage], ...] = get_args(BroadcastMessage)
+TOPIC_MESSAGES: tuple[type[TopicMessage], ...] = get_args(TopicMessage)
+NODE_MESSAGES: tuple[type[NodeMessage], ...] = get_args(NodeMessage)
+PEER_MESSAGES: tuple[type[PeerMessage], ...] = get_args(PeerMessage)

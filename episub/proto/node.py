@@ -12,6 +12,7 @@ new generation, so timers of the old one find nothing when they fire.
 from __future__ import annotations
 
 from collections.abc import Hashable
+from typing import assert_never
 
 from episub.proto import messages as m
 from episub.proto.config import NodeConfig
@@ -207,9 +208,11 @@ class NodeState:
                 case m.Topics(topics=topics):
                     out.append(TopicsReport(peer, topics))
                 case _:
+                    if isinstance(message, m.NODE_MESSAGES):  # a bug of ours, not the peer's
+                        raise AssertionError(f"node-level {message!r} has no case here")
                     self._misbehaved(peer, f"{type(message).__name__} needs a topic", out)
             return
-        if isinstance(message, m.GetTopics | m.Topics):
+        if isinstance(message, m.NODE_MESSAGES):
             self._misbehaved(
                 peer, f"{type(message).__name__} is node-level, got topic {topic!r}", out
             )
@@ -245,8 +248,22 @@ class NodeState:
                 out.append(Send(peer, topic, m.Nodes(peers=())))
             case m.Join() | m.Neighbor(op=m.NeighborOp.REQUEST) | m.Shuffle() | m.Graft():
                 out.append(Send(peer, topic, m.Disconnect(alive=False)))
+            case (
+                m.Nodes()
+                | m.ForwardJoin()
+                | m.Neighbor()
+                | m.Disconnect()
+                | m.Leave()
+                | m.ShuffleReply()
+                | m.Pong()
+                | m.Gossip()
+                | m.IHave()
+                | m.Prune()
+                | m.Pull()
+            ):
+                pass  # answers, news or repairs of a topic we are not in: nothing to say
             case _:
-                pass
+                assert_never(message)  # type: ignore[arg-type]  # topic messages only here
 
     def _on_timer(self, token: Hashable, now: float, out: list[OutEvent]) -> None:
         if not (isinstance(token, tuple) and len(token) == 3):

@@ -8,6 +8,7 @@ eager/lazy sets always partition the active view.
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
+from typing import assert_never
 
 from episub.proto import messages as m
 from episub.proto.broadcast import Broadcast
@@ -19,20 +20,6 @@ from episub.proto.messages import MessageId, PeerId
 from episub.proto.peers import Rng, RttTable
 from episub.proto.signing import Signer
 
-MEMBERSHIP_MESSAGES = (
-    m.GetNodes,
-    m.Nodes,
-    m.Join,
-    m.ForwardJoin,
-    m.Neighbor,
-    m.Disconnect,
-    m.Leave,
-    m.Shuffle,
-    m.ShuffleReply,
-    m.Ping,
-    m.Pong,
-)
-BROADCAST_MESSAGES = (m.Gossip, m.IHave, m.Prune, m.Graft, m.Pull)
 BROADCAST_TIMERS = ("ihave", "missing", "gap", "settle")
 
 
@@ -96,12 +83,14 @@ class Topic:
     def on_message(
         self, peer: PeerId, msg: m.TopicMessage, now: float, out: list[OutEvent]
     ) -> None:
-        if isinstance(msg, BROADCAST_MESSAGES):
+        if isinstance(msg, m.BROADCAST_MESSAGES):
             self.broadcast.on_message(peer, msg, now, out)
-            return
-        start = len(out)
-        self.membership.on_message(peer, msg, now, out)
-        self._feed_neighbor_changes(out, start, now)
+        elif isinstance(msg, m.MEMBERSHIP_MESSAGES):
+            start = len(out)
+            self.membership.on_message(peer, msg, now, out)
+            self._feed_neighbor_changes(out, start, now)
+        else:
+            assert_never(msg)
 
     def on_timer(self, name: str, now: float, out: list[OutEvent]) -> None:
         if name in BROADCAST_TIMERS:

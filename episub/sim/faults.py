@@ -25,28 +25,10 @@ from dataclasses import dataclass
 
 from episub.proto import messages as m
 
+# Derived from the message unions (messages.py): every kind the simulator's nodes send.
 MESSAGE_KINDS: dict[str, type] = {
     cls.__name__.lower(): cls
-    for cls in (
-        m.Gossip,
-        m.IHave,
-        m.Graft,
-        m.Prune,
-        m.Pull,
-        m.GetNodes,
-        m.Nodes,
-        m.Join,
-        m.ForwardJoin,
-        m.Neighbor,
-        m.Disconnect,
-        m.Leave,
-        m.Shuffle,
-        m.ShuffleReply,
-        m.Ping,
-        m.Pong,
-        m.GetTopics,
-        m.Topics,
-    )
+    for cls in (*m.BROADCAST_MESSAGES, *m.MEMBERSHIP_MESSAGES, *m.NODE_MESSAGES)
 }
 MAX_DELAY = 3600.0  # seconds; a longer "delay" is a drop, and says so better as one
 
