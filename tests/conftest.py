@@ -11,11 +11,18 @@
 from collections.abc import Iterator
 
 import pytest
+from hypothesis import settings
 
 from episub.net.runtime import Runtime
 from tests.proc_helpers import processes
 
 __all__ = ["no_core_errors", "processes"]
+
+# No timing thresholds in tests (speed lives in benchmarks): hypothesis's default deadline
+# of 200 ms per example fails examples that take 0.2 ms on a quiet machine when six
+# engineers share its two cores. A test may still set its own settings.
+settings.register_profile("episub", deadline=None)
+settings.load_profile("episub")
 
 
 @pytest.fixture(autouse=True)
