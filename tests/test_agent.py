@@ -16,7 +16,7 @@ import pytest
 
 from episub.agent import AgentClient, AgentError, AgentUnavailable, ensure_agent
 from episub.agent import agent_pb2 as pb
-from episub.agent.wire import FrameDecoder, decode_response, encode_frame
+from episub.agent.wire import FrameSplitter, decode_response, encode_frame
 from tests.proc_helpers import (
     KEY,
     TOPIC,
@@ -218,11 +218,11 @@ def test_a_bad_request_gets_an_error_reply_and_the_connection_stays(
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.settimeout(WAIT)
     sock.connect(path)
-    decoder = FrameDecoder(1 << 20)
+    decoder = FrameSplitter(1 << 20)
 
     def ask(request: pb.Request) -> pb.Response:
         sock.sendall(encode_frame(request))
-        while (body := decoder.next_frame()) is None:
+        while (body := decoder.next_body()) is None:
             decoder.feed(sock.recv(65536))
         return decode_response(body)
 

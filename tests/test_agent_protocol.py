@@ -24,7 +24,7 @@ from episub.agent import agent_pb2 as pb
 from episub.agent.options import UsageError, load_key, load_link_delay
 from episub.agent.server import AgentServer
 from episub.agent.service import AgentLimits, AgentService
-from episub.agent.wire import FrameDecoder, FrameError, encode_frame, item_to_pb
+from episub.agent.wire import item_to_pb
 from episub.retention import Span
 from episub.subscription import Delivery, Lagged
 from tests.proc_helpers import KEY, TOPIC, WAIT, socket_dir
@@ -242,20 +242,6 @@ def test_a_request_id_already_in_flight_is_refused() -> None:
 
 
 # -- without a socket -------------------------------------------------------------------------
-
-
-def test_the_frame_decoder_takes_bytes_one_at_a_time_and_refuses_big_frames() -> None:
-    frames = [encode_frame(pb.Request(id=i, inspect=pb.Inspect())) for i in range(3)]
-    decoder = FrameDecoder(100)
-    out = []
-    for byte in b"".join(frames):
-        decoder.feed(bytes([byte]))
-        while (body := decoder.next_frame()) is not None:
-            out.append(body)
-    assert [pb.Request.FromString(b).id for b in out] == [0, 1, 2]
-    decoder.feed(b"\x00\x00\x00\x65")  # 101 bytes announced
-    with pytest.raises(FrameError, match="frame of 101 bytes announced, more than 100"):
-        decoder.next_frame()
 
 
 def test_a_stamp_without_a_named_place_is_refused_before_anything_is_published() -> None:

@@ -34,8 +34,8 @@ from episub.agent.wire import (
     MAX_BATCH_RECORDS,
     MAX_REQUEST_SIZE,
     MAX_RESPONSE_SIZE,
-    FrameDecoder,
     FrameError,
+    FrameSplitter,
     Record,
     checked_record_to_pb,
     decode_response,
@@ -166,7 +166,7 @@ class AgentClient:
             raise ValueError(f"timeout must be > 0 seconds or None, not {timeout!r}")
         self.socket_path = socket_path
         self.timeout = timeout
-        self._decoder = FrameDecoder(MAX_RESPONSE_SIZE)
+        self._decoder = FrameSplitter(MAX_RESPONSE_SIZE)
         self._ids = itertools.count(1)
         self._subscriptions: dict[int, AgentSubscription] = {}
         self._sock: socket.socket | None = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -505,7 +505,7 @@ class AgentClient:
         except OSError:
             pass  # nothing more to read
         try:
-            while (body := self._decoder.next_frame()) is not None:
+            while (body := self._decoder.next_body()) is not None:
                 response = decode_response(body)
                 if response.id == 0 and response.WhichOneof("body") == "error":
                     return AgentError(response.error.kind, response.error.message)
@@ -522,7 +522,7 @@ class AgentClient:
         """The next response; TimeoutError past `deadline` (time.monotonic())."""
         while True:
             try:
-                body = self._decoder.next_frame()
+                body = self._decoder.next_body()
                 if body is not None:
                     return decode_response(body)
             except FrameError as exc:

@@ -31,7 +31,7 @@ import trio
 from episub.agent import agent_pb2 as pb
 from episub.agent.lifetime import WATCH_INTERVAL, OwnerProcess, lock_path_for, try_lock
 from episub.agent.service import AgentRequestError, AgentService
-from episub.agent.wire import FrameDecoder, FrameError, decode_request, encode_frame, item_to_pb
+from episub.agent.wire import FrameError, FrameSplitter, decode_request, encode_frame, item_to_pb
 from episub.node import SUBSCRIPTION_BUFFER, BootstrapError
 from episub.proto.errors import LocalProtocolError, MessageTooLarge
 from episub.proto.messages import check_topic_name
@@ -207,7 +207,7 @@ class AgentServer:
             await stream.send_all(encode_frame(_error(0, "limit", message)))
 
     async def _read_requests(self, client: _Client) -> str:
-        decoder = FrameDecoder(self.limits.max_request_size)
+        decoder = FrameSplitter(self.limits.max_request_size)
         while True:
             try:
                 data = await client.stream.receive_some(RECEIVE_CHUNK)
@@ -217,7 +217,7 @@ class AgentServer:
                 return "closed the connection"
             decoder.feed(data)
             try:
-                while (body := decoder.next_frame()) is not None:
+                while (body := decoder.next_body()) is not None:
                     await self._dispatch(client, decode_request(body))
             except FrameError as exc:
                 self.counters["malformed_frames"] += 1

@@ -1,33 +1,31 @@
 """The agent protocol's framing and value conversions, with no I/O (h11's manner).
 
 The trio server (server.py) and the blocking client (client.py) both frame with
-`encode_frame` and a `FrameDecoder`, and convert with the functions here, so the two ends
+`encode_frame` and a `FrameSplitter`, and convert with the functions here, so the two ends
 cannot disagree. A frame is a 4-byte big-endian length, then one protobuf `Request` or
-`Response` (agent.proto), as on the node wire (episub/proto/wire.py).
-
-Every size is bounded before the bytes are held: a header announcing more than the
-decoder's `max_size` raises `FrameError` from its 4 bytes alone.
+`Response` (agent.proto): the node wire's framing (episub/proto/framing.py), its one
+decoder and its one bound (a header announcing more than the splitter's `max_size` raises
+`FrameError` from its 4 bytes alone).
 """
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Iterable, Mapping
 
 from google.protobuf.message import DecodeError
 
 from episub.agent import agent_pb2 as pb
 from episub.proto.envelope import Record
+from episub.proto.framing import FrameError, FrameSplitter, frame
 from episub.proto.messages import HeldSpan
 from episub.records import Delivery, Item, Lagged, Lost, Neighbor
 
 __all__ = [
-    "LENGTH_PREFIX",
     "MAX_BATCH_RECORDS",
     "MAX_REQUEST_SIZE",
     "MAX_RESPONSE_SIZE",
-    "FrameDecoder",
     "FrameError",
+    "FrameSplitter",
     "Record",
     "checked_record_to_pb",
     "decode_request",
@@ -45,7 +43,6 @@ __all__ = [
     "span_to_pb",
 ]
 
-LENGTH_PREFIX = struct.Struct(">I")
 # A request is at most one PublishBatch: 32 MiB holds 32 records at the node's default 1 MiB
 # message limit, or tens of thousands of the small rows a Spark sink writes; the client
 # splits bigger batches (client.py). Guess: a bound on what one client can make us hold.
@@ -57,47 +54,8 @@ MAX_RESPONSE_SIZE = 64 * 1024 * 1024
 MAX_BATCH_RECORDS = 10_000
 
 
-class FrameError(ValueError):
-    """A frame that cannot be a protocol frame: too big, or not the expected protobuf.
-
-    The stream cannot be resynchronised after one, so the connection is to be closed."""
-
-
 def encode_frame(message: pb.Request | pb.Response) -> bytes:
-    body = message.SerializeToString()
-    return LENGTH_PREFIX.pack(len(body)) + body
-
-
-class FrameDecoder:
-    """Feed it bytes as they arrive; `next_frame()` hands back each whole frame's body."""
-
-    def __init__(self, max_size: int) -> None:
-        if max_size < 1:
-            raise ValueError(f"max_size must be >= 1 byte, not {max_size!r}")
-        self.max_size = max_size
-        self._buffer = bytearray()
-
-    def feed(self, data: bytes) -> None:
-        self._buffer += data
-
-    @property
-    def pending(self) -> int:
-        """Bytes held of a frame not yet complete."""
-        return len(self._buffer)
-
-    def next_frame(self) -> bytes | None:
-        """The next complete frame's body, or None until more bytes arrive."""
-        if len(self._buffer) < LENGTH_PREFIX.size:
-            return None
-        (size,) = LENGTH_PREFIX.unpack_from(self._buffer)
-        if size > self.max_size:
-            raise FrameError(f"frame of {size} bytes announced, more than {self.max_size}")
-        end = LENGTH_PREFIX.size + size
-        if len(self._buffer) < end:
-            return None
-        body = bytes(self._buffer[LENGTH_PREFIX.size : end])
-        del self._buffer[:end]
-        return body
+    return frame(message.SerializeToString())
 
 
 def decode_request(body: bytes) -> pb.Request:

@@ -19,7 +19,6 @@ Rules the decoder keeps, because every byte it sees is chosen by a peer:
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -28,6 +27,13 @@ from google.protobuf.message import DecodeError
 from episub.proto import episub_pb2 as pb
 from episub.proto import messages as _messages
 from episub.proto.envelope import read_varint, varint
+from episub.proto.framing import (
+    LENGTH_PREFIX_SIZE,
+    MAX_ENCODABLE_FRAME,
+    FrameError,
+    FrameSplitter,
+    frame,
+)
 from episub.proto.messages import (
     MAX_HOPS,
     MAX_RANGES_PER_MESSAGE,
@@ -75,10 +81,6 @@ __all__ = [
     "frame_from_items",
 ]
 
-_LENGTH_PREFIX = struct.Struct(">I")
-LENGTH_PREFIX_SIZE = _LENGTH_PREFIX.size
-# What a 4-byte length can announce at all.
-_MAX_ENCODABLE_FRAME = (1 << 32) - 1
 
 # libp2p's multihash peer ids of an inlined Ed25519 key are 38 bytes and a sha2-256 multihash
 # 34; 64 covers both with room for a raw public key or a 512-bit digest.
@@ -92,10 +94,6 @@ MAX_ITEMS_PER_FRAME = 1024
 # A bad value quoted in an error is cut to this many characters, so that a megabyte of
 # garbage does not end up in a log line.
 _MAX_SHOWN = 80
-
-
-class FrameError(ValueError):
-    """The peer sent bytes that are not a valid frame: drop the connection."""
 
 
 def _show(value: object) -> str:
@@ -560,10 +558,7 @@ def frame_from_items(items: Sequence[bytes]) -> bytes:
     """A length-prefixed frame of items made by `encode_item`."""
     if not items:
         raise ValueError("a frame carries at least one message")
-    data = b"".join(items)
-    if len(data) > _MAX_ENCODABLE_FRAME:
-        raise ValueError(f"frame of {len(data)} bytes does not fit a 4-byte length")
-    return _LENGTH_PREFIX.pack(len(data)) + data
+    return frame(b"".join(items))
 
 
 def _decode_item(item: pb.Item) -> tuple[str | None, PeerMessage]:
@@ -592,40 +587,29 @@ def _decode_item(item: pb.Item) -> tuple[str | None, PeerMessage]:
 class FrameDecoder:
     """Turns the bytes of one connection into frames of (topic, message) items.
 
-    `feed()` whatever arrives, then call `next_frame()` until it returns None. Frames that
-    are complete but not yet taken stay buffered in full, so the caller bounds them by the
-    size of what it feeds at once; the unfinished frame at the end is bounded here.
+    `feed()` whatever arrives, then call `next_frame()` until it returns None. The frames
+    are split by framing.FrameSplitter (one bound, `max_frame_size`, checked from each
+    header alone; see there what stays buffered); each body is decoded here.
     """
 
     def __init__(self, *, max_frame_size: int, max_items_per_frame: int = MAX_ITEMS_PER_FRAME):
-        if not 0 < max_frame_size <= _MAX_ENCODABLE_FRAME:
+        if not 0 < max_frame_size <= MAX_ENCODABLE_FRAME:
             raise ValueError(
-                f"max_frame_size must be 1..{_MAX_ENCODABLE_FRAME}, not {max_frame_size!r}"
+                f"max_frame_size must be 1..{MAX_ENCODABLE_FRAME}, not {max_frame_size!r}"
             )
         if max_items_per_frame <= 0:
             raise ValueError(f"max_items_per_frame must be positive, not {max_items_per_frame!r}")
-        self._max_frame_size = max_frame_size
+        self._frames = FrameSplitter(max_frame_size, min_size=1)
         self._max_items = max_items_per_frame
-        self._buffer = bytearray()
-        # _buffer[:_complete] is whole frames whose headers were checked; after it, at most
-        # one unfinished frame.
-        self._complete = 0
-        # A framing error found by feed() behind complete frames, raised once those are taken.
-        self._pending_error: FrameError | None = None
-        self._broken = False
 
     @property
     def buffered(self) -> int:
         """Bytes received and not yet returned as frames."""
-        return len(self._buffer)
+        return self._frames.buffered
 
     def feed(self, data: bytes) -> None:
         """Buffer `data`; a bad frame header in it is reported by a later `next_frame()`."""
-        self._check_usable()
-        if self._pending_error is not None:
-            return  # nothing after a bad header can be framed; don't hold it
-        self._buffer += data
-        self._scan()
+        self._frames.feed(data)
 
     def next_frame(self) -> list[tuple[str | None, PeerMessage]] | None:
         """The next whole frame's items, or None when more bytes are needed.
@@ -633,44 +617,14 @@ class FrameDecoder:
         Raises FrameError when the frame (or the stream) is invalid; after that the decoder
         only raises.
         """
-        self._check_usable()
-        if self._complete == 0:
-            if self._pending_error is not None:
-                self._broken = True
-                self._buffer.clear()
-                raise self._pending_error
+        body = self._frames.next_body()
+        if body is None:
             return None
-        (length,) = _LENGTH_PREFIX.unpack_from(self._buffer)
-        end = LENGTH_PREFIX_SIZE + length
-        body = bytes(self._buffer[LENGTH_PREFIX_SIZE:end])
-        del self._buffer[:end]
-        self._complete -= end
         try:
             return self._decode(body)
         except FrameError:
-            self._broken = True
-            self._buffer.clear()
+            self._frames.fail()
             raise
-
-    def _check_usable(self) -> None:
-        if self._broken:
-            raise FrameError("decoder is in error state after an invalid frame")
-
-    def _scan(self) -> None:
-        """Advance `_complete` over whole frames, checking each header as soon as it is here."""
-        while len(self._buffer) - self._complete >= LENGTH_PREFIX_SIZE:
-            (length,) = _LENGTH_PREFIX.unpack_from(self._buffer, self._complete)
-            if length == 0 or length > self._max_frame_size:
-                what = "empty frame" if length == 0 else f"frame of {length} bytes announced"
-                self._pending_error = FrameError(
-                    f"{what}; frames must be 1..{self._max_frame_size} bytes"
-                )
-                del self._buffer[self._complete :]
-                return
-            end = self._complete + LENGTH_PREFIX_SIZE + length
-            if len(self._buffer) < end:
-                return
-            self._complete = end
 
     def _decode(self, body: bytes) -> list[tuple[str | None, PeerMessage]]:
         """The items of a frame body: GOSSIP read by hand, anything else by protobuf."""
