@@ -5,14 +5,23 @@ answer serves every caller waiting for the same (topic, peer)."""
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 import trio
 
 from episub.net.peer_id import PeerIdError, parse_peer_id
 from episub.net.runtime import Runtime
-from episub.proto.events import AskHeld, AskTopics, AskView, HeldReport, TopicsReport, ViewReport
+from episub.proto.events import (
+    AskHeld,
+    AskTopics,
+    AskView,
+    HeldReport,
+    InEvent,
+    TopicsReport,
+    ViewReport,
+)
 from episub.proto.messages import MAX_HELD_SPANS, GetHeld, Held, HeldSpan, LinkKind, View
 from episub.proto.node import NodeState
 from episub.records import Neighbor
@@ -83,20 +92,8 @@ class Queries:
             await trio.lowlevel.checkpoint()
             return runtime.state.view(topic)
         waiter = _ViewWaiter(trio.Event())
-        key = (topic, peer_id)
-        first = key not in self._view_waiters
-        self._view_waiters.setdefault(key, []).append(waiter)
-        try:
-            if first:
-                runtime.input(AskView(topic, peer_id))
-            with trio.move_on_after(timeout):
-                await waiter.arrived.wait()
-        finally:
-            waiters = self._view_waiters.get(key)
-            if waiters is not None and waiter in waiters:
-                waiters.remove(waiter)
-                if not waiters:
-                    del self._view_waiters[key]
+        ask = AskView(topic, peer_id)
+        await _ask_once(runtime, self._view_waiters, (topic, peer_id), waiter, ask, timeout)
         return waiter.view
 
     async def held_by(
@@ -148,20 +145,38 @@ class Queries:
             await trio.lowlevel.checkpoint()
             return runtime.state.topics()
         waiter = _TopicsWaiter(trio.Event())
-        first = peer_id not in self._topics_waiters
-        self._topics_waiters.setdefault(peer_id, []).append(waiter)
-        try:
-            if first:
-                runtime.input(AskTopics(peer_id))
-            with trio.move_on_after(timeout):
-                await waiter.arrived.wait()
-        finally:
-            waiters = self._topics_waiters.get(peer_id)
-            if waiters is not None and waiter in waiters:
-                waiters.remove(waiter)
-                if not waiters:
-                    del self._topics_waiters[peer_id]
+        ask = AskTopics(peer_id)
+        await _ask_once(runtime, self._topics_waiters, peer_id, waiter, ask, timeout)
         return None if waiter.topics is None else list(waiter.topics)
+
+
+class _Waiter(Protocol):
+    arrived: trio.Event
+
+
+async def _ask_once(
+    runtime: Runtime,
+    table: dict[Any, list[Any]],
+    key: Hashable,
+    waiter: _Waiter,
+    ask: InEvent,
+    timeout: float,
+) -> None:
+    """Wait up to `timeout` for the answer to `ask`, asking only if no call waits for the
+    same answer already (its answer serves every waiter of `key`)."""
+    first = key not in table
+    table.setdefault(key, []).append(waiter)
+    try:
+        if first:
+            runtime.input(ask)
+        with trio.move_on_after(timeout):
+            await waiter.arrived.wait()
+    finally:
+        waiters = table.get(key)
+        if waiters is not None and waiter in waiters:
+            waiters.remove(waiter)
+            if not waiters:
+                del table[key]
 
 
 @dataclass(slots=True)
