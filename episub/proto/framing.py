@@ -72,7 +72,8 @@ class FrameSplitter:
 
     def feed(self, data: bytes) -> None:
         """Buffer `data`; a bad frame header in it is reported by a later `next_body()`."""
-        self.check_usable()
+        if self._broken:  # check_usable(), inline: this runs per read
+            self.check_usable()
         if self._pending_error is not None:
             return  # nothing after a bad header can be framed; don't hold it
         self._buffer += data
@@ -80,7 +81,8 @@ class FrameSplitter:
 
     def next_body(self) -> bytes | None:
         """The next whole frame's body, or None when more bytes are needed."""
-        self.check_usable()
+        if self._broken:  # check_usable(), inline: this runs per frame
+            self.check_usable()
         if self._complete == 0:
             if self._pending_error is not None:
                 self.fail()
