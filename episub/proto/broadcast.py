@@ -14,8 +14,8 @@ Rules this machine keeps:
   `ordering` (ordering.py), which gives the application each publisher's messages in
   sequence order, each once, and repairs gaps; its rules are at the top of that module.
 - Every table a peer can grow is bounded: cache (count, bytes, age), seen (count, age),
-  missing places, announcers per place, ranges noted per neighbour between flushes;
-  ordering.py bounds its own.
+  missing places (their due queue: twice as many rows), announcers per place, ranges
+  noted per neighbour between flushes; ordering.py bounds its own.
 
 Rules from the draft (and Plumtree):
 - publish / first receipt: GOSSIP to eager peers with hops + 1, id queued for IHAVE;
@@ -37,9 +37,10 @@ Rules from the draft (and Plumtree):
   runs (publisher, first_seq..last_seq, hops) of consecutive seqs received at one hop
   count, so a burst is one range per flush and link, not an id per message.
 - IHAVE of a place we do not hold (not cached, not delivered, not held by ordering): the
-  place is missing; one periodic timer marks it on its first tick and from the second tick
-  on GRAFTs it (as ranges, batched per peer) from the next announcer. A range wholly
-  behind the publisher's stream position costs one comparison.
+  place is missing; `graft_timeout` after its first announcement it is GRAFTed (as ranges,
+  batched per peer) from its first announcer, then every `missing_check_interval` from the
+  next (Plumtree's per-message timer, kept as one queue in due order and one timer). A
+  range wholly behind the publisher's stream position costs one comparison.
 - GRAFT: the sender becomes eager and gets the messages of the ranges it asked for that
   the cache holds.
 - PULL: the sender gets the publisher's messages it asked for that the cache holds; the
@@ -62,7 +63,7 @@ Rules from the draft (and Plumtree):
 from __future__ import annotations
 
 import math
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeAlias
@@ -98,6 +99,10 @@ MAX_NOTED_RANGES = 64  # guess: publishers active in one ihave_interval, with ro
 # comes within it. Guess: a quarter, so flushes stay about ihave_interval apart.
 IHAVE_EARLY = 0.25
 
+# A GRAFT due this close after a timer fires goes with that timer's batch: float sums of
+# due times and timer delays differ in the last bits, and a timer of 1e-17 s is waste.
+DUE_SLACK = 1e-6
+
 Place: TypeAlias = tuple[PeerId, int]  # (publisher, seq): a message's place in its stream
 
 
@@ -106,7 +111,7 @@ class Missing:
     """A place announced by IHAVE whose message we have not received."""
 
     announcers: list[tuple[PeerId, int]]  # (peer, hops it announced), first come first
-    ticks: int = 0
+    ticks: int = 0  # times its GRAFT came due
     grafted_from: list[PeerId] = field(default_factory=list)  # whom we GRAFTed it from
 
 
@@ -148,6 +153,10 @@ class Broadcast:
         # the flush does not announce those places back to it. Emptied by each flush.
         self.announced: dict[PeerId, list[m.StreamRange]] = {}
         self.missing: dict[Place, Missing] = {}
+        # (when its next GRAFT is due, place, entry) per missing place, due times in
+        # order: each entry is due graft_timeout after its first announcement, then every
+        # missing_check_interval. A place received meanwhile leaves a stale row, skipped.
+        self.missing_due: deque[tuple[float, Place, Missing]] = deque()
         # neighbour -> when it last sent us an empty GRAFT (it lost its parent); at most
         # one entry per active neighbour, dropped when it goes down.
         self.grafted_at: dict[PeerId, float] = {}
@@ -718,14 +727,15 @@ class Broadcast:
                 if entry is None:
                     if len(missing) >= c.max_missing:
                         continue
-                    missing[place] = Missing(announcers=[(peer, hops)])
+                    entry = missing[place] = Missing(announcers=[(peer, hops)])
+                    self._due(now + c.graft_timeout, place, entry)
                 elif len(entry.announcers) < c.max_announcers and all(
                     p != peer for p, _ in entry.announcers
                 ):
                     entry.announcers.append((peer, hops))
         if missing and not self._missing_armed:
             self._missing_armed = True
-            out.append(ScheduleTimer(c.missing_check_interval, (*self._timer_prefix, "missing")))
+            out.append(ScheduleTimer(c.graft_timeout, (*self._timer_prefix, "missing")))
 
     def _holds(self, place: Place) -> bool:
         """Have we this place's message: cached, delivered or given up, or held?"""
@@ -773,7 +783,7 @@ class Broadcast:
             self._flush_ihave(out)
         elif name == "missing":
             self._missing_armed = False
-            self._check_missing(now, out)
+            self._graft_due(now, out)
         elif name == "gap":
             self.ordering.on_gap_timer([*self.eager, *self.lazy], now, out)
         elif name == "settle":
@@ -813,27 +823,41 @@ class Broadcast:
         self.holders = {}
         self.announced = {}
 
-    def _check_missing(self, now: float, out: list[OutEvent]) -> None:
-        """The draft's single heartbeat: mark on the first tick, GRAFT from the second, one
-        announcer per tick in the order they announced, give up after enough ticks."""
+    def _due(self, at: float, place: Place, entry: Missing) -> None:
+        """Queue `entry`'s next GRAFT at `at` (never before any queued one: `at` is now +
+        a fixed delay). Stale rows are dropped when they outnumber the live ones."""
+        due = self.missing_due
+        due.append((at, place, entry))
+        if len(due) > 2 * self.config.max_missing:
+            missing = self.missing
+            self.missing_due = deque(row for row in due if missing.get(row[1]) is row[2])
+
+    def _graft_due(self, now: float, out: list[OutEvent]) -> None:
+        """Plumtree's per-message timer, kept as one queue and one timer: a place still
+        missing `graft_timeout` after its first IHAVE is GRAFTed from its first announcer,
+        then every missing_check_interval from the next, until missing_give_up_ticks."""
         c = self.config
+        missing = self.missing
+        due = self.missing_due
         grafts: dict[PeerId, list[tuple[PeerId, int, int]]] = {}
-        for place in list(self.missing):
-            entry = self.missing[place]
+        until = now + DUE_SLACK
+        while due and due[0][0] <= until:
+            _, place, entry = due.popleft()
+            if missing.get(place) is not entry:
+                continue  # received (or given up) since it was queued
             entry.ticks += 1
             if entry.ticks > c.missing_give_up_ticks:
-                del self.missing[place]  # the per-publisher gap pull may still recover it
-                continue
-            if entry.ticks < 2:
+                del missing[place]  # the per-publisher gap pull may still recover it
                 continue
             live = [p for p, _ in entry.announcers if self._is_neighbor(p)]
             if not live:
-                del self.missing[place]
+                del missing[place]
                 continue
-            peer = live[(entry.ticks - 2) % len(live)]
+            peer = live[(entry.ticks - 1) % len(live)]
             if peer not in entry.grafted_from:
                 entry.grafted_from.append(peer)
             grafts.setdefault(peer, []).append((*place, 0))
+            self._due(now + c.missing_check_interval, place, entry)
         for peer, places in grafts.items():
             self._make_eager(peer, out)
             for start in range(0, len(places), c.max_graft_ids):
@@ -841,9 +865,12 @@ class Broadcast:
                     self.counters.grafts_sent += 1
                     self.counters.graft_ids_sent += sum(r[2] - r[1] + 1 for r in ranges)
                     self._graft(peer, ranges, now, out)
-        if self.missing:
+        while due and missing.get(due[0][1]) is not due[0][2]:
+            due.popleft()  # received since: no wakeup for it
+        if due:
             self._missing_armed = True
-            out.append(ScheduleTimer(c.missing_check_interval, (*self._timer_prefix, "missing")))
+            wait = max(due[0][0] - now, 0.0)
+            out.append(ScheduleTimer(wait, (*self._timer_prefix, "missing")))
 
     # -- caches -------------------------------------------------------------------------
 
