@@ -149,7 +149,8 @@ def test_duplicate_gossip_prunes_the_sender_which_becomes_lazy():
 
 
 def test_a_lazy_peer_still_pushing_after_the_grace_is_pruned_again():
-    # ...but one still pushing after that holds us eager: our PRUNE was lost.
+    """...but one still pushing after that holds us eager: our PRUNE, or its GRAFT's
+    answer, was lost. Copies it sent before our last PRUNE reached it are spared."""
     node = node_with(1, 2, 3, graft_grace=0.5)
     node.handle(received(1, gossip(env(0), hops=2)), 1.0)
     node.handle(received(2, gossip(env(0), hops=4)), 1.0)
@@ -388,8 +389,10 @@ def test_empty_graft_only_makes_the_sender_eager():
 
 
 def test_a_peer_that_just_grafted_us_is_not_pruned_for_copies_already_in_flight():
-    # It lost its parent and forwards what was on its way to it: pruning it now would undo
-    # the repair (with IHAVE dropped, a node was left with no eager parent at all).
+    """It lost its parent (eager repair) or swaps to us (optimisation) and forwards what
+    was already on its way to it: pruning it for those copies would undo the repair on
+    every link it grafted at once. Seen in the simulator with IHAVE dropped, when a
+    proximity swap took a node's parent: it was left with no eager parent at all."""
     node = node_with(1, 2, graft_grace=0.5)
     make_lazy(node, 2)
     node.handle(received(2, m.Graft()), 1.0)
@@ -415,14 +418,20 @@ def grafted_from_two_announcers() -> tuple[NodeState, m.Envelope]:
 
 
 def test_a_grafted_message_is_not_pushed_to_the_peers_that_announced_it():
-    # 3 said it holds e: pushing e there is a duplicate it PRUNEs us for, which cut the
-    # links a node had just grafted, again and again (the config benchmark's repair loop).
+    """3 said it holds e: pushing e there is a duplicate it PRUNEs us for. A node that had
+    lost its eager links and grafted several announcers had those new links cut at once
+    by such PRUNEs, lost them again and repaired again, in a loop (the config benchmark:
+    ~500 GRAFTs a run at 50 msg/s)."""
     node, e = grafted_from_two_announcers()
     out = node.handle(received(2, gossip(e, hops=2)), 1.8)
     assert sends(out, m.Gossip) == [send(1, m.Gossip(id=mid(e), envelope=e, hops=3))]
 
 
 def test_the_answer_to_our_graft_from_a_second_announcer_is_not_pruned():
+    """We asked two announcers in turn and both answered: the link carries no redundant
+    push. Pruning it for the copy we asked for cut the link we had just grafted, and left
+    a node that had lost its eager links with none again (the config benchmark's repair
+    loop, as above)."""
     node, e = grafted_from_two_announcers()
     node.handle(received(2, gossip(e, hops=2)), 1.8)
     assert node.handle(received(3, gossip(e, hops=2)), 1.85) == []  # we asked 3 for it
@@ -432,9 +441,9 @@ def test_the_answer_to_our_graft_from_a_second_announcer_is_not_pruned():
 
 
 def test_a_copy_from_a_peer_we_just_pruned_leaves_it_lazy():
-    # It was on its way before our PRUNE arrived: on reading the PRUNE the peer makes us
-    # lazy, so counting it as eager again would leave us with a "parent" that pushes
-    # nothing to us.
+    """It was on its way before our PRUNE arrived: on reading the PRUNE the peer makes us
+    lazy, so counting it as eager again left a node whose one "parent" pushed nothing to
+    it (a benchmark trace: cut off 320 ms)."""
     node = node_with(1, 2, graft_grace=0.5)
     node.handle(received(1, gossip(env(0), hops=2)), 1.0)
     assert node.handle(received(2, gossip(env(0), hops=3)), 1.01) == [send(2, m.Prune())]
@@ -447,10 +456,11 @@ def test_a_copy_from_a_peer_we_just_pruned_leaves_it_lazy():
 
 
 def test_pruned_parents_crossing_leave_us_with_a_parent():
-    # A benchmark trace: we pruned 2 for a duplicate, 2's next copy (sent before our PRUNE
-    # arrived) came first and we forwarded it to 1, our other parent, which had it: 1's
-    # duplicate of it must not prune 1 (our one eager parent), and 1's PRUNE for our
-    # forward grafts 2 back (it fed us last), instead of leaving us with IHAVEs only.
+    """A benchmark trace: we pruned 2 for a duplicate, 2's next copy (sent before our PRUNE
+    arrived) came first and we forwarded it to 1, our other parent, which had it: 1's
+    duplicate of it must not prune 1 (it alone has sent us messages first: our one
+    parent), and 1's PRUNE for our forward grafts 2 back (it fed us last). Pruning 1 too
+    left us with IHAVEs only, every message repaired a GRAFT round later."""
     node = node_with(1, 2, graft_grace=0.5)
     node.handle(received(1, gossip(env(0), hops=2)), 1.0)
     node.handle(received(2, gossip(env(0), hops=3)), 1.01)  # PRUNE 2
@@ -496,8 +506,10 @@ def test_the_only_neighbour_that_pruned_us_is_grafted_back():
 
 
 def test_a_first_copy_from_a_lazy_peer_grafts_it_so_both_ends_agree():
-    # A PULL answer is such a copy: the peer holds us lazy. Making it eager at our end only
-    # left a node starving for the rest of a stream (`--drop ihave=1.0`).
+    """Plumtree makes the sender of a first copy our eager parent. A PULL answer (gap
+    repair) is such a copy from a peer that holds us lazy: flipping only our end left the
+    link eager here and lazy there, and the node missed the tail of a stream for good
+    (`--drop ihave=1.0`). An empty GRAFT makes both ends agree."""
     node = node_with(1, 2)
     make_lazy(node, 2)
     e = env(0)
@@ -507,9 +519,9 @@ def test_a_first_copy_from_a_lazy_peer_grafts_it_so_both_ends_agree():
 
 
 def test_a_duplicate_from_our_last_eager_link_does_not_prune_it():
-    # The first copy came from a peer that had just left our view; every neighbour then
-    # pushed the same message. Pruning them all left a node with lazy links only, and
-    # with IHAVEs lost it missed the whole stream (`--drop ihave=1.0 --seed 2`).
+    """The first copy came from a peer that had just left our view; every neighbour then
+    pushed the same message. Pruning them all left a node with lazy links only, and with
+    IHAVEs lost it missed all 50 counted messages (`--drop ihave=1.0 --seed 2`)."""
     node = node_with(1, 2)
     node.handle(received(9, gossip(env(0), hops=2)), 1.0)  # 9: no longer a neighbour
     assert node.handle(received(2, gossip(env(0), hops=3)), 1.0) == [send(2, m.Prune())]

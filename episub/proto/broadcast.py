@@ -463,139 +463,160 @@ class Broadcast:
                 self._on_pull(peer, publisher, first, last, out)
 
     def _on_gossip(self, peer: PeerId, msg: m.Gossip, now: float, out: list[OutEvent]) -> None:
+        """A duplicate may prune its sender; a first copy is checked once, here, before
+        anything of it is kept, then kept, forwarded and delivered."""
         if msg.hops >= m.MAX_HOPS:
-            # No room to forward it (hops + 1 is past the wire's bound): checked here,
-            # before it is seen or cached, or every later GRAFT or PULL answer fails too.
+            # Checked before it is seen or cached: forwarding needs hops + 1 on the wire.
             out.append(PeerMisbehaved(peer, f"GOSSIP hops {msg.hops} leaves no room to forward"))
             return
-        mid = msg.id
-        if mid in self.seen:
-            self.counters.duplicates_received += 1
-            self._note_holder(mid, peer)
-            if mid in self.ordering.dropped:
-                # Dropped unheld by ordering (its held table was full): this copy may be
-                # the one the stream needs now. Not forwarded: it was, when first seen.
-                # Checked as a first copy is (a duplicate's envelope is otherwise never
-                # decoded).
-                try:
-                    again: Envelope | None = msg.envelope
-                except ValueError:
-                    again = None
-                if (
-                    again is not None
-                    and self._message_id(again.unsigned) == mid
-                    and (self.signer is None or check_message(mid, again) is None)
-                    and self.ordering.take_again(mid)
-                ):
-                    self.ordering.deliver(mid, again, msg.hops, now, out)
-                    return
-            # A peer that just grafted us lost its parent (eager repair) or is swapping to
-            # us (optimisation), and forwards what was already in flight to it: pruning it
-            # for those copies would undo the repair on every link it grafted at once, and
-            # leave it with no eager parent at all (seen in the simulator with IHAVE
-            # dropped, when a proximity swap took a node's parent). It is pruned, if need
-            # be, for a duplicate that comes after the grace.
-            grafted = self.grafted_at.get(peer)
-            grace = self.config.graft_grace
-            if grafted is not None and now - grafted < grace:
-                return
-            # The answer to a GRAFT we sent it: we asked two announcers in turn and both
-            # answered. The link carries no redundant push; pruning it for the copy we
-            # asked for cut the link we had just grafted, and left a node that had lost
-            # its eager links with none again (the benchmark's repair loop, see below).
-            asked = self.graft_answers.get(mid)
-            if asked is not None and peer in asked:
-                asked.remove(peer)
-                if not asked:
-                    del self.graft_answers[mid]
-                return
-            # It has sent us messages first and no other eager neighbour has: it is our
-            # one parent, and the copy that came first came from a peer that has pruned us
-            # since, or that we pruned (PRUNEs crossing). Pruning this one too would leave
-            # us with IHAVEs only, repaired a GRAFT round later for every message. Nor is
-            # our last eager link pruned: a node whose first copy came from a peer that had
-            # just left its view got the same message from all its neighbours at once,
-            # pruned every one and was left with lazy links only (`--drop ihave=1.0
-            # --seed 2`: it missed all 50 counted messages).
-            last = len(self.eager) == 1
-            if peer in self.eager and not last and not self._only_parent(peer):
-                self._make_lazy(peer)
-                self._prune(peer, now, out)
-            elif peer in self.lazy and now - self.pruned_at.get(peer, -math.inf) >= grace:
-                # A lazy peer that pushes to us holds us eager: our PRUNE, or its GRAFT's
-                # answer, was lost. Copies it sent before our last PRUNE reached it are
-                # spared by the same grace as above.
-                self._prune(peer, now, out)
+        if msg.id in self.seen:
+            self._on_duplicate(peer, msg, now, out)
             return
+        envelope = self._checked_envelope(peer, msg, out)
+        if envelope is None or self._rival_loses(peer, msg.id, envelope, out):
+            return
+        self._on_first_copy(peer, msg, envelope, now, out)
+
+    def _on_duplicate(self, peer: PeerId, msg: m.Gossip, now: float, out: list[OutEvent]) -> None:
+        mid = msg.id
+        self.counters.duplicates_received += 1
+        self._note_holder(mid, peer)
+        if mid in self.ordering.dropped and self._take_again(msg, now, out):
+            return
+        if not self._asked_for(peer, mid, now):
+            self._prune_redundant(peer, now, out)
+
+    def _take_again(self, msg: m.Gossip, now: float, out: list[OutEvent]) -> bool:
+        """Deliver a copy of a message ordering dropped unheld (its held table was full):
+        the stream may need it now. Checked as a first copy is (a duplicate's envelope is
+        otherwise never decoded); not forwarded: it was, when first seen."""
+        mid = msg.id
+        try:
+            again = msg.envelope
+        except ValueError:
+            return False
+        if (
+            self._message_id(again.unsigned) != mid
+            or (self.signer is not None and check_message(mid, again) is not None)
+            or not self.ordering.take_again(mid)
+        ):
+            return False
+        self.ordering.deliver(mid, again, msg.hops, now, out)
+        return True
+
+    def _asked_for(self, peer: PeerId, mid: MessageId, now: float) -> bool:
+        """Is this duplicate a copy we asked for rather than a redundant path? From a peer
+        that sent us an empty GRAFT less than `graft_grace` ago (it lost its parent or
+        swaps to us, and forwards what was in flight to it), or the answer to a GRAFT of
+        ours for `mid` (we asked two announcers in turn and both answered)."""
+        grafted = self.grafted_at.get(peer)
+        if grafted is not None and now - grafted < self.config.graft_grace:
+            return True
+        asked = self.graft_answers.get(mid)
+        if asked is not None and peer in asked:
+            asked.remove(peer)
+            if not asked:
+                del self.graft_answers[mid]
+            return True
+        return False
+
+    def _prune_redundant(self, peer: PeerId, now: float, out: list[OutEvent]) -> None:
+        """Plumtree: the sender of a duplicate moves to lazy. Never our last eager link, nor
+        our one parent (it alone has sent us messages first). A lazy peer that still pushes
+        after `graft_grace` holds us eager (our PRUNE, or its GRAFT's answer, was lost): it
+        is pruned again."""
+        if peer in self.eager and len(self.eager) > 1 and not self._only_parent(peer):
+            self._make_lazy(peer)
+            self._prune(peer, now, out)
+        elif (
+            peer in self.lazy
+            and now - self.pruned_at.get(peer, -math.inf) >= self.config.graft_grace
+        ):
+            self._prune(peer, now, out)
+
+    def _checked_envelope(
+        self, peer: PeerId, msg: m.Gossip, out: list[OutEvent]
+    ) -> Envelope | None:
+        """A first copy's envelope, if it is canonical, matches its id, fits
+        max_message_size and (signing on) is signed by its publisher; else None, and the
+        peer misbehaved."""
         try:
             envelope = msg.envelope
         except ValueError as exc:
             out.append(PeerMisbehaved(peer, f"GOSSIP envelope is not canonical: {exc}"))
-            return
+            return None
+        mid = msg.id
         if self._message_id(envelope.unsigned) != mid:
             self.counters.bad_ids += 1
             out.append(PeerMisbehaved(peer, "GOSSIP id does not match its envelope"))
-            return
+            return None
         if envelope.size > self.config.max_message_size:
             out.append(
                 PeerMisbehaved(peer, f"GOSSIP of {envelope.size} bytes exceeds max_message_size")
             )
-            return
+            return None
         if self.signer is not None and (problem := check_message(mid, envelope)) is not None:
             self.counters.bad_signatures += 1
             out.append(PeerMisbehaved(peer, f"GOSSIP of {envelope.publisher!r} {problem}"))
-            return
-        if self._rival_loses(peer, mid, envelope, out):
-            return
+            return None
+        return envelope
+
+    def _on_first_copy(
+        self, peer: PeerId, msg: m.Gossip, envelope: Envelope, now: float, out: list[OutEvent]
+    ) -> None:
+        mid = msg.id
+        place = (envelope.publisher, envelope.seq)
         self.counters.gossip_received += 1
         self._remember(mid, envelope, hops=msg.hops, sender=peer, now=now)
         if self.ordering.behind_stream(envelope):
-            # From before our stream's position: history, kept but not delivered again. An
-            # answer to our own fetch is news to nobody downstream, so it stops here; any
-            # other copy may be live for nodes that joined before us, and goes on.
+            # History, kept but not delivered again. An answer to our own fetch is news to
+            # nobody downstream; any other copy may be live for nodes that joined before us.
             self.counters.recovered += 1
             out.append(Recovered(self.topic, mid, envelope))
             if self.ordering.fetched(envelope):
-                self.missing.pop((envelope.publisher, envelope.seq), None)
+                self.missing.pop(place, None)
                 return
-        missing = self.missing.pop((envelope.publisher, envelope.seq), None)
-        if self._is_neighbor(peer):
-            # A first copy from a lazy neighbour: it becomes our eager parent (Plumtree),
-            # at both ends: we say so with an empty GRAFT. Flipping only our end was wrong
-            # whenever the copy was not an eager push: a PULL answer (gap repair) left the
-            # link eager here and lazy there, and the node starved (`--drop ihave=1.0`: a
-            # node missed the tail of a stream for good). Unless we pruned it so lately
-            # that this copy was on its way before our PRUNE arrived: it makes us lazy on
-            # reading the PRUNE, and counting it as eager here left a node whose one
-            # "parent" pushed nothing to it (a benchmark trace: cut off 320 ms).
-            pruned = self.pruned_at.get(peer)
-            if peer in self.lazy and (pruned is None or now - pruned >= self.config.graft_grace):
-                self._graft(peer, (), now, out)
-                self._make_eager(peer, out)
-            self.first_from.pop(peer, None)
-            self.first_from[peer] = now
-        # A peer that announced the id (IHAVE) holds it: pushing it there is a duplicate,
-        # answered by a PRUNE. When we had lost our eager links and grafted several
-        # announcers, those PRUNEs cut the new links at once, so we lost them again and
-        # repaired again, in a loop (the config benchmark: ~500 GRAFTs a run at 50 msg/s).
+        missing = self.missing.pop(place, None)
+        neighbor = self._is_neighbor(peer)
+        if neighbor:
+            self._take_parent(peer, now, out)
         holders: frozenset[PeerId] = frozenset()
         if missing is not None:
+            # Announcers hold it: a push there is a duplicate, answered by a PRUNE.
             holders = frozenset(p for p, _ in missing.announcers)
-            asked = [p for p in missing.grafted_from if p != peer]
-            if asked:
-                self.graft_answers[mid] = asked
-                if len(self.graft_answers) > self.config.max_missing:
-                    self.graft_answers.popitem(last=False)
+            self._expect_answers(mid, peer, missing)
         forward = msg.forwarded(msg.hops + 1)
+        topic = self.topic
         for eager_peer in self.eager:
             if eager_peer != peer and eager_peer not in holders:
-                out.append(Send(eager_peer, self.topic, forward))
-        if missing is not None and self._is_neighbor(peer):
+                out.append(Send(eager_peer, topic, forward))
+        if missing is not None and neighbor:
             # After the push, as Plumtree does: the announcer we graft must not get this copy.
             self._maybe_optimize(peer, msg.hops, missing.announcers, now, out)
         self._queue_ihave(mid, envelope.publisher, envelope.seq, msg.hops, peer, out)
         if envelope.publisher != self.me:
             self.ordering.deliver(mid, envelope, msg.hops, now, out)
+
+    def _take_parent(self, peer: PeerId, now: float, out: list[OutEvent]) -> None:
+        """A neighbour sent us a message first: it is our latest parent (`first_from`). A
+        lazy one becomes eager at both ends (an empty GRAFT: the copy may be a PULL answer,
+        not an eager push), unless we pruned it less than `graft_grace` ago: then the copy
+        left before our PRUNE arrived, and the peer makes us lazy on reading it."""
+        pruned = self.pruned_at.get(peer)
+        if peer in self.lazy and (pruned is None or now - pruned >= self.config.graft_grace):
+            self._graft(peer, (), now, out)
+            self._make_eager(peer, out)
+        self.first_from.pop(peer, None)
+        self.first_from[peer] = now
+
+    def _expect_answers(self, mid: MessageId, peer: PeerId, missing: Missing) -> None:
+        """The other announcers we GRAFTed `mid` from will answer: their copies are ones we
+        asked for, not a redundant path (`_asked_for`)."""
+        asked = [p for p in missing.grafted_from if p != peer]
+        if asked:
+            self.graft_answers[mid] = asked
+            if len(self.graft_answers) > self.config.max_missing:
+                self.graft_answers.popitem(last=False)
 
     def _rival_loses(
         self, peer: PeerId, mid: MessageId, envelope: Envelope, out: list[OutEvent]
