@@ -23,8 +23,9 @@ Rules from the draft (and Plumtree):
   first copy is made eager at both ends (empty GRAFT).
 - duplicate GOSSIP: PRUNE the sender, which moves to lazy; except from a peer that sent
   us an empty GRAFT less than `graft_grace` ago, a peer answering a GRAFT of ours for
-  that id, and our one eager parent (see `_on_gossip`). A lazy sender is PRUNEd again (it
-  holds us eager), at most once per `graft_grace`.
+  that id (`_asked_for`), our one eager parent and our last eager link
+  (`_prune_redundant`). A lazy sender is PRUNEd again (it holds us eager), at most once
+  per `graft_grace`.
 - first receipt from a lazy neighbour makes it eager at both ends (an empty GRAFT), unless
   we pruned it less than `graft_grace` ago (the copy was sent before our PRUNE arrived).
 - PRUNE: the sender moves to lazy; unless we GRAFTed it less than `graft_grace` ago: then
