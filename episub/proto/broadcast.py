@@ -464,19 +464,55 @@ class Broadcast:
                 self._on_pull(peer, publisher, first, last, out)
 
     def _on_gossip(self, peer: PeerId, msg: m.Gossip, now: float, out: list[OutEvent]) -> None:
-        """A duplicate may prune its sender; a first copy is checked once, here, before
-        anything of it is kept, then kept, forwarded and delivered."""
+        """Plumtree's push: a first copy, checked once before anything of it is kept, is
+        kept, pushed to the eager peers, queued for IHAVE and delivered; a duplicate may
+        prune its sender (`_on_duplicate`)."""
         if msg.hops >= m.MAX_HOPS:
             # Checked before it is seen or cached: forwarding needs hops + 1 on the wire.
             out.append(PeerMisbehaved(peer, f"GOSSIP hops {msg.hops} leaves no room to forward"))
             return
-        if msg.id in self.seen:
+        mid = msg.id
+        if mid in self.seen:
             self._on_duplicate(peer, msg, now, out)
             return
         envelope = self._checked_envelope(peer, msg, out)
-        if envelope is None or self._rival_loses(peer, msg.id, envelope, out):
+        if envelope is None or self._rival_loses(peer, mid, envelope, out):
             return
-        self._on_first_copy(peer, msg, envelope, now, out)
+        place = (envelope.publisher, envelope.seq)
+        self.counters.gossip_received += 1
+        self._remember(mid, envelope, hops=msg.hops, sender=peer, now=now)
+        if self.ordering.behind_stream(envelope):
+            # History, kept but not delivered again. An answer to our own fetch is news to
+            # nobody downstream; any other copy may be live for nodes that joined before us.
+            self.counters.recovered += 1
+            out.append(Recovered(self.topic, mid, envelope))
+            if self.ordering.fetched(envelope):
+                self.missing.pop(place, None)
+                return
+        missing = self.missing.pop(place, None)
+        neighbor = self._is_neighbor(peer)
+        if neighbor:
+            if peer in self.lazy:
+                self._lazy_sender_first(peer, now, out)
+            # Our latest parent: first_from keeps the most recent last.
+            self.first_from.pop(peer, None)
+            self.first_from[peer] = now
+        holders: frozenset[PeerId] = frozenset()
+        if missing is not None:
+            # Announcers hold it: a push there is a duplicate, answered by a PRUNE.
+            holders = frozenset(p for p, _ in missing.announcers)
+            self._expect_answers(mid, peer, missing)
+        forward = msg.forwarded(msg.hops + 1)
+        topic = self.topic
+        for eager_peer in self.eager:
+            if eager_peer != peer and eager_peer not in holders:
+                out.append(Send(eager_peer, topic, forward))
+        if missing is not None and neighbor:
+            # After the push, as Plumtree does: the announcer we graft must not get this copy.
+            self._maybe_optimize(peer, msg.hops, missing.announcers, now, out)
+        self._queue_ihave(mid, envelope.publisher, envelope.seq, msg.hops, peer, out)
+        if envelope.publisher != self.me:
+            self.ordering.deliver(mid, envelope, msg.hops, now, out)
 
     def _on_duplicate(self, peer: PeerId, msg: m.Gossip, now: float, out: list[OutEvent]) -> None:
         mid = msg.id
@@ -562,53 +598,15 @@ class Broadcast:
             return None
         return envelope
 
-    def _on_first_copy(
-        self, peer: PeerId, msg: m.Gossip, envelope: Envelope, now: float, out: list[OutEvent]
-    ) -> None:
-        mid = msg.id
-        place = (envelope.publisher, envelope.seq)
-        self.counters.gossip_received += 1
-        self._remember(mid, envelope, hops=msg.hops, sender=peer, now=now)
-        if self.ordering.behind_stream(envelope):
-            # History, kept but not delivered again. An answer to our own fetch is news to
-            # nobody downstream; any other copy may be live for nodes that joined before us.
-            self.counters.recovered += 1
-            out.append(Recovered(self.topic, mid, envelope))
-            if self.ordering.fetched(envelope):
-                self.missing.pop(place, None)
-                return
-        missing = self.missing.pop(place, None)
-        neighbor = self._is_neighbor(peer)
-        if neighbor:
-            self._take_parent(peer, now, out)
-        holders: frozenset[PeerId] = frozenset()
-        if missing is not None:
-            # Announcers hold it: a push there is a duplicate, answered by a PRUNE.
-            holders = frozenset(p for p, _ in missing.announcers)
-            self._expect_answers(mid, peer, missing)
-        forward = msg.forwarded(msg.hops + 1)
-        topic = self.topic
-        for eager_peer in self.eager:
-            if eager_peer != peer and eager_peer not in holders:
-                out.append(Send(eager_peer, topic, forward))
-        if missing is not None and neighbor:
-            # After the push, as Plumtree does: the announcer we graft must not get this copy.
-            self._maybe_optimize(peer, msg.hops, missing.announcers, now, out)
-        self._queue_ihave(mid, envelope.publisher, envelope.seq, msg.hops, peer, out)
-        if envelope.publisher != self.me:
-            self.ordering.deliver(mid, envelope, msg.hops, now, out)
-
-    def _take_parent(self, peer: PeerId, now: float, out: list[OutEvent]) -> None:
-        """A neighbour sent us a message first: it is our latest parent (`first_from`). A
-        lazy one becomes eager at both ends (an empty GRAFT: the copy may be a PULL answer,
-        not an eager push), unless we pruned it less than `graft_grace` ago: then the copy
-        left before our PRUNE arrived, and the peer makes us lazy on reading it."""
+    def _lazy_sender_first(self, peer: PeerId, now: float, out: list[OutEvent]) -> None:
+        """A lazy neighbour sent us a message first: it becomes eager at both ends (an empty
+        GRAFT: the copy may be a PULL answer, not an eager push), unless we pruned it less
+        than `graft_grace` ago: then the copy left before our PRUNE arrived, and the peer
+        makes us lazy on reading it."""
         pruned = self.pruned_at.get(peer)
-        if peer in self.lazy and (pruned is None or now - pruned >= self.config.graft_grace):
+        if pruned is None or now - pruned >= self.config.graft_grace:
             self._graft(peer, (), now, out)
             self._make_eager(peer, out)
-        self.first_from.pop(peer, None)
-        self.first_from[peer] = now
 
     def _expect_answers(self, mid: MessageId, peer: PeerId, missing: Missing) -> None:
         """The other announcers we GRAFTed `mid` from will answer: their copies are ones we
