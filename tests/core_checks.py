@@ -95,6 +95,7 @@ def check_node(node: NodeState) -> None:
         ("cache bytes", bc.cache_bytes, bcfg.cache_max_bytes),
         ("seen", len(bc.seen), bcfg.seen_max),
         ("missing", len(bc.missing), bcfg.max_missing),
+        ("missing due", len(bc.missing_due), 2 * bcfg.max_missing),
         ("streams", len(bc.streams), bcfg.max_publishers),
         ("fetches", len(bc.fetches), bcfg.max_fetches),
         ("dropped ids", len(bc.ordering.dropped), bcfg.max_held_per_publisher),

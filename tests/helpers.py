@@ -92,6 +92,7 @@ def broadcast_config(**overrides: object) -> BroadcastConfig:
     """Every Plumtree field explicit; the ticks are round binary fractions of a second."""
     fields: dict[str, object] = {
         "ihave_interval": 0.125,
+        "graft_timeout": 0.125,
         "missing_check_interval": 0.25,
         "missing_give_up_ticks": 25,
         "optimization_threshold": 7,

@@ -14,8 +14,8 @@ Rules this machine keeps:
   `ordering` (ordering.py), which gives the application each publisher's messages in
   sequence order, each once, and repairs gaps; its rules are at the top of that module.
 - Every table a peer can grow is bounded: cache (count, bytes, age), seen (count, age),
-  missing places, announcers per place, ranges noted per neighbour between flushes;
-  ordering.py bounds its own.
+  missing places (their due queue: twice as many rows), announcers per place, ranges
+  noted per neighbour between flushes; ordering.py bounds its own.
 
 Rules from the draft (and Plumtree):
 - publish / first receipt: GOSSIP to eager peers with hops + 1, id queued for IHAVE;
@@ -23,8 +23,9 @@ Rules from the draft (and Plumtree):
   first copy is made eager at both ends (empty GRAFT).
 - duplicate GOSSIP: PRUNE the sender, which moves to lazy; except from a peer that sent
   us an empty GRAFT less than `graft_grace` ago, a peer answering a GRAFT of ours for
-  that id, and our one eager parent (see `_on_gossip`). A lazy sender is PRUNEd again (it
-  holds us eager), at most once per `graft_grace`.
+  that id (`_asked_for`), our one eager parent and our last eager link
+  (`_prune_redundant`). A lazy sender is PRUNEd again (it holds us eager), at most once
+  per `graft_grace`.
 - first receipt from a lazy neighbour makes it eager at both ends (an empty GRAFT), unless
   we pruned it less than `graft_grace` ago (the copy was sent before our PRUNE arrived).
 - PRUNE: the sender moves to lazy; unless we GRAFTed it less than `graft_grace` ago: then
@@ -37,9 +38,10 @@ Rules from the draft (and Plumtree):
   runs (publisher, first_seq..last_seq, hops) of consecutive seqs received at one hop
   count, so a burst is one range per flush and link, not an id per message.
 - IHAVE of a place we do not hold (not cached, not delivered, not held by ordering): the
-  place is missing; one periodic timer marks it on its first tick and from the second tick
-  on GRAFTs it (as ranges, batched per peer) from the next announcer. A range wholly
-  behind the publisher's stream position costs one comparison.
+  place is missing; `graft_timeout` after its first announcement it is GRAFTed (as ranges,
+  batched per peer) from its first announcer, then every `missing_check_interval` from the
+  next (Plumtree's per-message timer, kept as one queue in due order and one timer). A
+  range wholly behind the publisher's stream position costs one comparison.
 - GRAFT: the sender becomes eager and gets the messages of the ranges it asked for that
   the cache holds.
 - PULL: the sender gets the publisher's messages it asked for that the cache holds; the
@@ -62,7 +64,7 @@ Rules from the draft (and Plumtree):
 from __future__ import annotations
 
 import math
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeAlias, assert_never
@@ -98,6 +100,10 @@ MAX_NOTED_RANGES = 64  # guess: publishers active in one ihave_interval, with ro
 # comes within it. Guess: a quarter, so flushes stay about ihave_interval apart.
 IHAVE_EARLY = 0.25
 
+# A GRAFT due this close after a timer fires goes with that timer's batch: float sums of
+# due times and timer delays differ in the last bits, and a timer of 1e-17 s is waste.
+DUE_SLACK = 1e-6
+
 Place: TypeAlias = tuple[PeerId, int]  # (publisher, seq): a message's place in its stream
 
 
@@ -106,7 +112,7 @@ class Missing:
     """A place announced by IHAVE whose message we have not received."""
 
     announcers: list[tuple[PeerId, int]]  # (peer, hops it announced), first come first
-    ticks: int = 0
+    ticks: int = 0  # times its GRAFT came due
     grafted_from: list[PeerId] = field(default_factory=list)  # whom we GRAFTed it from
 
 
@@ -148,6 +154,10 @@ class Broadcast:
         # the flush does not announce those places back to it. Emptied by each flush.
         self.announced: dict[PeerId, list[m.StreamRange]] = {}
         self.missing: dict[Place, Missing] = {}
+        # (when its next GRAFT is due, place, entry) per missing place, due times in
+        # order: each entry is due graft_timeout after its first announcement, then every
+        # missing_check_interval. A place received meanwhile leaves a stale row, skipped.
+        self.missing_due: deque[tuple[float, Place, Missing]] = deque()
         # neighbour -> when it last sent us an empty GRAFT (it lost its parent); at most
         # one entry per active neighbour, dropped when it goes down.
         self.grafted_at: dict[PeerId, float] = {}
@@ -456,139 +466,158 @@ class Broadcast:
                 assert_never(msg)  # a broadcast message without a case: a bug of ours
 
     def _on_gossip(self, peer: PeerId, msg: m.Gossip, now: float, out: list[OutEvent]) -> None:
+        """Plumtree's push: a first copy, checked once before anything of it is kept, is
+        kept, pushed to the eager peers, queued for IHAVE and delivered; a duplicate may
+        prune its sender (`_on_duplicate`)."""
         if msg.hops >= m.MAX_HOPS:
-            # No room to forward it (hops + 1 is past the wire's bound): checked here,
-            # before it is seen or cached, or every later GRAFT or PULL answer fails too.
+            # Checked before it is seen or cached: forwarding needs hops + 1 on the wire.
             out.append(PeerMisbehaved(peer, f"GOSSIP hops {msg.hops} leaves no room to forward"))
             return
         mid = msg.id
         if mid in self.seen:
-            self.counters.duplicates_received += 1
-            self._note_holder(mid, peer)
-            if mid in self.ordering.dropped:
-                # Dropped unheld by ordering (its held table was full): this copy may be
-                # the one the stream needs now. Not forwarded: it was, when first seen.
-                # Checked as a first copy is (a duplicate's envelope is otherwise never
-                # decoded).
-                try:
-                    again: Envelope | None = msg.envelope
-                except ValueError:
-                    again = None
-                if (
-                    again is not None
-                    and self._message_id(again.unsigned) == mid
-                    and (self.signer is None or check_message(mid, again) is None)
-                    and self.ordering.take_again(mid)
-                ):
-                    self.ordering.deliver(mid, again, msg.hops, now, out)
-                    return
-            # A peer that just grafted us lost its parent (eager repair) or is swapping to
-            # us (optimisation), and forwards what was already in flight to it: pruning it
-            # for those copies would undo the repair on every link it grafted at once, and
-            # leave it with no eager parent at all (seen in the simulator with IHAVE
-            # dropped, when a proximity swap took a node's parent). It is pruned, if need
-            # be, for a duplicate that comes after the grace.
-            grafted = self.grafted_at.get(peer)
-            grace = self.config.graft_grace
-            if grafted is not None and now - grafted < grace:
-                return
-            # The answer to a GRAFT we sent it: we asked two announcers in turn and both
-            # answered. The link carries no redundant push; pruning it for the copy we
-            # asked for cut the link we had just grafted, and left a node that had lost
-            # its eager links with none again (the benchmark's repair loop, see below).
-            asked = self.graft_answers.get(mid)
-            if asked is not None and peer in asked:
-                asked.remove(peer)
-                if not asked:
-                    del self.graft_answers[mid]
-                return
-            # It has sent us messages first and no other eager neighbour has: it is our
-            # one parent, and the copy that came first came from a peer that has pruned us
-            # since, or that we pruned (PRUNEs crossing). Pruning this one too would leave
-            # us with IHAVEs only, repaired a GRAFT round later for every message. Nor is
-            # our last eager link pruned: a node whose first copy came from a peer that had
-            # just left its view got the same message from all its neighbours at once,
-            # pruned every one and was left with lazy links only (`--drop ihave=1.0
-            # --seed 2`: it missed all 50 counted messages).
-            last = len(self.eager) == 1
-            if peer in self.eager and not last and not self._only_parent(peer):
-                self._make_lazy(peer)
-                self._prune(peer, now, out)
-            elif peer in self.lazy and now - self.pruned_at.get(peer, -math.inf) >= grace:
-                # A lazy peer that pushes to us holds us eager: our PRUNE, or its GRAFT's
-                # answer, was lost. Copies it sent before our last PRUNE reached it are
-                # spared by the same grace as above.
-                self._prune(peer, now, out)
+            self._on_duplicate(peer, msg, now, out)
             return
-        try:
-            envelope = msg.envelope
-        except ValueError as exc:
-            out.append(PeerMisbehaved(peer, f"GOSSIP envelope is not canonical: {exc}"))
+        envelope = self._checked_envelope(peer, msg, out)
+        if envelope is None or self._rival_loses(peer, mid, envelope, out):
             return
-        if self._message_id(envelope.unsigned) != mid:
-            self.counters.bad_ids += 1
-            out.append(PeerMisbehaved(peer, "GOSSIP id does not match its envelope"))
-            return
-        if envelope.size > self.config.max_message_size:
-            out.append(
-                PeerMisbehaved(peer, f"GOSSIP of {envelope.size} bytes exceeds max_message_size")
-            )
-            return
-        if self.signer is not None and (problem := check_message(mid, envelope)) is not None:
-            self.counters.bad_signatures += 1
-            out.append(PeerMisbehaved(peer, f"GOSSIP of {envelope.publisher!r} {problem}"))
-            return
-        if self._rival_loses(peer, mid, envelope, out):
-            return
+        place = (envelope.publisher, envelope.seq)
         self.counters.gossip_received += 1
         self._remember(mid, envelope, hops=msg.hops, sender=peer, now=now)
         if self.ordering.behind_stream(envelope):
-            # From before our stream's position: history, kept but not delivered again. An
-            # answer to our own fetch is news to nobody downstream, so it stops here; any
-            # other copy may be live for nodes that joined before us, and goes on.
+            # History, kept but not delivered again. An answer to our own fetch is news to
+            # nobody downstream; any other copy may be live for nodes that joined before us.
             self.counters.recovered += 1
             out.append(Recovered(self.topic, mid, envelope))
             if self.ordering.fetched(envelope):
-                self.missing.pop((envelope.publisher, envelope.seq), None)
+                self.missing.pop(place, None)
                 return
-        missing = self.missing.pop((envelope.publisher, envelope.seq), None)
-        if self._is_neighbor(peer):
-            # A first copy from a lazy neighbour: it becomes our eager parent (Plumtree),
-            # at both ends: we say so with an empty GRAFT. Flipping only our end was wrong
-            # whenever the copy was not an eager push: a PULL answer (gap repair) left the
-            # link eager here and lazy there, and the node starved (`--drop ihave=1.0`: a
-            # node missed the tail of a stream for good). Unless we pruned it so lately
-            # that this copy was on its way before our PRUNE arrived: it makes us lazy on
-            # reading the PRUNE, and counting it as eager here left a node whose one
-            # "parent" pushed nothing to it (a benchmark trace: cut off 320 ms).
-            pruned = self.pruned_at.get(peer)
-            if peer in self.lazy and (pruned is None or now - pruned >= self.config.graft_grace):
-                self._graft(peer, (), now, out)
-                self._make_eager(peer, out)
+        missing = self.missing.pop(place, None)
+        neighbor = self._is_neighbor(peer)
+        if neighbor:
+            if peer in self.lazy:
+                self._lazy_sender_first(peer, now, out)
+            # Our latest parent: first_from keeps the most recent last.
             self.first_from.pop(peer, None)
             self.first_from[peer] = now
-        # A peer that announced the id (IHAVE) holds it: pushing it there is a duplicate,
-        # answered by a PRUNE. When we had lost our eager links and grafted several
-        # announcers, those PRUNEs cut the new links at once, so we lost them again and
-        # repaired again, in a loop (the config benchmark: ~500 GRAFTs a run at 50 msg/s).
         holders: frozenset[PeerId] = frozenset()
         if missing is not None:
+            # Announcers hold it: a push there is a duplicate, answered by a PRUNE.
             holders = frozenset(p for p, _ in missing.announcers)
-            asked = [p for p in missing.grafted_from if p != peer]
-            if asked:
-                self.graft_answers[mid] = asked
-                if len(self.graft_answers) > self.config.max_missing:
-                    self.graft_answers.popitem(last=False)
+            self._expect_answers(mid, peer, missing)
         forward = msg.forwarded(msg.hops + 1)
+        topic = self.topic
         for eager_peer in self.eager:
             if eager_peer != peer and eager_peer not in holders:
-                out.append(Send(eager_peer, self.topic, forward))
-        if missing is not None and self._is_neighbor(peer):
+                out.append(Send(eager_peer, topic, forward))
+        if missing is not None and neighbor:
             # After the push, as Plumtree does: the announcer we graft must not get this copy.
             self._maybe_optimize(peer, msg.hops, missing.announcers, now, out)
         self._queue_ihave(mid, envelope.publisher, envelope.seq, msg.hops, peer, out)
         if envelope.publisher != self.me:
             self.ordering.deliver(mid, envelope, msg.hops, now, out)
+
+    def _on_duplicate(self, peer: PeerId, msg: m.Gossip, now: float, out: list[OutEvent]) -> None:
+        mid = msg.id
+        self.counters.duplicates_received += 1
+        self._note_holder(mid, peer)
+        if mid in self.ordering.dropped and self._take_again(msg, now, out):
+            return
+        if not self._asked_for(peer, mid, now):
+            self._prune_redundant(peer, now, out)
+
+    def _take_again(self, msg: m.Gossip, now: float, out: list[OutEvent]) -> bool:
+        """Deliver a copy of a message ordering dropped unheld (its held table was full):
+        the stream may need it now. Checked as a first copy is (a duplicate's envelope is
+        otherwise never decoded); not forwarded: it was, when first seen."""
+        mid = msg.id
+        try:
+            again = msg.envelope
+        except ValueError:
+            return False
+        if (
+            self._message_id(again.unsigned) != mid
+            or (self.signer is not None and check_message(mid, again) is not None)
+            or not self.ordering.take_again(mid)
+        ):
+            return False
+        self.ordering.deliver(mid, again, msg.hops, now, out)
+        return True
+
+    def _asked_for(self, peer: PeerId, mid: MessageId, now: float) -> bool:
+        """Is this duplicate a copy we asked for rather than a redundant path? From a peer
+        that sent us an empty GRAFT less than `graft_grace` ago (it lost its parent or
+        swaps to us, and forwards what was in flight to it), or the answer to a GRAFT of
+        ours for `mid` (we asked two announcers in turn and both answered)."""
+        grafted = self.grafted_at.get(peer)
+        if grafted is not None and now - grafted < self.config.graft_grace:
+            return True
+        asked = self.graft_answers.get(mid)
+        if asked is not None and peer in asked:
+            asked.remove(peer)
+            if not asked:
+                del self.graft_answers[mid]
+            return True
+        return False
+
+    def _prune_redundant(self, peer: PeerId, now: float, out: list[OutEvent]) -> None:
+        """Plumtree: the sender of a duplicate moves to lazy. Never our last eager link, nor
+        our one parent (it alone has sent us messages first). A lazy peer that still pushes
+        after `graft_grace` holds us eager (our PRUNE, or its GRAFT's answer, was lost): it
+        is pruned again."""
+        if peer in self.eager and len(self.eager) > 1 and not self._only_parent(peer):
+            self._make_lazy(peer)
+            self._prune(peer, now, out)
+        elif (
+            peer in self.lazy
+            and now - self.pruned_at.get(peer, -math.inf) >= self.config.graft_grace
+        ):
+            self._prune(peer, now, out)
+
+    def _checked_envelope(
+        self, peer: PeerId, msg: m.Gossip, out: list[OutEvent]
+    ) -> Envelope | None:
+        """A first copy's envelope, if it is canonical, matches its id, fits
+        max_message_size and (signing on) is signed by its publisher; else None, and the
+        peer misbehaved."""
+        try:
+            envelope = msg.envelope
+        except ValueError as exc:
+            out.append(PeerMisbehaved(peer, f"GOSSIP envelope is not canonical: {exc}"))
+            return None
+        mid = msg.id
+        if self._message_id(envelope.unsigned) != mid:
+            self.counters.bad_ids += 1
+            out.append(PeerMisbehaved(peer, "GOSSIP id does not match its envelope"))
+            return None
+        if envelope.size > self.config.max_message_size:
+            out.append(
+                PeerMisbehaved(peer, f"GOSSIP of {envelope.size} bytes exceeds max_message_size")
+            )
+            return None
+        if self.signer is not None and (problem := check_message(mid, envelope)) is not None:
+            self.counters.bad_signatures += 1
+            out.append(PeerMisbehaved(peer, f"GOSSIP of {envelope.publisher!r} {problem}"))
+            return None
+        return envelope
+
+    def _lazy_sender_first(self, peer: PeerId, now: float, out: list[OutEvent]) -> None:
+        """A lazy neighbour sent us a message first: it becomes eager at both ends (an empty
+        GRAFT: the copy may be a PULL answer, not an eager push), unless we pruned it less
+        than `graft_grace` ago: then the copy left before our PRUNE arrived, and the peer
+        makes us lazy on reading it."""
+        pruned = self.pruned_at.get(peer)
+        if pruned is None or now - pruned >= self.config.graft_grace:
+            self._graft(peer, (), now, out)
+            self._make_eager(peer, out)
+
+    def _expect_answers(self, mid: MessageId, peer: PeerId, missing: Missing) -> None:
+        """The other announcers we GRAFTed `mid` from will answer: their copies are ones we
+        asked for, not a redundant path (`_asked_for`)."""
+        asked = [p for p in missing.grafted_from if p != peer]
+        if asked:
+            self.graft_answers[mid] = asked
+            if len(self.graft_answers) > self.config.max_missing:
+                self.graft_answers.popitem(last=False)
 
     def _rival_loses(
         self, peer: PeerId, mid: MessageId, envelope: Envelope, out: list[OutEvent]
@@ -720,14 +749,15 @@ class Broadcast:
                 if entry is None:
                     if len(missing) >= c.max_missing:
                         continue
-                    missing[place] = Missing(announcers=[(peer, hops)])
+                    entry = missing[place] = Missing(announcers=[(peer, hops)])
+                    self._due(now + c.graft_timeout, place, entry)
                 elif len(entry.announcers) < c.max_announcers and all(
                     p != peer for p, _ in entry.announcers
                 ):
                     entry.announcers.append((peer, hops))
         if missing and not self._missing_armed:
             self._missing_armed = True
-            out.append(ScheduleTimer(c.missing_check_interval, (*self._timer_prefix, "missing")))
+            out.append(ScheduleTimer(c.graft_timeout, (*self._timer_prefix, "missing")))
 
     def _holds(self, place: Place) -> bool:
         """Have we this place's message: cached, delivered or given up, or held?"""
@@ -775,7 +805,7 @@ class Broadcast:
             self._flush_ihave(out)
         elif name == "missing":
             self._missing_armed = False
-            self._check_missing(now, out)
+            self._graft_due(now, out)
         elif name == "gap":
             self.ordering.on_gap_timer([*self.eager, *self.lazy], now, out)
         elif name == "settle":
@@ -815,27 +845,41 @@ class Broadcast:
         self.holders = {}
         self.announced = {}
 
-    def _check_missing(self, now: float, out: list[OutEvent]) -> None:
-        """The draft's single heartbeat: mark on the first tick, GRAFT from the second, one
-        announcer per tick in the order they announced, give up after enough ticks."""
+    def _due(self, at: float, place: Place, entry: Missing) -> None:
+        """Queue `entry`'s next GRAFT at `at` (never before any queued one: `at` is now +
+        a fixed delay). Stale rows are dropped when they outnumber the live ones."""
+        due = self.missing_due
+        due.append((at, place, entry))
+        if len(due) > 2 * self.config.max_missing:
+            missing = self.missing
+            self.missing_due = deque(row for row in due if missing.get(row[1]) is row[2])
+
+    def _graft_due(self, now: float, out: list[OutEvent]) -> None:
+        """Plumtree's per-message timer, kept as one queue and one timer: a place still
+        missing `graft_timeout` after its first IHAVE is GRAFTed from its first announcer,
+        then every missing_check_interval from the next, until missing_give_up_ticks."""
         c = self.config
+        missing = self.missing
+        due = self.missing_due
         grafts: dict[PeerId, list[tuple[PeerId, int, int]]] = {}
-        for place in list(self.missing):
-            entry = self.missing[place]
+        until = now + DUE_SLACK
+        while due and due[0][0] <= until:
+            _, place, entry = due.popleft()
+            if missing.get(place) is not entry:
+                continue  # received (or given up) since it was queued
             entry.ticks += 1
             if entry.ticks > c.missing_give_up_ticks:
-                del self.missing[place]  # the per-publisher gap pull may still recover it
-                continue
-            if entry.ticks < 2:
+                del missing[place]  # the per-publisher gap pull may still recover it
                 continue
             live = [p for p, _ in entry.announcers if self._is_neighbor(p)]
             if not live:
-                del self.missing[place]
+                del missing[place]
                 continue
-            peer = live[(entry.ticks - 2) % len(live)]
+            peer = live[(entry.ticks - 1) % len(live)]
             if peer not in entry.grafted_from:
                 entry.grafted_from.append(peer)
             grafts.setdefault(peer, []).append((*place, 0))
+            self._due(now + c.missing_check_interval, place, entry)
         for peer, places in grafts.items():
             self._make_eager(peer, out)
             for start in range(0, len(places), c.max_graft_ids):
@@ -843,9 +887,12 @@ class Broadcast:
                     self.counters.grafts_sent += 1
                     self.counters.graft_ids_sent += sum(r[2] - r[1] + 1 for r in ranges)
                     self._graft(peer, ranges, now, out)
-        if self.missing:
+        while due and missing.get(due[0][1]) is not due[0][2]:
+            due.popleft()  # received since: no wakeup for it
+        if due:
             self._missing_armed = True
-            out.append(ScheduleTimer(c.missing_check_interval, (*self._timer_prefix, "missing")))
+            wait = max(due[0][0] - now, 0.0)
+            out.append(ScheduleTimer(wait, (*self._timer_prefix, "missing")))
 
     # -- caches -------------------------------------------------------------------------
 

@@ -123,7 +123,12 @@ class MembershipConfig:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BroadcastConfig:
     ihave_interval: float = 0.1  # draft: "a period in the order of 0.1s"
-    missing_check_interval: float = 0.2  # tuned: a message is grafted 1-2 ticks after its IHAVE
+    # A place announced by IHAVE and not received is GRAFTed this long after its first
+    # announcement (Plumtree's per-message timer), then every missing_check_interval from
+    # the next announcer. An IHAVE can trail its announcer's copy by one flush interval,
+    # so an eager copy later than that comes by a slower path than the lazy one.
+    graft_timeout: float = 0.1  # = ihave_interval
+    missing_check_interval: float = 0.2  # guess: an answer's round trip, with room
     missing_give_up_ticks: int = 25  # guess: ~5 s of grafting before giving an id up
     # The draft: "closer to the diameter of the tree to avoid constant changes". iroh uses 7;
     # at 7 the simulator saw 4 senders flutter (RMR 0.38, p50 327 ms; 15: 0.11, 204 ms).
@@ -167,6 +172,7 @@ class BroadcastConfig:
     def __post_init__(self) -> None:
         for name in (
             "ihave_interval",
+            "graft_timeout",
             "missing_check_interval",
             "cache_ttl",
             "seen_ttl",
