@@ -53,6 +53,7 @@ from episub.config.codec import (
 )
 from episub.config.state import ConfigState, Entry, check_key
 from episub.node import Neighbor, Node
+from episub.proto.config import CONFIG_TOPIC_PREFIX
 from episub.proto.messages import check_topic_name
 from episub.subscription import Lost, Message
 
@@ -68,7 +69,7 @@ __all__ = [
 
 log = logging.getLogger("episub.config")
 
-TOPIC_PREFIX = "_episub.config."
+TOPIC_PREFIX = CONFIG_TOPIC_PREFIX  # the core gives these topics their broadcast config
 # How long a sync request waits for the named neighbour's snapshot before naming the next:
 # a neighbour answers at once, so this is a few RTTs plus a busy Python process's pause.
 SYNC_TIMEOUT = 2.0  # guess
@@ -77,8 +78,9 @@ SEED_GRACE = 1.0  # guess: a few RTTs and a shuffle of a busy Python node
 SNAPSHOT_INTERVAL = 0.2  # s between two snapshot answers; guess: 5/s stays cheap at 512 KiB
 # How long versions skipped by an update may stay missing before a snapshot is asked for:
 # a write that overtook another on its way comes from a separate stream, and the late one
-# is repaired by IHAVE + GRAFT within ihave_interval + 2 * missing_check_interval (0.5 s).
-GAP_GRACE = 1.0  # guess: twice that repair
+# is repaired by IHAVE + GRAFT within ihave_interval + 2 * missing_check_interval (0.9 s
+# with a config topic's ihave_interval, episub/proto/config.py CONFIG_TOPIC_BROADCAST).
+GAP_GRACE = 2.0  # guess: about twice that repair
 MAX_MISSING_VERSIONS = 4096  # versions tracked as skipped; past it, a snapshot is asked at once
 
 
@@ -318,8 +320,8 @@ class ConfigReplica:
             return True
         with trio.move_on_after(timeout):
             # An Event swapped on each change, not a Condition: no lock to take per update
-            # (a follower waits once per version, on the hot path of every update).
-            await trio.lowlevel.checkpoint()
+            # (a follower waits once per version, on the hot path of every update). The
+            # loop waits at least once (the version is below), and a wait is a checkpoint.
             while self.state.version < version:
                 await self._changed.wait()
             return True
