@@ -198,13 +198,6 @@ class Connection:
                     self._check_clean_end()
                     break
                 self._received(data)
-                if len(data) < READ_CHUNK:
-                    # A short read emptied the socket: park at once rather than pay for a
-                    # read that fails (a system call and an exception per wakeup). More
-                    # bytes, or EOF, make the socket readable again, so none is missed.
-                    turn = 0
-                    await trio.lowlevel.wait_readable(self._socket)
-                    continue
                 turn += 1
                 if turn >= READS_PER_TURN:
                     turn = 0
