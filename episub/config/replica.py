@@ -94,9 +94,12 @@ DELETE = _Delete()  # a write's value that deletes its key
 
 def write_stream(writer: bytes, version: int) -> bytes:
     """The one-message stream a write travels on: unique per (writer, version), <= 64 bytes."""
-    return (
-        b"cfg/" + hashlib.blake2b(writer, digest_size=12).hexdigest().encode() + (b"/%d" % version)
-    )
+    return _write_streams_of(writer) + b"%d" % version
+
+
+def _write_streams_of(writer: bytes) -> bytes:
+    """What every write stream of `writer` starts with (and no other writer's)."""
+    return b"cfg/" + hashlib.blake2b(writer, digest_size=12).hexdigest().encode() + b"/"
 
 
 def config_topic(name: str) -> str:
@@ -134,6 +137,9 @@ class ConfigReplica:
         self._requesters: dict[bytes, int] = {}  # sync requests to answer: id -> its version
         self._missing: dict[int, float] = {}  # versions an update skipped -> when noticed
         self._gap_noticed = trio.Event()
+        # Our own writes come back from the node as its deliveries: applied when made, they
+        # are recognised by their stream, without decoding them again.
+        self._own_writes = _write_streams_of(node.id)
 
     # -- running ---------------------------------------------------------------------------
 
@@ -157,8 +163,11 @@ class ConfigReplica:
             log.info("config %r: missed messages (%r); asking for a snapshot", self.name, item)
             self._sync_wanted.set()
             return
-        if not isinstance(item, Message) or item.publisher == self.node.id:
-            return  # our own writes were applied when made
+        if not isinstance(item, Message):
+            return
+        publisher = item.publisher
+        if publisher == self.node.id or publisher.startswith(self._own_writes):
+            return  # our own sync requests, snapshots and writes (applied when made)
         try:
             message = decode(item.value)
         except ConfigCodecError as exc:
