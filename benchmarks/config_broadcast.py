@@ -45,6 +45,7 @@ import json
 import os
 import platform
 import queue
+import resource
 import shlex
 import socket
 import subprocess
@@ -296,18 +297,19 @@ async def episub_node(args: argparse.Namespace, writer: bool) -> None:
             expect_line("START", await stdin_line())
             await write(1, args.warmup)
             expect_line("GO", await stdin_line())
-            cpu_go, woken = cpu_s(), wakeups()
+            profiler = start_profile()
+            cpu_go, stats_go, woken, kernel = cpu_s(), node.stats(), wakeups(), sys_cpu_s()
             await write(args.warmup + 1, args.final)
-            say("RESULT", json.dumps({"sets": sets, "cpu_s": cpu_s() - cpu_go,
-                                      "wakeups": _since(woken)}))  # fmt: skip
+            cpu_go, woken, kernel = cpu_s() - cpu_go, _since(woken), sys_cpu_s() - kernel
+            stop_profile(profiler, "writer")
+            stats = {k: v - stats_go.get(k, 0) for k, v in node.stats().items()}
+            say("RESULT", json.dumps({"sets": sets, "cpu_s": cpu_go, "sys_cpu_s": kernel,
+                                      "wakeups": woken, "stats": stats}))  # fmt: skip
         else:
             seen: list[tuple[int, int]] = []
             version = replica.state.version
-            cpu_warm, stats_warm, woken = cpu_s(), node.stats(), wakeups()
-            # BENCH_PROFILE_DIR=DIR: cProfile (CPU time) each reader's measured updates
-            # into DIR/reader<pid>.prof.
-            profile_dir = os.environ.get("BENCH_PROFILE_DIR")
-            profiler = cProfile.Profile(time.process_time) if profile_dir else None
+            cpu_warm, stats_warm, woken, kernel = cpu_s(), node.stats(), wakeups(), sys_cpu_s()
+            profiler = None
             if args.warmup == 0:
                 say("WARM")
             while version < args.final and trio.current_time() < deadline:
@@ -315,16 +317,15 @@ async def episub_node(args: argparse.Namespace, writer: bool) -> None:
                     seen.append((replica.state.version, time.monotonic_ns()))
                     if version < args.warmup <= replica.state.version:
                         say("WARM")
+                        profiler = start_profile()
                         cpu_warm, stats_warm, woken = cpu_s(), node.stats(), wakeups()
-                        if profiler is not None:
-                            profiler.enable()
+                        kernel = sys_cpu_s()
                     version = replica.state.version
-            if profiler is not None:
-                profiler.disable()
-                profiler.dump_stats(os.path.join(profile_dir, f"reader{os.getpid()}.prof"))
+            stop_profile(profiler, "reader")
             stats = {k: v - stats_warm.get(k, 0) for k, v in node.stats().items()}
             say("RESULT", json.dumps({"seen": seen, "counters": replica.counters,
                                       "cpu_s": cpu_s() - cpu_warm, "stats": stats,
+                                      "sys_cpu_s": sys_cpu_s() - kernel,
                                       "wakeups": _since(woken),
                                       "address": node.address,
                                       "rtts_ms": [n.rtt_ms for n in
@@ -332,6 +333,29 @@ async def episub_node(args: argparse.Namespace, writer: bool) -> None:
         with trio.move_on_after(args.deadline):
             await stdin_line()  # STOP, or EOF: keep forwarding until then
         nursery.cancel_scope.cancel()
+
+
+def sys_cpu_s() -> float:
+    """System (kernel) CPU seconds of this process so far: the part of cpu_s spent in
+    system calls (socket reads and writes, epoll) rather than Python."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_stime
+
+
+def start_profile() -> cProfile.Profile | None:
+    """BENCH_PROFILE_DIR=DIR: cProfile (CPU time) of this process's measured updates."""
+    if not os.environ.get("BENCH_PROFILE_DIR"):
+        return None
+    profiler = cProfile.Profile(time.process_time)
+    profiler.enable()
+    return profiler
+
+
+def stop_profile(profiler: cProfile.Profile | None, role: str) -> None:
+    """...written to DIR/<role><pid>.prof."""
+    if profiler is not None:
+        profiler.disable()
+        path = os.path.join(os.environ["BENCH_PROFILE_DIR"], f"{role}{os.getpid()}.prof")
+        profiler.dump_stats(path)
 
 
 def _since(woken: int | None) -> int | None:
@@ -358,10 +382,11 @@ def redis_writer(args: argparse.Namespace) -> None:
     expect_line("START", sys.stdin.readline())
     write(1, args.warmup)
     expect_line("GO", sys.stdin.readline())
-    cpu_go, woken = cpu_s(), wakeups()
+    cpu_go, woken, kernel = cpu_s(), wakeups(), sys_cpu_s()
     write(args.warmup + 1, args.final)
     say("RESULT", json.dumps({"sets": sets, "receivers_min": min(receivers, default=0),
-                              "cpu_s": cpu_s() - cpu_go, "wakeups": _since(woken)}))  # fmt: skip
+                              "cpu_s": cpu_s() - cpu_go, "sys_cpu_s": sys_cpu_s() - kernel,
+                              "wakeups": _since(woken)}))  # fmt: skip
     sys.stdin.readline()
 
 
@@ -376,7 +401,7 @@ def redis_reader(args: argparse.Namespace) -> None:
         if time.monotonic() > deadline:
             raise SystemExit("no subscribe confirmation")
     say("READY", args.contact)
-    cpu_warm, woken = cpu_s(), wakeups()
+    cpu_warm, woken, kernel = cpu_s(), wakeups(), sys_cpu_s()
     if args.warmup == 0:
         say("WARM")
     seen: list[tuple[int, int]] = []
@@ -390,9 +415,10 @@ def redis_reader(args: argparse.Namespace) -> None:
                 seen.append((got, t))
                 if version < args.warmup <= got:
                     say("WARM")
-                    cpu_warm, woken = cpu_s(), wakeups()
+                    cpu_warm, woken, kernel = cpu_s(), wakeups(), sys_cpu_s()
                 version = got
     say("RESULT", json.dumps({"seen": seen, "cpu_s": cpu_s() - cpu_warm,
+                              "sys_cpu_s": sys_cpu_s() - kernel,
                               "wakeups": _since(woken)}))  # fmt: skip
     sys.stdin.readline()
 
@@ -598,6 +624,11 @@ def report(args: argparse.Namespace, raw: dict[str, Any], command: str) -> dict[
         result["cpu_ms_per_update"] = round(
             1000 * sum(result["cpu_s"].values()) / max(1, len(sets)), 3
         )
+        if "sys_cpu_s" in raw["written"]:  # the kernel's part (system calls)
+            result["sys_cpu_s"] = {
+                "readers": round(sum(r["sys_cpu_s"] for r in raw["readers"]), 3),
+                "writer": round(raw["written"]["sys_cpu_s"], 3),
+            }
     woken = [r.get("wakeups") for r in raw["readers"]]
     if None not in woken and sets:
         # Times a reader process blocked and was woken (voluntary context switches), per
@@ -624,6 +655,8 @@ def print_report(result: dict[str, Any]) -> None:
           f"{lat['seen_everywhere']}/{lat['count']}; delivered {result['delivered']}")  # fmt: skip
     if "cpu_s" in result:
         print(f"  CPU s (data phase) {result['cpu_s']}, {result['cpu_ms_per_update']} ms/update")
+    if "sys_cpu_s" in result:
+        print(f"  of which in the kernel (system calls) {result['sys_cpu_s']}")
     if "reader_wakeups_per_update" in result:
         print(f"  wakeups per reader per update {result['reader_wakeups_per_update']}")
     if "in_task" in result:

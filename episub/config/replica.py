@@ -53,6 +53,7 @@ from episub.config.codec import (
 )
 from episub.config.state import ConfigState, Entry, check_key
 from episub.node import Neighbor, Node
+from episub.proto.config import CONFIG_TOPIC_PREFIX
 from episub.proto.messages import check_topic_name
 from episub.subscription import Delivery, Lost
 
@@ -68,7 +69,7 @@ __all__ = [
 
 log = logging.getLogger("episub.config")
 
-TOPIC_PREFIX = "_episub.config."
+TOPIC_PREFIX = CONFIG_TOPIC_PREFIX  # the core gives these topics their broadcast config
 # How long a sync request waits for the named neighbour's snapshot before naming the next:
 # a neighbour answers at once, so this is a few RTTs plus a busy Python process's pause.
 SYNC_TIMEOUT = 2.0  # guess
@@ -77,8 +78,9 @@ SEED_GRACE = 1.0  # guess: a few RTTs and a shuffle of a busy Python node
 SNAPSHOT_INTERVAL = 0.2  # s between two snapshot answers; guess: 5/s stays cheap at 512 KiB
 # How long versions skipped by an update may stay missing before a snapshot is asked for:
 # a write that overtook another on its way comes from a separate stream, and the late one
-# is repaired by IHAVE + GRAFT within ihave_interval + 2 * missing_check_interval (0.5 s).
-GAP_GRACE = 1.0  # guess: twice that repair
+# is repaired by IHAVE + GRAFT within ihave_interval + 2 * missing_check_interval (0.9 s
+# with a config topic's ihave_interval, episub/proto/config.py CONFIG_TOPIC_BROADCAST).
+GAP_GRACE = 2.0  # guess: about twice that repair
 MAX_MISSING_VERSIONS = 4096  # versions tracked as skipped; past it, a snapshot is asked at once
 
 
@@ -92,9 +94,12 @@ DELETE = _Delete()  # a write's value that deletes its key
 
 def write_stream(writer: bytes, version: int) -> bytes:
     """The one-message stream a write travels on: unique per (writer, version), <= 64 bytes."""
-    return (
-        b"cfg/" + hashlib.blake2b(writer, digest_size=12).hexdigest().encode() + (b"/%d" % version)
-    )
+    return _write_streams_of(writer) + b"%d" % version
+
+
+def _write_streams_of(writer: bytes) -> bytes:
+    """What every write stream of `writer` starts with (and no other writer's)."""
+    return b"cfg/" + hashlib.blake2b(writer, digest_size=12).hexdigest().encode() + b"/"
 
 
 def config_topic(name: str) -> str:
@@ -132,6 +137,9 @@ class ConfigReplica:
         self._requesters: dict[bytes, int] = {}  # sync requests to answer: id -> its version
         self._missing: dict[int, float] = {}  # versions an update skipped -> when noticed
         self._gap_noticed = trio.Event()
+        # Our own writes come back from the node as its deliveries: applied when made, they
+        # are recognised by their stream, without decoding them again.
+        self._own_writes = _write_streams_of(node.id)
 
     # -- running ---------------------------------------------------------------------------
 
@@ -155,8 +163,11 @@ class ConfigReplica:
             log.info("config %r: missed messages (%r); asking for a snapshot", self.name, item)
             self._sync_wanted.set()
             return
-        if not isinstance(item, Delivery) or item.publisher == self.node.id:
-            return  # our own writes were applied when made
+        if not isinstance(item, Delivery):
+            return
+        publisher = item.publisher
+        if publisher == self.node.id or publisher.startswith(self._own_writes):
+            return  # our own sync requests, snapshots and writes (applied when made)
         try:
             message = decode(item.value)
         except ConfigCodecError as exc:
@@ -318,8 +329,8 @@ class ConfigReplica:
             return True
         with trio.move_on_after(timeout):
             # An Event swapped on each change, not a Condition: no lock to take per update
-            # (a follower waits once per version, on the hot path of every update).
-            await trio.lowlevel.checkpoint()
+            # (a follower waits once per version, on the hot path of every update). The
+            # loop waits at least once (the version is below), and a wait is a checkpoint.
             while self.state.version < version:
                 await self._changed.wait()
             return True

@@ -174,7 +174,7 @@ class NodeState:
         t = Topic(
             name=topic,
             me=self.me,
-            config=self.config,
+            config=self.config.for_topic(topic),
             rng=self.rng,
             rtts=self.rtts,
             timer_prefix=(topic, generation),

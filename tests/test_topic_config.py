@@ -1,0 +1,53 @@
+"""Per-topic broadcast settings: configuration topics (`_episub.config.*`) flush IHAVEs less
+often than data topics (episub/proto/config.py, CONFIG_TOPIC_BROADCAST), and nothing else
+about them changes."""
+
+from __future__ import annotations
+
+import pytest
+
+from episub.config.replica import config_topic
+from episub.proto.config import CONFIG_TOPIC_PREFIX, NodeConfig
+from episub.proto.events import Publish, ScheduleTimer
+from tests.helpers import broadcast_config, make_node, node_config, token
+
+CONFIG = config_topic("default")
+
+
+def test_a_config_topic_takes_the_config_broadcast_changes_and_keeps_every_other_field():
+    cfg = node_config(broadcast=broadcast_config(max_message_size=4096))
+    topic_cfg = cfg.for_topic(CONFIG)
+    assert topic_cfg.broadcast.ihave_interval == 0.5
+    assert topic_cfg.broadcast.graft_grace == 0.9
+    assert topic_cfg.broadcast.max_message_size == 4096  # the node's own setting stays
+    assert topic_cfg.membership == cfg.membership
+
+
+def test_any_other_topic_runs_with_the_node_config_as_it_is():
+    cfg = node_config()
+    assert cfg.for_topic("prices") is cfg
+    assert cfg.for_topic("_episub.other") is cfg
+
+
+def test_the_config_topic_prefix_is_the_replicas():
+    assert CONFIG.startswith(CONFIG_TOPIC_PREFIX)
+
+
+def test_topic_broadcast_changes_are_checked_when_the_config_is_made():
+    with pytest.raises(ValueError, match="ihave_interval"):
+        NodeConfig(topic_broadcast=(("t.", (("ihave_interval", 0.0),)),))
+    with pytest.raises(TypeError):
+        NodeConfig(topic_broadcast=(("t.", (("no_such_field", 1.0),)),))
+
+
+def test_no_topic_broadcast_changes_leave_config_topics_as_data_topics():
+    cfg = NodeConfig(topic_broadcast=())
+    assert cfg.for_topic(CONFIG) is cfg
+
+
+@pytest.mark.parametrize(("topic", "interval"), [(CONFIG, 0.5), ("prices", 0.125)])
+def test_a_publish_arms_the_ihave_flush_at_its_topics_interval(topic: str, interval: float):
+    node = make_node(active=(1, 2), topic=topic)
+    out = node.handle(Publish(topic, b"v"), 1.0)
+    timers = [o for o in out if isinstance(o, ScheduleTimer)]
+    assert timers == [ScheduleTimer(interval, token("ihave", topic=topic))]
