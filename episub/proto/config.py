@@ -214,6 +214,7 @@ CONFIG_TOPIC_PREFIX = "_episub.config."
 CONFIG_TOPIC_BROADCAST: tuple[tuple[str, float], ...] = (
     ("ihave_interval", 0.5),  # guess: repair within a second is live enough for configuration
     ("graft_grace", 0.9),  # ihave_interval + 2 * 200 ms, as the default's
+    ("graft_timeout", 0.5),  # = ihave_interval, as the default's
 )
 
 
