@@ -1272,6 +1272,22 @@ def test_optimisation_adopts_a_held_near_link_nearer_than_our_farthest_and_demot
     assert mem.proximity.farthest_near() == (5, 0.0625)
 
 
+def test_a_held_near_link_is_not_adopted_while_a_known_peer_could_do_better():
+    # Passive 7 (1/32 s) is nearer than the held 5 (1/16 s): optimisation asks 7 for a
+    # link of its own instead (a link both ends count is one link fewer in the overlay).
+    node = make_node(
+        active={1: RAND, 2: RAND, 3: NEAR},
+        passive=[7],
+        rtts={3: 0.25, 5: 0.0625, 7: 0.03125},
+        links={3: 4},
+    )
+    node.handle(received(5, request(NEAR, rtt=0.0625, links=4, rand=2)), 0.5)
+    assert sends(fire(node, "optimize", 1.0)) == [
+        send(7, request(NEAR, rtt=0.03125, links=4, rand=2))
+    ]
+    assert not membership(node).active[5].chosen
+
+
 def test_a_thin_view_adopts_a_held_near_link_instead_of_waiting_for_growth():
     # Two links of ours and 5's NEAR link: below A, optimisation still takes 5 as ours
     # (in a small overlay every peer may be linked already: nothing to grow from).

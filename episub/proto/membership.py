@@ -818,22 +818,22 @@ class Membership:
         c = self.config
         if not c.proximity:
             return
-        if self.link_count() < self.active_size:
-            # Growth (stabilisation) fills a thin view, but a near link we hold for a
-            # peer can count as ours at once (in a small overlay every peer may be linked
-            # already, and nothing would be left to grow from).
-            self.improving = self.proximity.adopt_held_near(now, out)
-            return
-        if any(r.kind is LinkKind.NEAR for r in self.pending.values()) or any(
-            link.relabel is not None for link in self.active.values()
-        ):
-            return  # one near request at a time (and the next round soon, if improving)
         get_rtt = self.rtts.get
         known = [
             (get_rtt(p), p)
             for p in dict.fromkeys((*self.near_candidates, *self.passive))
             if p not in self.refused_by and p not in self.active and p not in self.pending
         ]
+        if self.link_count() < self.active_size:
+            # Growth (stabilisation) fills a thin view, but a near link we hold for a
+            # peer can count as ours at once (in a small overlay every peer may be linked
+            # already, and nothing would be left to grow from).
+            self.improving = self.proximity.adopt_held_near(known, now, out)
+            return
+        if any(r.kind is LinkKind.NEAR for r in self.pending.values()) or any(
+            link.relabel is not None for link in self.active.values()
+        ):
+            return  # one near request at a time (and the next round soon, if improving)
         sent, adopted = len(out), self.counters.near_adopted
         wanted = self.proximity.optimize(known, now, out)
         if wanted is not None:
