@@ -66,9 +66,11 @@ def membership_config(**overrides: object) -> MembershipConfig:
         "shuffle_interval": 30.0,
         "stabilize_interval": 2.0,
         "optimize_interval": 5.0,
+        "optimize_interval_improving": 5.0,  # tests of the faster pace set it
         "ping_interval": 5.0,
         "passive_probe_interval": 1.0,
         "passive_probes_per_tick": 1,
+        "passive_probes_per_tick_unmeasured": 1,  # tests of the faster pace set it
         "ping_timeout": 5.0,
         "neighbor_request_timeout": 2.0,
         "join_retry_interval": 3.0,
@@ -246,6 +248,9 @@ def make_node(
         msg = request(kind, high_priority=True, rtt=rtts.get(peer), links=links.get(peer, a))
         out = node.handle(received(peer, msg, topic), now)
         assert node.active_view(topic).get(peer) is kind, out
+        # A NEAR link given here is one of the node's own C_near, as if it had asked for
+        # it (a near link a peer asked us for does not count against ours: proximity.py).
+        membership(node, topic).active[peer].chosen = kind is NEAR
     for peer in passive:
         node.handle(received(peer, m.ForwardJoin(peer=peer, ttl=0), topic), now)
     assert node.active_view(topic) == dict(active)

@@ -57,6 +57,12 @@ def stabilize_timer() -> ScheduleTimer:
     return ScheduleTimer(2.0, token("stabilize"))
 
 
+def ping_nonce_of(node: NodeState, peer: int) -> int:
+    """The nonce of the PING in flight to `peer`."""
+    [nonce] = [n for n, p in membership(node).passive_view.pings.items() if p.peer == peer]
+    return nonce
+
+
 def ping_nonce(out: list, peer: int) -> int:
     return only([e for e in out if getattr(e, "peer", None) == peer], m.Ping).message.nonce
 
@@ -323,13 +329,31 @@ def test_a_claimed_rtt_is_the_peers_word_until_measured_and_never_sticks():
     assert node.rtt(5) == 0.25  # a claim never moves a measurement
 
 
-def test_a_near_request_is_judged_by_our_measurement_over_its_claim():
-    # Farthest near neighbour 3 at 0.25 s: a claim of 0.0 would win 5 a NEAR link and
-    # evict 3; what we measured, 0.5 s, does not.
+def test_a_near_request_is_held_beside_our_own_links_whatever_rtt_it_claims():
+    # Full (A = 3): 5's near link is its choice, held beside our RAND 1, 2 and our own
+    # NEAR 3; no link of ours is evicted for it, and its claim of 0.0 is not a sample.
     node = make_node(active={1: RAND, 2: RAND, 3: NEAR}, rtts={3: 0.25, 5: 0.5}, links={3: 4})
     out = node.handle(received(5, request(NEAR, rtt=0.0, links=4, rand=2)), 1.0)
-    assert out == [send(5, m.Disconnect(alive=True))]
-    assert node.active_view(TOPIC) == {1: RAND, 2: RAND, 3: NEAR}
+    assert out == [NeighborUp(TOPIC, 5, NEAR), send(5, accept(NEAR, links=4, rand=2))]
+    assert node.active_view(TOPIC) == {1: RAND, 2: RAND, 3: NEAR, 5: NEAR}
+    assert node.rtt(5) == 0.5 == node.rtts.measured(5)
+    mem = membership(node)
+    assert (mem.link_count(), mem.held_for_others()) == (A, 1)
+    # It is not ours to drop: a full view does not shrink it away, and our own near
+    # slot stays ours to fill (3 is still the near link optimisation may replace).
+    assert sends(fire(node, "stabilize", 2.0)) == []
+    assert mem.proximity.farthest_near() == (3, 0.25)
+
+
+def test_near_links_held_for_peers_are_bounded_by_max_active_less_A():
+    # Room beside our own A links: max_active - A = 3 near links chosen by peers.
+    node = make_node(active={1: RAND, 2: RAND, 3: NEAR})
+    for peer in (5, 6, 7):
+        out = node.handle(received(peer, request(NEAR, rtt=0.125, links=4, rand=2)), 1.0)
+        assert out[0] == NeighborUp(TOPIC, peer, NEAR)
+    out = node.handle(received(8, request(NEAR, rtt=0.125, links=4, rand=2)), 1.0)
+    assert out == [send(8, m.Disconnect(alive=True))]
+    assert len(node.active_view(TOPIC)) == MAX_ACTIVE
 
 
 def test_neighbor_request_is_accepted_as_rand_when_requester_has_fewer_than_c_rand_links():
@@ -338,49 +362,15 @@ def test_neighbor_request_is_accepted_as_rand_when_requester_has_fewer_than_c_ra
     assert out == [NeighborUp(TOPIC, 5, RAND), send(5, accept(RAND, links=4, rand=3))]
 
 
-def full_view_with_two_near_links(far_links: int) -> NodeState:
-    """C_near=2 (A=4): RAND 1, 2; NEAR 3 at 0.125 s and 4 at 0.25 s, 4 claiming `far_links`."""
-    cfg = node_config(membership_config(c_near=2))
-    return make_node(
-        active={1: RAND, 2: RAND, 3: NEAR, 4: NEAR},
-        rtts={3: 0.125, 4: 0.25},
-        links={4: far_links},
-        config=cfg,
-    )
-
-
-def test_near_request_closer_by_alpha_evicts_farthest_near_neighbour_with_more_than_c_rand_links():
-    node = full_view_with_two_near_links(far_links=3)
-    out = node.handle(received(5, request(NEAR, rtt=0.1, links=4)), 1.0)
-    assert out == [
-        send(4, m.Disconnect(alive=True)),
-        NeighborDown(TOPIC, 4),
-        NeighborUp(TOPIC, 5, NEAR),
-        send(5, accept(NEAR, links=4, rand=2)),
-        ClosePeer(4),
-    ]
-    assert node.active_view(TOPIC) == {1: RAND, 2: RAND, 3: NEAR, 5: NEAR}
-    assert node.passive_view(TOPIC) == [4]
-
-
-def test_near_request_closer_by_alpha_is_accepted_without_eviction_when_farthest_has_few_links():
-    node = full_view_with_two_near_links(far_links=2)  # = C_rand: it needs the link
-    out = node.handle(received(5, request(NEAR, rtt=0.1, links=4)), 1.0)
-    assert out == [NeighborUp(TOPIC, 5, NEAR), send(5, accept(NEAR, links=5, rand=2))]
-
-
 @pytest.mark.parametrize(
     ("msg", "proximity"),
     [
-        # 0.125 * alpha = 0.25 is not closer than the farthest near neighbour (0.25).
-        (request(NEAR, rtt=0.125, links=4), True),
-        (request(NEAR, rtt=None, links=4), True),
         (request(RAND, rtt=0.01, links=4), True),
         (request(NEAR, rtt=0.01, links=4), False),
     ],
-    ids=["not-closer-by-alpha", "no-rtt", "rand-with-c_rand-links", "proximity-off"],
+    ids=["rand-with-c_rand-links", "proximity-off"],
 )
-def test_neighbor_request_refused_with_disconnect_when_full_and_not_closer(msg, proximity):
+def test_neighbor_request_refused_with_disconnect_when_full(msg, proximity):
     cfg = node_config(membership_config(c_near=2, proximity=proximity))
     node = make_node(
         active={1: RAND, 2: RAND, 3: NEAR, 4: NEAR}, rtts={3: 0.125, 4: 0.25}, config=cfg
@@ -852,6 +842,20 @@ def test_probe_pings_each_peer_at_most_once_per_tick():
     assert pinged == [9]
 
 
+def test_probe_measures_more_peers_a_tick_while_near_candidates_are_unmeasured():
+    # Neighbours' views bring candidates faster than one probe a tick measures them:
+    # while some have no RTT, passive_probes_per_tick_unmeasured go out (then 1 again).
+    cfg = node_config(membership_config(passive_probes_per_tick_unmeasured=3))
+    node = make_node(active={1: RAND, 2: RAND, 3: NEAR}, passive=[8], rtts={3: 0.25}, config=cfg)
+    nonce = ping_nonce(fire(node, "ping", 1.0), 3)
+    node.handle(received(3, m.Pong(nonce=nonce, active_count=4, active=(ME, 9, 10))), 1.125)
+    pinged = sorted(s.peer for s in sends(fire(node, "probe", 2.0), m.Ping))
+    assert pinged == [8, 9, 10]
+    for peer, rtt in ((8, 0.5), (9, 0.25), (10, 0.125)):
+        node.handle(received(peer, m.Pong(nonce=ping_nonce_of(node, peer))), 2.0 + rtt)
+    assert len(sends(fire(node, "probe", 4.0), m.Ping)) == 1
+
+
 def test_pong_updates_smoothed_rtt():
     node = make_node(passive=[5])
     nonce = ping_nonce(fire(node, "probe", 1.0), 5)
@@ -1124,6 +1128,27 @@ def test_optimisation_runs_one_swap_at_a_time():
     assert fire(node, "optimize", 2.0) == [ScheduleTimer(5.0, token("optimize"))]
 
 
+def test_optimisation_comes_sooner_while_near_links_improve_and_backs_off_when_stable():
+    # A round that asks for a near link schedules the next at optimize_interval_improving
+    # (1 s); a round that finds nothing to ask goes back to optimize_interval (5 s).
+    cfg = node_config(membership_config(optimize_interval_improving=1.0))
+    node = make_node(
+        active={1: RAND, 2: RAND, 3: NEAR},
+        passive=[7],
+        rtts={3: 0.25, 7: 0.0625},
+        links={3: 4},
+        config=cfg,
+    )
+    assert fire(node, "optimize", 1.0) == [
+        send(7, request(NEAR, rtt=0.0625, links=3, rand=2)),
+        ScheduleTimer(1.0, token("optimize")),
+    ]
+    node.handle(received(7, accept(NEAR, links=4)), 1.25)
+    assert node.active_view(TOPIC) == {1: RAND, 2: RAND, 7: NEAR}
+    # 3, now passive at 0.25 s, is no nearer than 7: nothing to ask, back to 5 s.
+    assert fire(node, "optimize", 2.0) == [ScheduleTimer(5.0, token("optimize"))]
+
+
 def test_optimisation_finds_candidates_in_near_neighbours_views():
     node = make_node(active={1: RAND, 2: RAND, 3: NEAR}, rtts={3: 0.25}, links={3: 4})
     nonce = ping_nonce(fire(node, "ping", 1.0), 3)
@@ -1224,28 +1249,54 @@ def test_surplus_near_links_wait_while_a_candidate_could_replace_the_farthest():
     ]
 
 
-def test_relabel_to_near_is_agreed_when_the_peer_beats_our_farthest_near_by_alpha():
-    node = make_node(active={1: RAND, 2: RAND, 3: NEAR}, rtts={1: 0.0625, 3: 0.25})
-    out = node.handle(received(1, request(NEAR, rtt=0.0625, links=3, rand=2)), 1.0)
-    assert out == [
-        send(3, request(RAND, rtt=0.25, links=3, rand=2)),  # the demoted far near link
-        send(1, accept(NEAR, links=3, rand=2)),
-    ]
-    assert node.active_view(TOPIC) == {1: NEAR, 2: RAND, 3: RAND}
-
-
-def test_relabel_to_near_is_agreed_by_a_node_short_of_near_links():
-    node = make_node(active={1: RAND, 2: RAND}, rtts={1: 0.25})
-    out = node.handle(received(1, request(NEAR, rtt=0.25, links=3, rand=2)), 1.0)
-    assert out == [send(1, accept(NEAR, links=2, rand=1))]
-    assert node.active_view(TOPIC) == {1: NEAR, 2: RAND}
-
-
-def test_relabel_to_near_is_refused_when_our_near_links_are_closer():
+def test_relabel_to_near_is_agreed_as_the_peers_choice():
+    # 1 asks to make our RAND link NEAR: its choice, agreed to; it costs none of our near
+    # slots, so our own NEAR 3 stays, and our random links are one short (growth's job).
     node = make_node(active={1: RAND, 2: RAND, 3: NEAR}, rtts={1: 0.25, 3: 0.0625})
     out = node.handle(received(1, request(NEAR, rtt=0.25, links=3, rand=2)), 1.0)
-    assert out == [send(1, accept(RAND, links=3, rand=2))]
-    assert node.active_view(TOPIC) == {1: RAND, 2: RAND, 3: NEAR}
+    assert out == [send(1, accept(NEAR, links=3, rand=1))]
+    assert node.active_view(TOPIC) == {1: NEAR, 2: RAND, 3: NEAR}
+    mem = membership(node)
+    assert mem.held_for_others() == 1 and mem.proximity.farthest_near() == (3, 0.0625)
+
+
+def test_optimisation_adopts_a_held_near_link_nearer_than_our_farthest_and_demotes_that():
+    # 5 chose us (we hold its NEAR link); at 1/16 s it beats our own NEAR 3 (1/4 s) by
+    # alpha: it becomes ours too, no message needed, and 3 is demoted to RAND.
+    node = make_node(active={1: RAND, 2: RAND, 3: NEAR}, rtts={3: 0.25, 5: 0.0625})
+    node.handle(received(5, request(NEAR, rtt=0.0625, links=4, rand=2)), 0.5)
+    assert sends(fire(node, "optimize", 1.0)) == [send(3, request(RAND, rtt=0.25, links=4, rand=3))]
+    mem = membership(node)
+    assert node.active_view(TOPIC) == {1: RAND, 2: RAND, 3: RAND, 5: NEAR}
+    assert mem.active[5].chosen and mem.counters.near_adopted == 1
+    assert mem.proximity.farthest_near() == (5, 0.0625)
+
+
+def test_a_held_near_link_is_not_adopted_while_a_known_peer_could_do_better():
+    # Passive 7 (1/32 s) is nearer than the held 5 (1/16 s): optimisation asks 7 for a
+    # link of its own instead (a link both ends count is one link fewer in the overlay).
+    node = make_node(
+        active={1: RAND, 2: RAND, 3: NEAR},
+        passive=[7],
+        rtts={3: 0.25, 5: 0.0625, 7: 0.03125},
+        links={3: 4},
+    )
+    node.handle(received(5, request(NEAR, rtt=0.0625, links=4, rand=2)), 0.5)
+    assert sends(fire(node, "optimize", 1.0)) == [
+        send(7, request(NEAR, rtt=0.03125, links=4, rand=2))
+    ]
+    assert not membership(node).active[5].chosen
+
+
+def test_a_thin_view_adopts_a_held_near_link_instead_of_waiting_for_growth():
+    # Two links of ours and 5's NEAR link: below A, optimisation still takes 5 as ours
+    # (in a small overlay every peer may be linked already: nothing to grow from).
+    node = make_node(active={1: RAND, 2: RAND}, rtts={5: 0.0625})
+    node.handle(received(5, request(NEAR, rtt=0.0625, links=4, rand=2)), 0.5)
+    mem = membership(node)
+    assert mem.link_count() == A - 1
+    assert sends(fire(node, "optimize", 1.0)) == []
+    assert mem.link_count() == A and mem.active[5].chosen
 
 
 def test_relabel_to_rand_is_always_agreed():
@@ -1264,12 +1315,10 @@ def test_after_a_relabel_both_ends_of_every_link_agree_on_its_kind():
     net = Network([n0, n1, n3])
     log = net.handle(0, TimerFired(token("optimize")), 1.0)
     assert n0.active_view(TOPIC) == {1: NEAR, 2: RAND, 3: RAND}
-    assert n1.active_view(TOPIC) == {0: NEAR, 4: RAND, 5: RAND}  # 1 demoted its own far 5
+    # 0's choice: 1 keeps its own near link 5 (a near link held for a peer is not ours).
+    assert n1.active_view(TOPIC) == {0: NEAR, 4: RAND, 5: NEAR}
     assert n3.active_view(TOPIC) == {0: RAND, 8: RAND, 9: RAND}
-    assert [(s.peer, s.message.kind) for s in sends(log[1], m.Neighbor)] == [
-        (5, RAND),
-        (0, NEAR),
-    ]
+    assert [(s.peer, s.message.kind) for s in sends(log[1], m.Neighbor)] == [(0, NEAR)]
     # No link came up or went down: relabelling changes labels only.
     assert not [e for out in log.values() for e in out if isinstance(e, NeighborUp | NeighborDown)]
 

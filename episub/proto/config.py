@@ -41,6 +41,9 @@ class MembershipConfig:
     # ... while the active view is not at its size (thin or oversubscribed).
     stabilize_interval_unsettled: float = 2.0  # guess: GoCast maintains every second or so
     optimize_interval: float = 5.0  # guess: slower than stabilisation so swaps settle
+    # ... and this often while the near links still improve (the last round asked for a
+    # link): 90 s of rounds every 5 s left near links far from converged (docs/simulation.md).
+    optimize_interval_improving: float = 1.0  # tuned: docs/simulation.md, proximity runs
     # Pings are most of the control traffic (the simulator shows 60%), so they are sparse:
     ping_interval: float = 10.0  # guess: an RTT sample and view refresh per neighbour per 10 s
     # Upkeep rides on 2 s ticks (the runtime), so probing every 2 s costs few wakeups.
@@ -49,6 +52,9 @@ class MembershipConfig:
     # so that a new overlay finds its near links as fast as it did.
     passive_probe_interval_unmeasured: float = 2.0  # guess: 42 passive peers in ~90 s
     passive_probes_per_tick: int = 1  # guess
+    # ... and this many while near candidates have no RTT yet: one a tick measured few of
+    # the candidates neighbours' views bring before newer ones pushed them out.
+    passive_probes_per_tick_unmeasured: int = 4  # tuned: docs/simulation.md, proximity runs
     ping_timeout: float = 5.0  # guess: far above any RTT we serve
     neighbor_request_timeout: float = 2.0  # guess: iroh waits 500 ms; we allow slow links
     join_retry_interval: float = 3.0  # guess
@@ -89,6 +95,7 @@ class MembershipConfig:
             "shuffle_interval",
             "stabilize_interval",
             "optimize_interval",
+            "optimize_interval_improving",
             "ping_interval",
             "passive_probe_interval",
             "passive_probe_interval_unmeasured",

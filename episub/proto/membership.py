@@ -28,8 +28,8 @@ Rules from the draft, in the order a node meets them:
   reached (the draft's connection check), the JOIN walks on, one hop shorter.
 - FORWARDJOIN: add the joiner to the passive view; walk on while ttl > 0.
 - NEIGHBOR request: accept while below A; accept a peer with fewer than C_rand links as
-  RAND; accept a NEAR request closer than our farthest near neighbour by a factor alpha,
-  evicting that neighbour if it has enough links (proximity.py judges NEAR requests);
+  RAND; accept a NEAR request while we hold fewer than max_active - A near links for
+  peers (it is the requester's choice and does not count against our A: `link_count`);
   otherwise refuse with DISCONNECT.
 - stabilisation: above A, drop links whose other end is oversubscribed too, then links
   closing a triangle (the draft counts the other end's random links: docs/protocol.md
@@ -38,8 +38,9 @@ Rules from the draft, in the order a node meets them:
 - optimisation (GoCast), with a full view and no near request or relabel in flight: among
   the peers we know (near candidates and the passive view) and have asked nothing yet,
   proximity.py picks a near
-  link to ask for and the one it displaces, or relabels a standing link instead; its
-  rules are at the top of that module.
+  link to ask for and the one it displaces, or adopts or relabels a standing link
+  instead; its rules are at the top of that module. A round that asked for or adopted a
+  link schedules the next after optimize_interval_improving, not optimize_interval.
 - relabel request (NEIGHBOR over a standing link): proximity.py decides the kind; the
   ACCEPT answering it carries the link's kind, agreed or not.
 - SHUFFLE and passive probing: passive.py. A PONG from a dormant peer that is still
@@ -126,6 +127,9 @@ class Membership:
         # get back in (None: not recovering), and how many attempts so far.
         self.recovery_wait: float | None = None
         self.recovery_attempts = 0
+        # The last optimisation round asked for a link: near links still improve, and the
+        # next round comes sooner (optimize_interval_improving).
+        self.improving = False
         self.counters = MembershipCounters()
         # The peers we know but are not linked to, and the PINGs in flight (passive.py).
         self.passive_view = PassiveView(
@@ -173,6 +177,21 @@ class Membership:
 
     def near_count(self) -> int:
         return len(self.active) - self.rand_count()
+
+    def _counts(self, link: Link) -> bool:
+        """Does the link count against A? A random link, or a near link we chose; with
+        proximity, a near link a peer chose is held beside them (proximity.py)."""
+        return link.kind is LinkKind.RAND or link.chosen or not self.config.proximity
+
+    def link_count(self) -> int:
+        """Our links that count against A (every link without proximity)."""
+        if not self.config.proximity:
+            return len(self.active)
+        return sum(1 for link in self.active.values() if self._counts(link))
+
+    def held_for_others(self) -> int:
+        """Near links peers chose and we hold for them (0 without proximity)."""
+        return len(self.active) - self.link_count()
 
     def _pending_count(self, kind: LinkKind) -> int:
         return sum(1 for p in self.pending.values() if p.kind is kind and p.replaces is None)
@@ -244,8 +263,10 @@ class Membership:
         # to wakeups), as frequent as it was before that.
         if name == "probe" and self.passive_view.has_unmeasured():
             base = min(base, c.passive_probe_interval_unmeasured)
-        elif name == "stabilize" and len(self.active) != self.active_size:
+        elif name == "stabilize" and self.link_count() != self.active_size:
             base = min(base, c.stabilize_interval_unsettled)
+        elif name == "optimize" and self.improving:
+            base = min(base, c.optimize_interval_improving)
         return jittered(self.rng, base, c.timer_jitter)
 
     def _schedule(self, name: str, delay: float, out: list[OutEvent]) -> None:
@@ -436,7 +457,7 @@ class Membership:
                     Send(choice(self.rng, others), self.topic, m.Join(peer=joiner, ttl=ttl - 1))
                 )
             return
-        if ttl == 0 or len(self.active) < self.active_size or not others:
+        if ttl == 0 or self.link_count() < self.active_size or not others:
             self.counters.joins_accepted += 1
             self._request_link(joiner, LinkKind.RAND, now, out, high_priority=True, join_ttl=ttl)
             if others:
@@ -514,7 +535,7 @@ class Membership:
             # not, it must not stick as a measurement (issue 13, item 5).
             self.rtts.claim(peer, req.rtt)
         crossed = self.pending.pop(peer, None)  # we asked each other at once: one link
-        kind = self._judge_request(peer, req, crossed is not None, now, out)
+        kind = self._judge_request(peer, req, crossed is not None)
         if kind is not None and crossed is not None and not self._proposal_wins(peer):
             # Both ends accept the other's proposal; the lower id's kind wins on both.
             kind = crossed.kind
@@ -525,33 +546,28 @@ class Membership:
         self.counters.neighbor_accepted += 1
         if req.high_priority:
             self.join_confirmed = True
-        self._add_active(peer, kind, now, out, req.active_count, req.rand_count)
+        # Our own choice only if we asked for a near link too (the requests crossed).
+        chosen = kind is LinkKind.NEAR and crossed is not None and crossed.kind is LinkKind.NEAR
+        self._add_active(peer, kind, now, out, req.active_count, req.rand_count, chosen)
         out.append(Send(peer, self.topic, self._accept_message(kind)))
 
-    def _judge_request(
-        self, peer: PeerId, req: m.Neighbor, crossed: bool, now: float, out: list[OutEvent]
-    ) -> LinkKind | None:
+    def _judge_request(self, peer: PeerId, req: m.Neighbor, crossed: bool) -> LinkKind | None:
         """The draft's acceptance rules; returns the link's kind, or None to refuse."""
         c = self.config
         if len(self.active) >= c.max_active:
             return None
-        if req.high_priority or crossed or len(self.active) < self.active_size:
+        if req.high_priority or crossed or self.link_count() < self.active_size:
             return req.kind
         if req.active_count < c.c_rand:
             return LinkKind.RAND
-        # A request that claims no RTT is not judged as a near one (the requester has not
-        # measured us); one that does is judged by our own measurement, if we have one.
-        rtt = req.rtt
-        if rtt is not None:
-            measured = self.rtts.measured(peer)
-            rtt = rtt if measured is None else measured
-        if c.proximity and req.kind is LinkKind.NEAR and rtt is not None:
-            admitted, evict = self.proximity.admit_near(peer, rtt)
-            if evict is not None:
-                self.counters.evictions += 1
-                self._drop_link(evict, out)
-            if admitted:
-                return LinkKind.NEAR
+        if (
+            c.proximity
+            and req.kind is LinkKind.NEAR
+            and self.held_for_others() < c.max_active - self.active_size
+        ):
+            # A near link is its requester's choice and does not count against ours:
+            # held while there is room beside our own A (proximity.py).
+            return LinkKind.NEAR
         return None
 
     def _proposal_wins(self, peer: PeerId) -> bool:
@@ -572,7 +588,7 @@ class Membership:
                 # The answer to our relabel request: the peer's kind is the link's.
                 if acc.kind is not link.relabel:
                     self.refused_by[peer] = now + self.config.recent_reject_memory
-                self.proximity.relabel(peer, link, acc.kind, now, out)
+                self.proximity.relabel(peer, link, acc.kind, now, out, chosen=True)
             elif link.kind is not acc.kind and self._proposal_wins(peer):
                 link.kind = acc.kind
             return
@@ -586,7 +602,9 @@ class Membership:
             out.append(Send(peer, self.topic, m.Disconnect(alive=self.joined)))
             return
         self.refused_by.pop(peer, None)
-        self._add_active(peer, acc.kind, now, out, acc.active_count, acc.rand_count)
+        # An ACCEPT of a new link answers our request: a NEAR one is a near link we chose.
+        chosen = acc.kind is LinkKind.NEAR
+        self._add_active(peer, acc.kind, now, out, acc.active_count, acc.rand_count, chosen)
         if request is not None and request.replaces is not None:
             old = self.active.get(request.replaces)
             if old is not None and old.peer_active > self.config.c_rand:
@@ -611,6 +629,7 @@ class Membership:
         out: list[OutEvent],
         peer_active: int,
         peer_rand: int,
+        chosen: bool = False,
     ) -> None:
         self.passive_view.discard(peer)
         self.links_made += 1
@@ -620,6 +639,7 @@ class Membership:
             peer_active=peer_active,
             peer_rand=peer_rand,
             serial=self.links_made,
+            chosen=chosen,
         )
         out.append(NeighborUp(self.topic, peer, kind))
 
@@ -679,7 +699,7 @@ class Membership:
 
     def _ping_active(self, now: float, out: list[OutEvent]) -> None:
         self.passive_view.expire_pings(now)
-        oversubscribed = len(self.active) > self.active_size
+        oversubscribed = self.link_count() > self.active_size
         for peer in self.active:
             # Views of near neighbours are where nearer peers are found (GoCast); views of
             # all neighbours tell an oversubscribed node which links close triangles.
@@ -734,11 +754,11 @@ class Membership:
         for link in self.active.values():
             if link.relabel is not None and link.relabel_at + c.neighbor_request_timeout <= now:
                 link.relabel = None  # unanswered: the kind we hold stands
-        if len(self.active) > self.active_size:
+        if self.link_count() > self.active_size:
             self._shrink(out)
-        elif len(self.active) + len(self.pending) < self.active_size:
+        elif self.link_count() + len(self.pending) < self.active_size:
             self._grow(now, out)
-        if not self.passive and len(self.active) < self.active_size and self.bootstrap:
+        if not self.passive and self.link_count() < self.active_size and self.bootstrap:
             # Nothing left to grow from: ask the contacts again. This also rescues a node
             # whose first GETNODES (or its answer) was lost and that now sits in a small
             # island with the few nodes that joined through it.
@@ -749,21 +769,21 @@ class Membership:
         """Drop links only where it is safe (draft): first to neighbours that stay at A or
         more without us, then links that close a triangle (both ends keep a path)."""
         c = self.config
-        excess = len(self.active) - self.active_size
+        excess = self.link_count() - self.active_size
         for _ in range(excess):
             rand_excess = self.rand_count() > c.c_rand
+            # Only links that count against A: a near link a peer chose is its to drop.
+            ours = [(p, link) for p, link in self.active.items() if self._counts(link)]
             safe = [
                 (p, link)
-                for p, link in self.active.items()
+                for p, link in ours
                 if link.peer_active > self.active_size
                 and (link.kind is LinkKind.RAND) == rand_excess
-            ] or [
-                (p, link) for p, link in self.active.items() if link.peer_active > self.active_size
-            ]
+            ] or [(p, link) for p, link in ours if link.peer_active > self.active_size]
             if not safe:
                 safe = [
                     (p, link)
-                    for p, link in self.active.items()
+                    for p, link in ours
                     if link.peer_active >= self.active_size and self._closes_triangle(p)
                 ]
             if not safe:
@@ -778,7 +798,7 @@ class Membership:
 
     def _grow(self, now: float, out: list[OutEvent]) -> None:
         c = self.config
-        wanted = self.active_size - len(self.active) - len(self.pending)
+        wanted = self.active_size - self.link_count() - len(self.pending)
         wanted = min(wanted, c.max_pending_requests - len(self.pending))
         pool = [p for p in self.passive if p not in self.refused_by and p not in self.pending]
         for _ in range(max(wanted, 0)):
@@ -799,19 +819,28 @@ class Membership:
         ask for the near link it names (a swap drops the displaced link once the new one
         is made, if its peer keeps C_rand links without it)."""
         c = self.config
-        if not c.proximity or len(self.active) < self.active_size:
-            return  # growth (stabilisation) fills a thin view first
-        if any(r.kind is LinkKind.NEAR for r in self.pending.values()) or any(
-            link.relabel is not None for link in self.active.values()
-        ):
-            return  # one near request at a time
+        if not c.proximity:
+            return
         get_rtt = self.rtts.get
         known = [
             (get_rtt(p), p)
             for p in dict.fromkeys((*self.near_candidates, *self.passive))
             if p not in self.refused_by and p not in self.active and p not in self.pending
         ]
+        if self.link_count() < self.active_size:
+            # Growth (stabilisation) fills a thin view, but a near link we hold for a
+            # peer can count as ours at once (in a small overlay every peer may be linked
+            # already, and nothing would be left to grow from).
+            self.improving = self.proximity.adopt_held_near(known, now, out)
+            return
+        if any(r.kind is LinkKind.NEAR for r in self.pending.values()) or any(
+            link.relabel is not None for link in self.active.values()
+        ):
+            return  # one near request at a time (and the next round soon, if improving)
+        sent, adopted = len(out), self.counters.near_adopted
         wanted = self.proximity.optimize(known, now, out)
         if wanted is not None:
             peer, replaces = wanted
             self._request_link(peer, LinkKind.NEAR, now, out, replaces=replaces)
+        # Asked for a link or a relabel, or adopted one: the next round comes sooner.
+        self.improving = len(out) > sent or self.counters.near_adopted > adopted

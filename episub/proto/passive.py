@@ -28,7 +28,8 @@ Rules from the draft and HyParView:
   neighbour to walk on to) the node answers with as many of its passive peers
   (SHUFFLEREPLY) and adds the walk's peers to its passive view.
 - passive probing: every passive_probe_interval one due dormant peer, and
-  passive_probes_per_tick known peers, are pinged for liveness, membership and RTT:
+  passive_probes_per_tick known peers (passive_probes_per_tick_unmeasured while a near
+  candidate has no RTT yet), are pinged for liveness, membership and RTT:
   unmeasured near candidates first, then unmeasured passive peers, then any. A joiner
   sending its JOINs pings initial_probes of its passive peers (fresh contacts) at once,
   so its first near links can be near.
@@ -207,8 +208,9 @@ class PassiveView:
         pool = [p for p in dict.fromkeys((*self.near_candidates, *self.passive)) if p not in pinged]
         # Unmeasured near candidates first, then unmeasured passive peers: proximity
         # needs RTTs, and candidates are where the near peers are.
-        k = self.config.passive_probes_per_tick
         fresh = [p for p in self.near_candidates if p not in pinged and get_rtt(p) is None]
+        c = self.config
+        k = c.passive_probes_per_tick_unmeasured if fresh else c.passive_probes_per_tick
         targets = sample(self.rng, fresh, k)
         if len(targets) < k:
             unmeasured = [p for p in pool if get_rtt(p) is None and p not in targets]

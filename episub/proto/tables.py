@@ -26,6 +26,9 @@ class Link:
     relabel: LinkKind | None = None  # the kind we asked the peer to give this link
     relabel_at: float = 0.0
     serial: int = 0  # tells this link from an earlier one to the same peer
+    # A NEAR link we asked for: one of our own C_near. A NEAR link a peer asked us for is
+    # its choice and does not count against ours (proximity.py).
+    chosen: bool = False
 
 
 @dataclass(slots=True)
@@ -41,6 +44,7 @@ class MembershipCounters:
     passive_expired: int = 0
     revived: int = 0
     relabels: int = 0
+    near_adopted: int = 0  # near links a peer chose that we took as ours too
     one_sided_dropped: int = 0
     recoveries: int = 0  # attempts to get back in with no neighbour and no passive peer
     extra: dict[str, int] = field(default_factory=dict)
