@@ -21,19 +21,32 @@ import json
 import math
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 from _common import free_ports, percentile, process_cpu_ns, process_cpu_s, process_switches
 
+from episub.agent.client import AgentClient
+
 ROOT = Path(__file__).resolve().parent.parent
 TOPIC = "idle"
 FIRST_NODE_GRACE = 1.5  # s for the first node to listen before the others dial it; guess
 PERF_HZ = 4999  # perf's sampling rate with --perf: an idle node is on a CPU ~0.1% of the time
+
+
+def _counters(sockets: str, nodes: int) -> list[dict[str, int]]:
+    """Every node's counters (node.stats()), asked through its agent socket."""
+    out = []
+    for i in range(nodes):
+        with AgentClient(str(Path(sockets) / f"node{i}.sock")) as client:
+            out.append(client.inspect().stats)
+    return out
 
 
 def _await_files(paths: list[Path], limit_s: float) -> None:
@@ -70,10 +83,12 @@ def measure(
     *,
     profile_dir: Path | None = None,
     perf_file: Path | None = None,
+    counters: bool = False,
 ) -> dict[str, Any]:
     env = {**os.environ, "EPISUB_KEY": "00" * 32, "PYTHONPATH": str(ROOT)}
     profiles = [] if profile_dir is None else [profile_dir / f"node{i}.prof" for i in range(nodes)]
     procs: list[subprocess.Popen[bytes]] = []
+    sockets = tempfile.mkdtemp(prefix="idle-cpu-")
     try:
         ports = free_ports(nodes)  # distinct: ports picked one by one can repeat
         first = ports[0]
@@ -81,9 +96,11 @@ def measure(
             argv = [sys.executable, "-m", "episub.cli", "node", "--listen",
                     f"127.0.0.1:{port}", "--topic", TOPIC]  # fmt: skip
             if profiles:
-                argv[1:4] = [str(ROOT / "benchmarks" / "profiled_node.py"), str(profiles[i])]
+                argv[1:3] = [str(ROOT / "benchmarks" / "profiled_node.py"), str(profiles[i])]
             if i:
                 argv += ["--bootstrap", f"127.0.0.1:{first}"]
+            if counters:
+                argv += ["--socket", str(Path(sockets) / f"node{i}.sock")]
             procs.append(subprocess.Popen(argv, env=env, cwd=ROOT, stdout=subprocess.DEVNULL,
                                           stderr=subprocess.DEVNULL))  # fmt: skip
             if i == 0:
@@ -92,6 +109,7 @@ def measure(
         dead = [p.pid for p in procs if p.poll() is not None]
         if dead:
             raise SystemExit(f"nodes exited during the settle: {dead}")
+        counted_before = _counters(sockets, nodes) if counters else []
         load_before = os.getloadavg()
         before = [_reading(p.pid) for p in procs]
         started = time.monotonic()
@@ -110,10 +128,18 @@ def measure(
             p.send_signal(signal.SIGUSR2)  # profiled_node.py: stop and write the profile
         _await_files(profiles, limit_s=30.0)
         load_after = os.getloadavg()
+        counted_after = _counters(sockets, nodes) if counters else []
     finally:
         for p in procs:
             p.kill()
             p.wait()
+        shutil.rmtree(sockets, ignore_errors=True)
+    counted = {
+        name: round(sum(b.get(name, 0) - a.get(name, 0)
+                        for a, b in zip(counted_before, counted_after, strict=True))
+                    / elapsed / nodes, 3)
+        for name in sorted({name for c in counted_after for name in c})
+    }  # fmt: skip
     ms_per_s = [(b[0] - a[0]) / 1e6 / elapsed for a, b in zip(before, after, strict=True)]
     voluntary = [(b[1][0] - a[1][0]) / elapsed for a, b in zip(before, after, strict=True)]
     involuntary = [(b[1][1] - a[1][1]) / elapsed for a, b in zip(before, after, strict=True)]
@@ -140,6 +166,9 @@ def measure(
         # The old reading (/proc/PID/stat, in clock ticks), for comparison with older runs.
         "tick_ms_per_s": round(1000 * sum(ticks_s) / elapsed / nodes, 3),
         "cpu_ms_per_s_per_node": [round(v, 3) for v in ms_per_s],
+        # The nodes' own counters (node.stats(), read through the agent socket outside the
+        # window), per node-second, those that moved: what an idle node did.
+        "counters_per_node_per_s": {k: v for k, v in counted.items() if v},
         "load_before": [round(x, 2) for x in load_before],
         "load_after": [round(x, 2) for x in load_after],
     }
@@ -158,6 +187,12 @@ def main(argv: list[str] | None = None) -> None:
         help="cProfile every node over the window into DIR/nodeI.prof "
         "(profile_summary.py --idle sums them; the CPU figures then are not)",
     )
+    p.add_argument(
+        "--counters",
+        action="store_true",
+        help="serve each node's agent socket and report its counters per "
+        "node-second (messages, dials, link changes) over the window",
+    )
     p.add_argument("--perf", type=Path, metavar="FILE",
                    help="perf record -g every node over the window into FILE")  # fmt: skip
     args = p.parse_args(argv)
@@ -168,7 +203,7 @@ def main(argv: list[str] | None = None) -> None:
         for stale in args.profile.glob("node*.prof"):
             stale.unlink()
     result = measure(args.nodes, args.settle, args.window, profile_dir=args.profile,
-                     perf_file=args.perf)  # fmt: skip
+                     perf_file=args.perf, counters=args.counters)  # fmt: skip
     result["command"] = shlex.join([Path(sys.executable).as_posix(), "benchmarks/idle_cpu.py",
                                     *(sys.argv[1:] if argv is None else argv)])  # fmt: skip
     cpu, woken, per = result["cpu_ms_per_s"], result["wakeups_per_s"], result["cpu_us_per_wakeup"]
@@ -180,6 +215,9 @@ def main(argv: list[str] | None = None) -> None:
           f"{result['preemptions_per_node_per_s']} preemptions; "
           f"{per['median']} us CPU per wakeup (median); "
           f"threads {result['threads_per_node']}; load {result['load_before']}")  # fmt: skip
+    if result["counters_per_node_per_s"]:
+        print("per node-second:", ", ".join(f"{k} {v}" for k, v in
+                                        result["counters_per_node_per_s"].items()))  # fmt: skip
     if args.out:
         Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
 
