@@ -239,13 +239,21 @@ class Membership:
             "ping": c.ping_interval,
             "probe": c.passive_probe_interval,
         }[name]
-        # Upkeep is sparse once the view is settled and measured (an idle node's CPU goes
-        # to wakeups), as frequent as it was before that.
-        if name == "probe" and self.passive_view.has_unmeasured():
+        # Upkeep is sparse once the view is settled and measured (_settled).
+        if name == "probe" and not self._settled():
             base = min(base, c.passive_probe_interval_unmeasured)
         elif name == "stabilize" and len(self.active) != self.active_size:
             base = min(base, c.stabilize_interval_unsettled)
         return jittered(self.rng, base, c.timer_jitter)
+
+    def _settled(self) -> bool:
+        """Is the active view at its size and every passive peer and near candidate
+        measured? Then upkeep is sparse (probes, one end pinging a link): an idle node's
+        CPU goes to the wakeups its messages cause. Until then, as frequent as it was:
+        a converging overlay learns near peers from every PONG's view and RTT (the
+        simulator's proximity run lost a third of its stretch gain with pings spared
+        while converging), and a thinned one finds the live among its passive peers."""
+        return len(self.active) == self.active_size and not self.passive_view.has_unmeasured()
 
     def _schedule(self, name: str, delay: float, out: list[OutEvent]) -> None:
         # Pings and probes may share wakeups with other nodes' (ScheduleTimer.coalesce):
@@ -289,6 +297,9 @@ class Membership:
                 self._expire_left(now)
                 self.passive_view.on_shuffle_reply(peer, msg, out)
             case m.Ping(nonce=nonce, want_view=want_view):
+                link = self.active.get(peer)
+                if want_view and link is not None:
+                    link.pinged_us_at = now
                 if self.joined and not self.active and peer not in self.left:
                     # A peer that probes us holds us in its passive view: a node with no
                     # neighbour left takes it as a way back in (after a crash of most of
@@ -677,10 +688,20 @@ class Membership:
     def _ping_active(self, now: float, out: list[OutEvent]) -> None:
         self.passive_view.expire_pings(now)
         oversubscribed = len(self.active) > self.active_size
-        for peer in self.active:
-            # Views of near neighbours are where nearer peers are found (GoCast); views of
-            # all neighbours tell an oversubscribed node which links close triangles.
-            want_view = oversubscribed or self.config.proximity
+        # Views of near neighbours are where nearer peers are found (GoCast); views of
+        # all neighbours tell an oversubscribed node which links close triangles.
+        want_view = oversubscribed or self.config.proximity
+        heard_since = now - self.config.ping_interval if self._settled() else float("inf")
+        for peer, link in self.active.items():
+            if link.pinged_us_at > heard_since:
+                # Settled, and the peer pinged us over this link within a ping interval:
+                # it holds the link (only neighbours ask for our view), our PONG proved
+                # us alive to it, and it has its RTT sample. One end pinging per round is
+                # enough; on an idle overlay pings were most of the messages, each a
+                # wakeup of both ends (docs/protocol.md). The nonce is drawn all the
+                # same, so the draws that follow are the ones they were.
+                self.rng.getrandbits(64)
+                continue
             self.passive_view.send_ping(peer, want_view=want_view, now=now, out=out)
 
     def _on_pong(self, peer: PeerId, pong: m.Pong, now: float, out: list[OutEvent]) -> None:
