@@ -66,7 +66,7 @@ IDLE_JOBS = (
     ("  of which the connection sweep (Network.sweep)", "network.py:sweep"),
     ("dials and their handshakes (Network._dial)", "network.py:_dial"),
     ("accepted connections' handshakes (Network._on_inbound)", "network.py:_on_inbound"),
-    ("catch-ups of links that came up (Node._catch_up)", "node.py:_catch_up"),
+    ("catch-ups of links that came up (catchup.py _catch_up)", "catchup.py:_catch_up"),
 )
 
 
