@@ -50,7 +50,8 @@ class MembershipConfig:
     passive_probe_interval: float = 10.0
     # ... and as often as before while some passive peer or near candidate has no RTT yet,
     # or the active view is not at its size, so that a new overlay finds its near links as
-    # fast as it did and a thinned one finds its live passive peers.
+    # fast as it did and a thinned one finds its live passive peers (the probe timer's
+    # period: settled, most of its ticks send nothing).
     passive_probe_interval_unmeasured: float = 2.0  # guess: 42 passive peers in ~90 s
     passive_probes_per_tick: int = 1  # guess
     ping_timeout: float = 5.0  # guess: far above any RTT we serve
