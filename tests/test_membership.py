@@ -1363,7 +1363,8 @@ def test_probes_are_sparse_only_once_the_view_is_at_its_size_and_measured():
         sent = []
         for now in (1.0, 2.0, 3.0, 11.5):
             out = fire(node, "probe", now)
-            assert [e for e in out if isinstance(e, ScheduleTimer)][0].delay == 1.0
+            [timer] = [e for e in out if isinstance(e, ScheduleTimer)]
+            assert timer.delay == 1.0
             sent += [now] * len(sends(out, m.Ping))
         return sent
 
