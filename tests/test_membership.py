@@ -812,52 +812,6 @@ def test_ping_timer_asks_every_neighbour_for_its_view_when_oversubscribed():
     assert [s.message.want_view for s in sends(out, m.Ping)] == [True] * 4
 
 
-SETTLED = {1: RAND, 2: NEAR, 3: RAND}  # at its size (A = 3), no passive peer unmeasured
-
-
-def test_a_neighbour_that_pinged_us_over_the_link_is_not_pinged_back_that_round():
-    """Settled, one end pinging a link per round is enough: a PING asking for our view
-    comes only from a peer holding the link, and our PONG proves us alive to it. On an
-    idle overlay pings were most of the messages, each a wakeup of both ends."""
-    node = make_node(active=SETTLED)
-    pong = only(node.handle(received(1, m.Ping(nonce=7, want_view=True)), 1.0), m.Pong)
-    assert pong.message.nonce == 7 and not pong.message.not_neighbor
-    out = fire(node, "ping", 3.0)  # 2 s after its PING: within a ping interval (5 s)
-    assert [s.peer for s in sends(out, m.Ping)] == [2, 3]
-    out = fire(node, "ping", 6.5)  # 5.5 s after it: the link is pinged again
-    assert [s.peer for s in sends(out, m.Ping)] == [1, 2, 3]
-
-
-def test_a_converging_node_pings_every_neighbour_whoever_pinged_it():
-    """Below its size (or with a passive peer unmeasured) a node learns near peers from
-    every PONG's view and RTT: with pings spared while converging, the simulator's proximity
-    run's stretch went from 1.67 to 1.98 (seed 2). Oversubscribed, it needs every view to
-    shrink safely."""
-    for active, passive in (({1: RAND, 2: NEAR}, []), (SETTLED, [5]), ([1, 2, 3, 4], [])):
-        node = make_node(active=active, passive=passive)
-        node.handle(received(1, m.Ping(nonce=7, want_view=True)), 1.0)
-        pinged = [s.peer for s in sends(fire(node, "ping", 3.0), m.Ping) if s.peer != 5]
-        assert pinged == list(active)
-
-
-def test_a_probe_from_a_neighbour_does_not_spare_it_our_ping():
-    """A PING asking for no view may be a passive probe (the peer may not hold the link:
-    only our own PING would find that out), so it spares nothing."""
-    node = make_node(active=SETTLED)
-    node.handle(received(1, m.Ping(nonce=7, want_view=False)), 1.0)
-    assert [s.peer for s in sends(fire(node, "ping", 3.0), m.Ping)] == [1, 2, 3]
-
-
-def test_a_ping_spared_still_draws_its_nonce_so_later_draws_stay_as_they_were():
-    """The simulator's figures follow the core's random draws: a spared ping draws the
-    nonce it would have sent, so that every later decision draws what it drew before."""
-    spared, pinged = make_node(active=SETTLED), make_node(active=SETTLED)
-    spared.handle(received(1, m.Ping(nonce=7, want_view=True)), 1.0)
-    assert len(sends(fire(spared, "ping", 3.0), m.Ping)) == 2
-    assert len(sends(fire(pinged, "ping", 3.0), m.Ping)) == 3
-    assert spared.rng.random() == pinged.rng.random()
-
-
 def test_only_ping_and_probe_timers_may_be_coalesced_across_nodes():
     """Pings and probes may wait for a shared tick (the runtime rounds them up); timers
     whose decisions change links must not line up across nodes (ScheduleTimer.coalesce)."""

@@ -259,11 +259,8 @@ class Membership:
 
     def _settled(self) -> bool:
         """Is the active view at its size and every passive peer and near candidate
-        measured? Then upkeep is sparse (probes, one end pinging a link): an idle node's
-        CPU goes to the wakeups its messages cause. Until then, as frequent as it was:
-        a converging overlay learns near peers from every PONG's view and RTT (with
-        pings spared while converging, the simulator's proximity run's stretch went from
-        1.67 to 1.98), and a thinned one finds the live among its passive peers."""
+        measured? Then probes are sparse (_probe): an idle node's CPU goes to the wakeups
+        its messages cause."""
         return len(self.active) == self.active_size and not self.passive_view.has_unmeasured()
 
     def _schedule(self, name: str, delay: float, out: list[OutEvent]) -> None:
@@ -308,9 +305,6 @@ class Membership:
                 self._expire_left(now)
                 self.passive_view.on_shuffle_reply(peer, msg, out)
             case m.Ping(nonce=nonce, want_view=want_view):
-                link = self.active.get(peer)
-                if want_view and link is not None:
-                    link.pinged_us_at = now
                 if self.joined and not self.active and peer not in self.left:
                     # A peer that probes us holds us in its passive view: a node with no
                     # neighbour left takes it as a way back in (after a crash of most of
@@ -699,20 +693,10 @@ class Membership:
     def _ping_active(self, now: float, out: list[OutEvent]) -> None:
         self.passive_view.expire_pings(now)
         oversubscribed = len(self.active) > self.active_size
-        # Views of near neighbours are where nearer peers are found (GoCast); views of
-        # all neighbours tell an oversubscribed node which links close triangles.
-        want_view = oversubscribed or self.config.proximity
-        heard_since = now - self.config.ping_interval if self._settled() else float("inf")
-        for peer, link in self.active.items():
-            if link.pinged_us_at > heard_since:
-                # Settled, and the peer pinged us over this link within a ping interval:
-                # it holds the link (only neighbours ask for our view), our PONG proved
-                # us alive to it, and it has its RTT sample. One end pinging per round is
-                # enough; on an idle overlay pings were most of the messages, each a
-                # wakeup of both ends (docs/protocol.md). The nonce is drawn all the
-                # same, so the draws that follow are the ones they were.
-                self.rng.getrandbits(64)
-                continue
+        for peer in self.active:
+            # Views of near neighbours are where nearer peers are found (GoCast); views of
+            # all neighbours tell an oversubscribed node which links close triangles.
+            want_view = oversubscribed or self.config.proximity
             self.passive_view.send_ping(peer, want_view=want_view, now=now, out=out)
 
     def _on_pong(self, peer: PeerId, pong: m.Pong, now: float, out: list[OutEvent]) -> None:

@@ -26,9 +26,6 @@ class Link:
     relabel: LinkKind | None = None  # the kind we asked the peer to give this link
     relabel_at: float = 0.0
     serial: int = 0  # tells this link from an earlier one to the same peer
-    # When the peer last pinged us as its neighbour (a PING asking for our view, which it
-    # sends only over its links): this link's liveness is proven both ways meanwhile.
-    pinged_us_at: float = float("-inf")
 
 
 @dataclass(slots=True)
