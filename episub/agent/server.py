@@ -151,6 +151,10 @@ class AgentServer:
     async def wait_retired(self, *, idle_timeout: float | None, owner: OwnerProcess | None) -> str:
         """Return (with the reason) once the owner is gone or the agent has been idle,
         without clients or requests, for `idle_timeout` seconds."""
+        if idle_timeout is None and owner is None:
+            # Nothing to watch: no wakeup every WATCH_INTERVAL for it (an idle node's CPU is
+            # its wakeups); the agent stops on a signal.
+            await trio.sleep_forever()
         interval = WATCH_INTERVAL if idle_timeout is None else min(WATCH_INTERVAL, idle_timeout / 4)
         while True:
             await trio.sleep(interval)
