@@ -1351,32 +1351,6 @@ def test_periodic_timers_rearm_themselves(name, period):
     assert fire(node, name, 1.0 + period)[-1] == ScheduleTimer(period, token(name))
 
 
-def test_probes_are_sparse_only_once_the_view_is_at_its_size_and_measured():
-    """Each probe wakes two processes: an idle node with a full, measured view probes once
-    per passive_probe_interval; one with an unmeasured peer, or a view below its size
-    (after a crash the passive view is where new links come from), at every tick of
-    ..._unmeasured, which stays the timer's period so that losing a neighbour brings the
-    next probe at once."""
-    cfg = node_config(
-        membership_config(passive_probe_interval=10.0, passive_probe_interval_unmeasured=1.0)
-    )
-
-    def probes(active: list[int], rtts: dict[int, float]) -> list[float]:
-        node = make_node(active=active, passive=[5, 6, 7, 8], rtts=rtts, config=cfg)
-        sent = []
-        for now in (1.0, 2.0, 3.0, 11.5):
-            out = fire(node, "probe", now)
-            [timer] = [e for e in out if isinstance(e, ScheduleTimer)]
-            assert timer.delay == 1.0
-            sent += [now] * len(sends(out, m.Ping))
-        return sent
-
-    measured = {p: 0.01 for p in (1, 2, 3, 5, 6, 7, 8)}
-    assert probes([1, 2, 3], measured) == [1.0, 11.5]
-    assert probes([1, 2, 3], {p: 0.01 for p in (1, 2, 3, 5, 6, 7)}) == [1.0, 2.0, 3.0, 11.5]
-    assert probes([1, 2], measured) == [1.0, 2.0, 3.0, 11.5]  # below A = 3
-
-
 def test_timer_jitter_stays_within_its_bounds():
     cfg = node_config(membership_config(timer_jitter=0.25))
     node = make_node(active=[1], config=cfg)

@@ -46,15 +46,10 @@ class MembershipConfig:
     optimize_interval_improving: float = 1.0  # tuned: docs/simulation.md, proximity runs
     # Pings are most of the control traffic (the simulator shows 60%), so they are sparse:
     ping_interval: float = 10.0  # guess: an RTT sample and view refresh per neighbour per 10 s
-    # Once the active view is at its size and every passive peer and near candidate has
-    # an RTT: each probe (PING, PONG) wakes two processes, and probes were a third of an
-    # idle node's messages at 2 s (docs/benchmarks.md, idle upkeep). Guess: 42 passive
-    # peers re-measured in ~7 min.
-    passive_probe_interval: float = 10.0
+    # Upkeep rides on 2 s ticks (the runtime), so probing every 2 s costs few wakeups.
+    passive_probe_interval: float = 2.0  # guess: the 42 passive peers measured in ~90 s
     # ... and as often as before while some passive peer or near candidate has no RTT yet,
-    # or the active view is not at its size, so that a new overlay finds its near links as
-    # fast as it did and a thinned one finds its live passive peers (the probe timer's
-    # period: settled, most of its ticks send nothing).
+    # so that a new overlay finds its near links as fast as it did.
     passive_probe_interval_unmeasured: float = 2.0  # guess: 42 passive peers in ~90 s
     passive_probes_per_tick: int = 1  # guess
     # ... and this many while near candidates have no RTT yet: one a tick measured few of

@@ -119,8 +119,6 @@ class Membership:
         self.bootstrap: tuple[PeerId, ...] = ()
         self.joined = False
         self.join_sent = False
-        # Settled, the next probe is not before this (_probe).
-        self._sparse_probe_at = float("-inf")
         # Someone took us in: accepted our JOIN (or revived us), with a high-priority
         # NEIGHBOR request. Until then join_retry goes on, links or not (see on_timer).
         self.join_confirmed = False
@@ -245,7 +243,7 @@ class Membership:
             "optimize": self._optimize,
             "shuffle": self.passive_view.start_shuffle,
             "ping": self._ping_active,
-            "probe": self._probe,
+            "probe": self.passive_view.probe,
         }.get(name)
         if handler is None:
             return
@@ -259,36 +257,17 @@ class Membership:
             "optimize": c.optimize_interval,
             "shuffle": c.shuffle_interval,
             "ping": c.ping_interval,
-            # The short period always: settled, most ticks send nothing (_probe).
-            "probe": min(c.passive_probe_interval, c.passive_probe_interval_unmeasured),
+            "probe": c.passive_probe_interval,
         }[name]
-        if name == "stabilize" and self.link_count() != self.active_size:
+        # Upkeep is sparse once the view is settled and measured (an idle node's CPU goes
+        # to wakeups), as frequent as it was before that.
+        if name == "probe" and self.passive_view.has_unmeasured():
+            base = min(base, c.passive_probe_interval_unmeasured)
+        elif name == "stabilize" and self.link_count() != self.active_size:
             base = min(base, c.stabilize_interval_unsettled)
         elif name == "optimize" and self.improving:
             base = min(base, c.optimize_interval_improving)
         return jittered(self.rng, base, c.timer_jitter)
-
-    def _probe(self, now: float, out: list[OutEvent]) -> None:
-        """Probe passive peers: every tick (passive_probe_interval_unmeasured) until
-        settled, then once per passive_probe_interval. The timer keeps the short period,
-        so that a node that loses a neighbour probes again at the next tick: with the
-        timer itself at 10 s, the simulator's overlay healed from an 80% crash in 2.0 s
-        instead of 1.5 (seeds 1-4)."""
-        if self._settled() and now < self._sparse_probe_at:
-            return
-        self._sparse_probe_at = now + self.config.passive_probe_interval
-        self.passive_view.probe(now, out)
-
-    def _settled(self) -> bool:
-        """Are our links at their size (near links held for peers do not count), our near
-        links done improving, and every passive peer and near candidate measured? Then
-        probes are sparse (_probe): an idle node's CPU goes to the wakeups its messages
-        cause."""
-        return (
-            self.link_count() == self.active_size
-            and not self.improving
-            and not self.passive_view.has_unmeasured()
-        )
 
     def _schedule(self, name: str, delay: float, out: list[OutEvent]) -> None:
         # Pings and probes may share wakeups with other nodes' (ScheduleTimer.coalesce):
