@@ -134,6 +134,7 @@ class RetentionStore(Generic[M]):
         self.bytes = 0
         self.evicted = 0
         self.replaced = 0  # held messages another message took the place of (see _wins)
+        self.released = 0  # bytes of messages let go (evicted or replaced), from the start
 
     def __len__(self) -> int:
         return self._live
@@ -203,7 +204,9 @@ class RetentionStore(Generic[M]):
         self._items[i] = None
         self._streams[i] = None
         self._live -= 1
-        self.bytes -= self._sizes[i]
+        size = self._sizes[i]
+        self.bytes -= size
+        self.released += size
         stream.remove(self._seqs[i])
         if not stream.count and not keep_stream:
             streams = self._topics[stream.topic]

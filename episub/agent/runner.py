@@ -17,9 +17,10 @@ from dataclasses import dataclass, field
 
 import trio
 
-from episub.agent.lifetime import OwnerProcess
+from episub.agent.lifetime import WATCH_INTERVAL, OwnerProcess
 from episub.agent.server import AgentServer
 from episub.agent.service import AgentLimits, AgentRequestError, AgentService
+from episub.allocator import ReleaseWatch, limit_heap_growth
 from episub.net.link_delay import LinkDelay
 from episub.net.peer_id import format_address, parse_address
 from episub.node import Node
@@ -85,6 +86,7 @@ async def _serve(
     on_ready: Callable[[Node], None],
     stop: Callable[[str], None],
 ) -> None:
+    limit_heap_growth()  # before the node's tables grow (episub/allocator.py)
     node = Node(
         key=options.key,
         listen=options.listen,
@@ -125,9 +127,16 @@ async def _serve(
                 # Joined without a neighbour yet (logged): serve, the node keeps trying.
         log.info("node %s listening on %s", node.id.decode("ascii", "replace"), node.address)
         on_ready(node)
+        # Free memory goes back to the OS once the node is quiet after letting go of many
+        # messages; checked on the agent's own watch timer (no wakeup of its own).
+        release = ReleaseWatch(lambda: node._retention.released)
         if server is None:
-            await trio.sleep_forever()  # until a signal
-        reason = await server.wait_retired(idle_timeout=options.idle_timeout, owner=owner)
+            while True:  # until a signal
+                await trio.sleep(WATCH_INTERVAL)
+                release.check()
+        reason = await server.wait_retired(
+            idle_timeout=options.idle_timeout, owner=owner, on_watch=release.check
+        )
         if owner is not None and not owner.alive():
             for path in options.owner_files:
                 with contextlib.suppress(FileNotFoundError):

@@ -24,6 +24,7 @@ import logging
 import os
 import socket
 import stat
+from collections.abc import Callable
 from typing import Any
 
 import trio
@@ -148,12 +149,21 @@ class AgentServer:
             if (info.st_dev, info.st_ino) == inode:
                 os.unlink(self.socket_path)
 
-    async def wait_retired(self, *, idle_timeout: float | None, owner: OwnerProcess | None) -> str:
+    async def wait_retired(
+        self,
+        *,
+        idle_timeout: float | None,
+        owner: OwnerProcess | None,
+        on_watch: Callable[[], object] | None = None,
+    ) -> str:
         """Return (with the reason) once the owner is gone or the agent has been idle,
-        without clients or requests, for `idle_timeout` seconds."""
+        without clients or requests, for `idle_timeout` seconds. `on_watch` is called at
+        each look (every WATCH_INTERVAL at most), for upkeep that needs no timer of its own."""
         interval = WATCH_INTERVAL if idle_timeout is None else min(WATCH_INTERVAL, idle_timeout / 4)
         while True:
             await trio.sleep(interval)
+            if on_watch is not None:
+                on_watch()
             if owner is not None and not owner.alive():
                 return f"owner process {owner.pid} is gone"
             if idle_timeout is None or self._clients:

@@ -1,0 +1,60 @@
+"""episub/allocator.py: glibc's thresholds fixed, free memory given back, and the rule of
+when a node gives it back (quiet, after a large release)."""
+
+from __future__ import annotations
+
+import ctypes.util
+import platform
+
+import pytest
+
+from episub.allocator import ReleaseWatch, limit_heap_growth, release_free_memory
+
+glibc = platform.libc_ver()[0] == "glibc" and ctypes.util.find_library("c") is not None
+
+
+@pytest.mark.skipif(not glibc, reason="glibc's mallopt and malloc_trim")
+def test_glibc_takes_the_threshold_and_trims() -> None:
+    assert limit_heap_growth() is True
+    blocks = [bytearray(1000) for _ in range(20_000)]  # ~20 MB in the heap, then freed
+    del blocks
+    assert release_free_memory() in (True, False)  # ran (what it found depends on the heap)
+
+
+class Released:
+    def __init__(self) -> None:
+        self.bytes = 0
+
+    def __call__(self) -> int:
+        return self.bytes
+
+
+def test_trims_once_quiet_after_a_large_release() -> None:
+    released = Released()
+    watch = ReleaseWatch(released, release_after=100)
+    assert not watch.check()  # nothing let go
+    released.bytes = 150
+    assert not watch.check()  # still letting go (moved since the last look)
+    assert watch.check()  # quiet now: trims
+    assert watch.trims == 1
+    assert not watch.check()  # nothing new since the trim
+
+
+def test_a_small_release_or_a_steady_flow_never_trims() -> None:
+    released = Released()
+    watch = ReleaseWatch(released, release_after=100)
+    released.bytes = 99
+    assert not watch.check()
+    assert not watch.check()  # quiet, but below release_after
+    for _ in range(10):  # messages flowing: each look sees more let go
+        released.bytes += 1000
+        assert not watch.check()
+    assert watch.check()
+    assert watch.trims == 1
+
+
+def test_counts_from_where_the_watch_started() -> None:
+    released = Released()
+    released.bytes = 10_000
+    watch = ReleaseWatch(released, release_after=100)
+    assert not watch.check()  # what was let go before the watch is not a release now
