@@ -78,9 +78,7 @@ class ReleaseWatch:
 
     __slots__ = ("_last", "_released", "_trimmed_at", "release_after", "trims")
 
-    def __init__(
-        self, released: Callable[[], int], release_after: int = RELEASE_AFTER
-    ) -> None:
+    def __init__(self, released: Callable[[], int], release_after: int = RELEASE_AFTER) -> None:
         self._released = released
         self.release_after = release_after
         self._trimmed_at = self._last = released()
