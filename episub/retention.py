@@ -125,7 +125,7 @@ class RetentionStore(Generic[M]):
         self._ids: list[bytes] = []
         self._added = array("d")  # when stored
         self._stamps = array("q")  # timestamp_ms
-        self._sizes = array("q")
+        self._sizes = array("I")  # application bytes of one message: < 2**32
         self._streams: list[_Stream | None] = []
         self._seqs = array("q")
         self._base = 0  # serial of the row at index 0
