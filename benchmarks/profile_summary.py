@@ -35,7 +35,7 @@ AREAS = (  # (area, substring of "file:function"), first match wins
     ("wire codec", "ParseFromString"),
     ("core (sans-IO)", "episub/proto/"),
     ("runtime and network", "episub/net/"),
-    ("node API, retention, subscriptions", "episub/node.py"),
+    ("node API, retention, subscriptions", "episub/node/"),
     ("node API, retention, subscriptions", "episub/retention.py"),
     ("node API, retention, subscriptions", "episub/subscription.py"),
     ("benchmark's own code", "benchmarks/"),

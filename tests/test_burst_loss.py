@@ -7,8 +7,8 @@ with SIGSTOP, as a starved process on a loaded machine is) makes the publisher's
 room give up and its send queue to that neighbour overflow: the link closes and the
 queue's messages go with it. The other neighbour's queue to it overflows the same way
 (IHAVEs included). Once the burst has ended, no later message shows the stalled node its
-gap, and no IHAVE comes again: before the catch-up on a link's return (node.py,
-`_catch_up`), the node stayed short for good.
+gap, and no IHAVE comes again: before the catch-up on a link's return (episub/node/catchup.py,
+`CatchUp`), the node stayed short for good.
 """
 
 from __future__ import annotations

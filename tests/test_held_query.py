@@ -1,7 +1,7 @@
 """GETHELD/HELD: what a node's retention holds of a topic, for readers that come back.
 
 The core only routes them: a GETHELD comes out as HeldAsked (retention lives above the
-core, in episub/node.py), the answer goes back as AnswerHeld, and a HELD comes out as a
+core, in episub/node/serving.py), the answer goes back as AnswerHeld, and a HELD comes out as a
 HeldReport. None of it changes the core's state, joined or not.
 """
 

@@ -62,7 +62,7 @@ def test_a_burst_waits_for_a_slow_live_neighbour_instead_of_dropping_it() -> Non
 def test_a_neighbour_that_stops_reading_is_dropped_after_the_wait(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr("episub.node.PUBLISH_WAIT", 0.5)
+    monkeypatch.setattr("episub.node.publishing.PUBLISH_WAIT", 0.5)
 
     async def main() -> None:
         async with Node(key=KEY, config=config()) as a:

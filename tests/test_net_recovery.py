@@ -2,7 +2,7 @@
 addresses (issue 13's recovery), over real sockets on 127.0.0.1.
 
 The core asks its contacts and every peer it remembers, with backoff (membership.py); the
-node (episub/node.py) dials the bootstrap addresses again at each attempt, because a
+node (episub/node/bootstrap.py) dials the bootstrap addresses again at each attempt, because a
 contact that restarted answers its address with a new peer id, which the core cannot
 know: the old id is gone for good.
 """

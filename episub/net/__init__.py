@@ -12,5 +12,5 @@
 - `runtime`: one NodeState pumped: inputs in with `now`, outputs carried out, timers.
 - `link_delay`: emulated link delays for tests and demos.
 
-The application-facing API is `episub.Node` (episub/node.py), built on `runtime.Runtime`.
+The application-facing API is `episub.Node` (episub/node/node.py), built on `runtime.Runtime`.
 """

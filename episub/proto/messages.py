@@ -519,6 +519,6 @@ BroadcastMessage: TypeAlias = Gossip | IHave | Prune | Graft | Pull
 TopicMessage: TypeAlias = MembershipMessage | BroadcastMessage
 NodeMessage: TypeAlias = GetTopics | Topics
 ViewMessage: TypeAlias = GetView | View  # topic-level, answered by the node (node.py)
-# Topic-level, answered above the core from retention (episub/node.py): no core state.
+# Topic-level, answered above the core from retention (episub/node/serving.py): no core state.
 HeldMessage: TypeAlias = GetHeld | Held
 Message: TypeAlias = TopicMessage | NodeMessage | ViewMessage | HeldMessage

@@ -1,0 +1,158 @@
+"""Catch-up with a neighbour whose link came up: compare what the two hold of the topic
+(GETHELD, answered from retention) and fetch the difference.
+
+A link is lost with its send queue (a peer too slow for a burst overflows it and the link
+closes with the queue's messages, IHAVEs included); once the burst has ended no later
+message shows the gap, and no IHAVE comes again. Comparing holdings when the link returns
+repairs that, whichever end lost the messages. After the tree's own repair (gap_timeout),
+so that live traffic in flight is not pulled twice; at most CATCH_UP_AT_ONCE at once, each
+bounded by CATCH_UP_TIMEOUT."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from typing import Protocol
+
+import trio
+
+from episub.node.checks import FETCH_MAX_SPAN
+from episub.proto.errors import LocalProtocolError
+from episub.proto.messages import HeldSpan
+from episub.records import Message, Neighbor
+from episub.retention import RetentionStore
+
+__all__ = ["CATCH_UP_AT_ONCE", "CATCH_UP_CLOCK_SLACK_MS", "CATCH_UP_TIMEOUT", "CatchUp"]
+
+# How many catch-ups run at once, and how long one may take in all.
+CATCH_UP_AT_ONCE = 4  # guess: a few neighbours' holdings compared at a time
+CATCH_UP_TIMEOUT = 60.0  # guess: several FETCH_TIMEOUTs; a catch-up is background work
+# Stamps are the publishers' clocks, the join time ours: asked from a little before it.
+CATCH_UP_CLOCK_SLACK_MS = 2000  # guess: NTP keeps a cluster's hosts within milliseconds
+
+
+class _Asks(Protocol):
+    """What a catch-up asks of the node (episub.node.Node)."""
+
+    @property
+    def id(self) -> bytes: ...
+
+    def neighbors(self, topic: str) -> list[Neighbor]: ...
+
+    async def held_by(
+        self, topic: str, peer_id: bytes, *, since_ms: int
+    ) -> list[HeldSpan] | None: ...
+
+    async def fetch(
+        self,
+        topic: str,
+        publisher: bytes,
+        first_seq: int,
+        last_seq: int,
+        *,
+        holders: Iterable[bytes],
+    ) -> list[Message]: ...
+
+
+class CatchUp:
+    """Per-link catch-ups: (topic, peer) pending or running, one per link (so bounded by
+    topics times the active view), each with whether the link came up again since it
+    started; and when each topic was joined (wall clock, ms): a catch-up asks only for
+    what was published since, what this node should hold."""
+
+    def __init__(self, node: _Asks, store: RetentionStore[bytes], pause: float) -> None:
+        self._node = node
+        self._store = store
+        self._pause = pause  # the broadcast's gap_timeout
+        self._joined_ms: dict[str, int] = {}
+        self._catching_up: dict[tuple[str, bytes], bool] = {}
+        self._locks: dict[str, trio.Lock] = {}  # topics with a catch-up pending
+        self._slots = trio.CapacityLimiter(CATCH_UP_AT_ONCE)
+        self._catch_ups = 0
+        self._caught_up = 0
+
+    def joined(self, topic: str) -> None:
+        self._joined_ms[topic] = int(time.time() * 1000)
+
+    def left(self, topic: str) -> None:
+        self._joined_ms.pop(topic, None)
+
+    def link_up(self, topic: str, peer: bytes, nursery: trio.Nursery | None) -> None:
+        link = (topic, peer)
+        if link in self._catching_up:
+            self._catching_up[link] = True  # compare again once this one is done
+        elif nursery is not None:
+            self._catching_up[link] = False
+            nursery.start_soon(self._catch_up, *link)
+
+    def stats(self) -> dict[str, int]:
+        return {
+            "catch_ups": self._catch_ups,  # links whose holdings were compared on coming up
+            "caught_up": self._caught_up,  # messages those catch-ups pulled
+        }
+
+    async def _catch_up(self, topic: str, peer: bytes) -> None:
+        """Pull from `peer` what it holds of `topic`, published since we joined, that this
+        node lacks; again if the link came up again meanwhile."""
+        link = (topic, peer)
+        try:
+            while True:
+                # One link of a topic at a time: the next finds what this one pulled held,
+                # instead of pulling it a second time from another neighbour.
+                lock = self._locks.setdefault(topic, trio.Lock())
+                async with lock, self._slots:
+                    await self._catch_up_once(topic, peer)
+                if not self._catching_up.get(link):
+                    return
+                self._catching_up[link] = False  # it came up again while we compared
+        except LocalProtocolError:
+            return  # the node stopped
+        finally:
+            self._catching_up.pop(link, None)
+            if not any(t == topic for t, _ in self._catching_up):
+                self._locks.pop(topic, None)
+
+    async def _catch_up_once(self, topic: str, peer: bytes) -> None:
+        node = self._node
+        me = node.id
+        with trio.move_on_after(CATCH_UP_TIMEOUT):
+            while True:
+                await trio.sleep(self._pause)  # the tree's own repair first; then between asks
+                if peer not in (n.peer_id for n in node.neighbors(topic)):
+                    return  # the link went again (its return starts another catch-up)
+                joined = self._joined_ms.get(topic)
+                if joined is None:
+                    return
+                since = max(1, joined - CATCH_UP_CLOCK_SLACK_MS)
+                spans = await node.held_by(topic, peer, since_ms=since)
+                if spans is not None:
+                    break  # else no answer: the link may be closing, or the peer busy
+        if spans is None:
+            return
+        self._catch_ups += 1
+        with trio.move_on_after(CATCH_UP_TIMEOUT):
+            for span in spans:
+                if span.publisher != me:
+                    await self._catch_up_stream(topic, peer, span)
+
+    async def _catch_up_stream(self, topic: str, peer: bytes, span: HeldSpan) -> None:
+        """Fetch from `peer` the seqs of `span` since our join (its since_seq) that this
+        node lacks, when `peer` holds more of them than we do; while the fetches gain."""
+        publisher = span.publisher
+        if not isinstance(publisher, bytes) or not publisher:
+            return
+        last = span.last_seq
+        first = max(span.since_seq, span.first_seq, last - FETCH_MAX_SPAN + 1)
+        if first > last:
+            return
+        # The peer holds at least this many of first..last (count covers first_seq..last).
+        theirs = span.count - (first - span.first_seq)
+        while True:
+            ours = self._store.span(topic, publisher, first, last, trio.current_time())
+            had = 0 if ours is None else ours.count
+            if had >= last - first + 1 or had >= theirs:
+                return
+            got = len(await self._node.fetch(topic, publisher, first, last, holders=[peer]))
+            self._caught_up += max(0, got - had)
+            if got <= had:
+                return  # nobody gave more: what is left is not to be had now

@@ -1,0 +1,522 @@
+"""The public async API: one episub node, as a trio async context manager.
+
+    async with Node(key=KEY, listen="127.0.0.1:0") as node:
+        await node.join("prices", bootstrap=["10.0.0.5:7000"])
+        async with node.subscribe("prices") as sub:
+            await node.publish("prices", b"42")
+            async for item in sub:
+                ...
+
+`Node` checks its arguments (episub.node.checks) and composes the parts behind it, each
+with one job, none importing another's state: its lifetime (lifetime), bootstrap racing
+(bootstrap), publishing (publishing), fan-out to subscribers and listeners (fanout),
+fetch retries (fetching), catch-up of a link that came up (catchup), asking other nodes
+(queries) and answering them from retention (serving). The core's events of one input
+come to `_on_events`, which hands each to its part.
+
+Choices the API makes:
+- A node's own publishes reach its own subscribers (and its retention store) too, as a
+  Kafka consumer sees what its own process produced.
+- `join` dials every bootstrap address at once; the node's own address is skipped, so
+  every node of a deployment can be given the same bootstrap list (episub.node.bootstrap).
+- `publish` paces a burst: while a neighbour's send queue is more than half full, it waits
+  for the queue to drain (up to `PUBLISH_WAIT`, after which that neighbour is dropped as
+  too slow), so a fast publisher neither overflows a live peer's queue nor loses the link.
+- A topic left with no neighbour and no passive peer goes back to its bootstrap addresses.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
+from random import Random
+from types import TracebackType
+
+import trio
+
+from episub.net.handshake import HANDSHAKE_TIMEOUT, check_key
+from episub.net.link_delay import LinkDelay
+from episub.net.network import MAX_CONNECTIONS
+from episub.net.peer_id import parse_address
+from episub.net.runtime import DIAL_TIMEOUT, Runtime
+from episub.node import checks, serving
+from episub.node.bootstrap import Bootstraps, reach
+from episub.node.catchup import CatchUp
+from episub.node.fanout import CONTROL_PREFIX, Fanout
+from episub.node.fetching import FETCH_TIMEOUT, Fetcher
+from episub.node.lifetime import running
+from episub.node.publishing import Receipt, publish_checked
+from episub.node.queries import VIEW_TIMEOUT, Queries, neighbors
+from episub.node.retained import held_page, message_of, retained
+from episub.proto.config import NodeConfig
+from episub.proto.envelope import Record
+from episub.proto.errors import LocalProtocolError
+from episub.proto.events import (
+    DataLost,
+    Deliver,
+    HeldAsked,
+    HeldReport,
+    HistoryAsked,
+    Isolated,
+    JoinTopic,
+    LeaveTopic,
+    NeighborUp,
+    OutEvent,
+    Published,
+    Recovered,
+    TopicsReport,
+    ViewReport,
+)
+from episub.proto.messages import GetHeld, Held, HeldSpan, View, check_topic_name
+from episub.proto.signing import Signer
+from episub.records import HELD_TIMEOUT, SUBSCRIPTION_BUFFER, Neighbor
+from episub.retention import RetentionConfig, RetentionStore, Span
+from episub.subscription import Lost, Message, Subscription
+
+__all__ = ["JOIN_TIMEOUT", "Node"]
+
+# join() returns once the topic has a first neighbour, so that a publish right after it
+# reaches someone; a JOIN walk plus a NEIGHBOR exchange is a few RTTs.
+JOIN_TIMEOUT = 10.0  # guess: = DIAL_TIMEOUT, far above a few loopback or LAN RTTs
+
+
+class Node:
+    """One episub node. Use as `async with Node(key=...) as node:`.
+
+    key: the deployment's shared 32-byte key; peers without it cannot connect.
+    listen: "host:port" to listen on; port 0 picks a free port.
+    config: protocol parameters (episub.proto.config).
+    link_delay: optional f(my_id, peer_id) -> seconds to hold back every frame sent to
+        that peer (emulated network delay, for tests and demos; see zones_link_delay).
+    retention: bounds of the store behind `retained()`.
+    advertise: the host peers should dial, when `listen` is a wildcard like 0.0.0.0.
+    handshake_timeout: a new connection must prove the key within this (default 5 s).
+    dial_timeout: a TCP connect to a peer must succeed within this (default 10 s).
+    seed: seeds the protocol's random choices (default: fresh randomness).
+    encrypt: seal every frame after the handshake (ChaCha20-Poly1305, episub.net.sealing;
+        default on). Off only on a trusted network; all nodes must agree.
+    max_connections: authenticated connections held at once (default 512); past it an
+        inbound connection is refused after its handshake, and counted.
+    sign: signed publishing (episub.proto.signing; default off): the node draws an
+        Ed25519 identity, its id is bound to it, it signs what it publishes and drops
+        (and counts, `bad_signatures`) any message not signed by its publisher. All
+        nodes must agree; a signing and a non-signing node fail their handshake.
+    """
+
+    def __init__(
+        self,
+        *,
+        key: bytes,
+        listen: str = "127.0.0.1:0",
+        config: NodeConfig | None = None,
+        link_delay: LinkDelay | None = None,
+        retention: RetentionConfig | None = None,
+        advertise: str | None = None,
+        handshake_timeout: float = HANDSHAKE_TIMEOUT,
+        dial_timeout: float = DIAL_TIMEOUT,
+        seed: int | None = None,
+        encrypt: bool = True,
+        max_connections: int = MAX_CONNECTIONS,
+        sign: bool = False,
+    ) -> None:
+        self._key = check_key(key)
+        self._sign = checks.check_sign(sign)
+        self._listen = parse_address(listen, allow_port_zero=True)
+        self._advertise = checks.advertised_host(listen, self._listen.host, advertise)
+        self._config = config if config is not None else NodeConfig()
+        self._link_delay = link_delay
+        # Retention keeps each message's envelope bytes: the very bytes object the core's
+        # cache holds (one copy of a payload on this node), decoded again when read.
+        self._retention = RetentionStore[bytes](retention or RetentionConfig())
+        self._handshake_timeout = handshake_timeout
+        self._dial_timeout = dial_timeout
+        self._encrypt = encrypt
+        self._max_connections = max_connections
+        self._seed = seed if seed is not None else secrets.randbits(64)
+        self._runtime: Runtime | None = None
+        self._address = ""
+        self._nursery: trio.Nursery | None = None
+        self._lifetime_cm: AbstractAsyncContextManager[Node] | None = None
+        # The parts, each owning its own state (see the module docstring).
+        self._bootstraps = Bootstraps()
+        self._fanout = Fanout()
+        self._fetcher = Fetcher()
+        self._queries = Queries()
+        self._catch_up = CatchUp(self, self._retention, self._config.broadcast.gap_timeout)
+
+    # -- lifetime ---------------------------------------------------------------------------
+
+    async def __aenter__(self) -> Node:
+        if self._lifetime_cm is not None:
+            raise LocalProtocolError("a Node can be entered once")
+        self._lifetime_cm = self._lifetime()
+        return await self._lifetime_cm.__aenter__()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None:
+        assert self._lifetime_cm is not None
+        return await self._lifetime_cm.__aexit__(exc_type, exc, tb)
+
+    @asynccontextmanager
+    async def _lifetime(self) -> AsyncIterator[Node]:
+        async with running(
+            listen=self._listen,
+            advertise=self._advertise,
+            sign=self._sign,
+            make_runtime=self._make_runtime,
+            on_stop=self._stopped,
+        ) as (runtime, nursery, address):
+            self._runtime, self._nursery, self._address = runtime, nursery, address
+            yield self
+
+    def _make_runtime(self, my_id: bytes, signer: Signer | None) -> Runtime:
+        return Runtime(
+            key=self._key,
+            my_id=my_id,
+            config=self._config,
+            rng=Random(self._seed),
+            on_events=self._on_events,
+            link_delay=self._link_delay,
+            handshake_timeout=self._handshake_timeout,
+            dial_timeout=self._dial_timeout,
+            encrypt=self._encrypt,
+            max_connections=self._max_connections,
+            signer=signer,
+        )
+
+    def _stopped(self) -> None:
+        self._fanout.close()
+        self._runtime = None
+        self._nursery = None
+
+    def _running(self) -> Runtime:
+        if self._runtime is None:
+            raise LocalProtocolError(
+                "the node is not running: use it inside `async with Node(...)`"
+            )
+        return self._runtime
+
+    # -- identity ---------------------------------------------------------------------------
+
+    @property
+    def id(self) -> bytes:
+        """This run's peer id, b"host:port/tag"."""
+        return self._running().me
+
+    @property
+    def address(self) -> str:
+        """ "host:port" that peers dial (and bootstrap lists name)."""
+        self._running()
+        return self._address
+
+    # -- topics -----------------------------------------------------------------------------
+
+    async def join(
+        self, topic: str, bootstrap: Iterable[str] = (), *, timeout: float = JOIN_TIMEOUT
+    ) -> None:
+        """Join `topic` through any of the `bootstrap` addresses ("host:port").
+
+        An empty list (or one naming only this node) starts the topic's overlay here.
+        Otherwise this returns once the topic has its first neighbour, so that a publish
+        right after it reaches the overlay. Raises BootstrapError, with every address's
+        failure, when none answers; TimeoutError when no neighbour came within `timeout`
+        seconds (the node stays joined and keeps trying).
+        """
+        runtime = self._running()
+        check_topic_name(topic)
+        checks.check_bootstrap(bootstrap)
+        if topic in runtime.state.topics():
+            raise LocalProtocolError(f"already joined topic {topic!r}")
+        own = parse_address(self._address)
+        addresses = list(dict.fromkeys(a for a in map(parse_address, bootstrap) if a != own))
+        contacts: list[bytes] = []
+        if addresses:
+            contacts = await reach(runtime, addresses)
+        else:
+            await trio.lowlevel.checkpoint()
+        up, who = self._bootstraps.joining(topic)
+        self._catch_up.joined(topic)
+        runtime.input(JoinTopic(topic, tuple(dict.fromkeys(contacts))))
+        self._bootstraps.joined(topic, addresses)
+        if not contacts:
+            return
+        with trio.move_on_after(timeout):
+            await up.wait()
+            # Our answer that made the link is on its way before we return, so that the
+            # neighbour holds the link too by the time the caller's next step reaches it.
+            await runtime.network.flushed(who[0])
+            return
+        raise TimeoutError(
+            f"joined topic {topic!r} through {', '.join(map(str, addresses))} but no "
+            f"neighbour came within {timeout} s; the node stays joined and keeps trying"
+        )
+
+    async def leave(self, topic: str) -> None:
+        """Leave `topic`: neighbours are told (LEAVE); subscriptions stay open."""
+        runtime = self._running()
+        await trio.lowlevel.checkpoint()
+        runtime.input(LeaveTopic(topic))
+        self._bootstraps.left(topic)
+        self._catch_up.left(topic)
+
+    async def publish(
+        self,
+        topic: str,
+        value: bytes,
+        key: bytes | None = None,
+        headers: Mapping[str, bytes] | Iterable[tuple[str, bytes]] | None = None,
+    ) -> bytes:
+        """Publish `value` on a joined topic; returns the message id.
+
+        Raises MessageTooLarge over the config's max_message_size (value + key + headers).
+        `publish_record` says which sequence number the message got as well.
+        """
+        receipt = await self.publish_record(topic, value, key, headers)
+        assert receipt.id is not None, "our own stream has no taken places"
+        return receipt.id
+
+    async def publish_record(
+        self,
+        topic: str,
+        value: bytes,
+        key: bytes | None = None,
+        headers: Mapping[str, bytes] | Iterable[tuple[str, bytes]] | None = None,
+        *,
+        stream: tuple[bytes, int] | None = None,
+        timestamp_ms: int | None = None,
+    ) -> Receipt:
+        """Publish as `publish` does, and say where the message went: its publisher and seq.
+
+        stream: (publisher, seq) to publish at that place of a stream the caller names
+        instead of this node's own (publisher: up to 64 bytes, not this node's id). A
+        place taken already, here or anywhere this node heard of, publishes nothing and
+        the receipt says `duplicate`: a Spark sink names each row's place after its query,
+        batch, partition and row number, so a retried task re-publishes nothing.
+        timestamp_ms: a named place's stamp (default: now), so that a place written again
+        is the same message (same id) wherever it is written.
+        """
+        record = Record(value, key, headers, stream, timestamp_ms)
+        return (await self.publish_many(topic, (record,)))[0]
+
+    async def publish_many(self, topic: str, records: Iterable[Record | bytes]) -> list[Receipt]:
+        """Publish `records` (episub.Record, or bytes for a bare value) in order on a joined
+        topic, as `publish_record` does each; returns their receipts in the same order.
+
+        Cheaper per record than `publish_record` when a burst is at hand: the records go
+        into the node's core together (ids, envelopes and frames made in one pass) and
+        out to the neighbours in one write per neighbour. All or none: a record too large
+        (MessageTooLarge, naming it) or naming this node's own stream refuses the batch
+        before anything is published. Records go into the core PUBLISH_CHUNK at a time,
+        each chunk after the neighbours' send queues have room for it.
+        """
+        runtime = self._running()
+        checked = checks.as_records(records)
+        if not checked:
+            return []
+        await trio.lowlevel.checkpoint()
+        checks.check_records(checked, runtime.me, self._config.broadcast.max_message_size, topic)
+        return await publish_checked(runtime, topic, checked)
+
+    def subscribe(self, topic: str, buffer: int = SUBSCRIPTION_BUFFER) -> Subscription:
+        """Items of `topic` (Message, Lagged, Lost) from entering `async with` on.
+
+        The topic need not be joined yet: items flow while it is.
+        """
+        self._running()
+        return Subscription(topic, buffer, self._add_subscription, self._fanout.remove)
+
+    def _add_subscription(self, sub: Subscription) -> None:
+        self._running()
+        self._fanout.add(sub)
+
+    @contextmanager
+    def listen(self, topic: str, callback: Callable[[Message | Lost], None]) -> Iterator[None]:
+        """Call `callback(item)` for each item of `topic` (Message, Lost) while in the block.
+
+        For in-process components that keep state, such as a configuration replica: the
+        call happens as the node delivers the message, inside its event processing, so it
+        costs no task switch and no buffer (nothing lags), but it must be quick and must
+        not block. An exception it raises is logged and counted (`listener_errors`), and
+        the node carries on. Applications use `subscribe`.
+        """
+        self._running()
+        with self._fanout.listen(topic, callback):
+            yield
+
+    def _on_events(self, events: list[OutEvent]) -> None:
+        """The core's events of one input, in order: messages and losses go to retention,
+        then to each subscription of their topic as one batch, and to listeners; queries
+        from peers are answered from retention."""
+        now = trio.current_time()
+        retain = self._retention.add_item
+        fetching = self._fetcher.waiting
+        subscriptions = self._fanout.subscriptions
+        listeners = self._fanout.listeners
+        batches: dict[str, list[Message | Lost]] = {}
+        for event in events:
+            kind = type(event)
+            if kind is Deliver or kind is Published or kind is Recovered:
+                envelope = event.envelope  # type: ignore[union-attr]
+                topic, publisher, seq = event.topic, envelope.publisher, envelope.seq  # type: ignore[union-attr]
+                retain(
+                    envelope.raw,
+                    topic=topic,
+                    publisher=publisher,
+                    seq=seq,
+                    timestamp_ms=envelope.timestamp_ms,
+                    size=envelope.size,
+                    id=event.id,  # type: ignore[union-attr]
+                    now=now,
+                )
+                if fetching:
+                    self._fetcher.arrived(topic, publisher, seq)
+                # History is for retention, and control streams are bookkeeping: neither
+                # is news for subscribers. A message (a copy of the payload) is made only
+                # for a topic someone subscribes or listens to.
+                if (
+                    kind is not Recovered
+                    and (topic in subscriptions or topic in listeners)
+                    and not publisher.startswith(CONTROL_PREFIX)
+                ):
+                    message = message_of(topic, event.id, envelope)  # type: ignore[union-attr]
+                    batches.setdefault(topic, []).append(message)
+            elif kind is DataLost:
+                lost = Lost(event.publisher, event.first_seq, event.last_seq)  # type: ignore[union-attr]
+                batches.setdefault(event.topic, []).append(lost)  # type: ignore[union-attr]
+            elif kind is NeighborUp:
+                self._bootstraps.neighbor_up(event.topic, event.peer)  # type: ignore[union-attr]
+                self._catch_up.link_up(event.topic, event.peer, self._nursery)  # type: ignore[union-attr]
+            elif kind is Isolated:
+                self._bootstraps.isolated(event.topic, self._running, self._nursery)  # type: ignore[union-attr]
+            elif kind is ViewReport:
+                self._queries.on_view(event)  # type: ignore[arg-type]
+            elif kind is HeldAsked:
+                serving.answer_held(self._running(), self._retention, event, trio.current_time())  # type: ignore[arg-type]
+            elif kind is HistoryAsked:
+                serving.serve_history(self._running(), self._retention, event, trio.current_time())  # type: ignore[arg-type]
+            elif kind is HeldReport:
+                self._queries.on_held(event)  # type: ignore[arg-type]
+            elif kind is TopicsReport:
+                self._queries.on_topics(event)  # type: ignore[arg-type]
+        if batches:
+            self._fanout.deliver(batches)
+
+    # -- queries ----------------------------------------------------------------------------
+
+    def neighbors(self, topic: str) -> list[Neighbor]:
+        """The topic's active view: near links first, then random ones, by peer id."""
+        return neighbors(self._running().state, topic)
+
+    def passive_view_size(self, topic: str) -> int:
+        """How many peers the topic's passive view holds (0 when not joined)."""
+        return len(self._running().state.passive_view(topic))
+
+    async def view_of(
+        self, topic: str, peer_id: bytes, *, timeout: float = VIEW_TIMEOUT
+    ) -> View | None:
+        """`peer_id`'s active view of `topic`, as it answers GETVIEW (any node of the
+        deployment, neighbour or not: it is dialled); None when no answer came within
+        `timeout` seconds. This node's own view is read here, without a message.
+        episub.crawl walks the overlay with it."""
+        return await self._queries.view_of(self._running(), topic, peer_id, timeout)
+
+    def stats(self) -> dict[str, int]:
+        """Core counters (summed over topics), runtime counters, subscriptions, retention."""
+        runtime = self._running()
+        out = dict(runtime.state.stats())
+        out.update(runtime.stats())
+        out.update(self._fanout.stats())
+        out.update(self._catch_up.stats())
+        out["signed"] = int(self._sign)  # signed publishing on (1) or off (0)
+        out["retained_messages"] = len(self._retention)
+        out["retained_bytes"] = self._retention.bytes
+        bounds = self._retention.config  # what this node was started with, for operators
+        out["retention_max_messages"] = bounds.max_messages
+        out["retention_max_bytes"] = bounds.max_bytes
+        out["retention_max_age_s"] = round(bounds.max_age)
+        return out
+
+    async def fetch(
+        self,
+        topic: str,
+        publisher: bytes,
+        first_seq: int,
+        last_seq: int,
+        *,
+        timeout: float = FETCH_TIMEOUT,
+        holders: Iterable[bytes] = (),
+    ) -> list[Message]:
+        """`retained`, after asking in turn (PULL) `holders` (peer ids of nodes known to
+        hold the range, neighbours or not), then the topic's neighbours, for what this node
+        lacks of the range: a node that joined late, or restarted, fills its history this
+        way (a Spark executor reading a replayed micro-batch). Each answers from its cache
+        or its retention. Returns what this node then holds, in order, when the range is
+        complete or `timeout` seconds have passed; what nobody asked holds stays absent."""
+        runtime = self._running()
+        checks.check_fetch_range(first_seq, last_seq)
+        await self._fetcher.fetch(
+            runtime,
+            topic,
+            publisher,
+            first_seq,
+            last_seq,
+            timeout,
+            holders,
+            held=lambda: self.retained(topic, publisher, first_seq, last_seq),
+            neighbors=lambda: [n.peer_id for n in self.neighbors(topic)],
+        )
+        return self.retained(topic, publisher, first_seq, last_seq)
+
+    def retained(
+        self, topic: str, publisher: bytes, first_seq: int, last_seq: int
+    ) -> list[Message]:
+        """Stored messages of `publisher` on `topic`, first_seq..last_seq, in order; what
+        was never delivered here, or has aged out of retention, is absent."""
+        self._running()
+        now = trio.current_time()
+        return retained(self._retention, topic, publisher, first_seq, last_seq, now)
+
+    def held(self, topic: str) -> dict[bytes, Span]:
+        """publisher -> what this node holds of it on `topic` (retention's summary): the
+        first and last seq held and how many. What `held_by` asks other nodes."""
+        self._running()
+        return self._retention.offsets(topic, trio.current_time())
+
+    async def held_by(
+        self,
+        topic: str,
+        peer_id: bytes,
+        *,
+        spans: tuple[HeldSpan, ...] = (),
+        since_ms: int = 0,
+        timeout: float = HELD_TIMEOUT,
+    ) -> list[HeldSpan] | None:
+        """What `peer_id` (any node of the deployment, neighbour or not: it is dialled)
+        holds of `topic`: within `spans` (at most MAX_HELD_SPANS), or of every publisher
+        (page after page); with `since_ms`, each span's first seq stamped at or after it.
+        None when an answer did not come within `timeout` seconds (per page). This node's
+        own holdings are read here, without a message."""
+        runtime = self._running()
+        check_topic_name(topic)
+        return await self._queries.held_by(
+            runtime, topic, peer_id, spans, since_ms, timeout, self._own_held_page
+        )
+
+    def _own_held_page(self, topic: str, query: GetHeld) -> Held:
+        return held_page(self._retention, topic, query, trio.current_time())
+
+    async def peer_at(self, address: str) -> bytes:
+        """The peer id of the node listening at `address` ("host:port"), connecting to it
+        (and proving the key) if need be. OSError or HandshakeError when it cannot."""
+        runtime = self._running()
+        return await runtime.connect(parse_address(address))
+
+    async def topics_of(self, peer_id: bytes, *, timeout: float = VIEW_TIMEOUT) -> list[str] | None:
+        """The topics `peer_id` is in (GETTOPICS; any node, dialled if need be); None when
+        no answer came within `timeout` seconds. This node's own are read here."""
+        return await self._queries.topics_of(self._running(), peer_id, timeout)
