@@ -58,3 +58,22 @@ def test_counts_from_where_the_watch_started() -> None:
     released.bytes = 10_000
     watch = ReleaseWatch(released, release_after=100)
     assert not watch.check()  # what was let go before the watch is not a release now
+
+
+def test_a_node_counts_what_its_retention_lets_go() -> None:
+    """What the node process's ReleaseWatch reads: bytes evicted from retention."""
+    from episub import Node
+    from episub.retention import RetentionConfig
+    from tests.net_helpers import KEY, TOPIC, fast_config, run
+
+    async def main() -> None:
+        async with Node(
+            key=KEY, config=fast_config(), retention=RetentionConfig(max_messages=3)
+        ) as n:
+            await n.join(TOPIC)
+            for i in range(10):
+                await n.publish(TOPIC, bytes([i]) * 100)
+            assert len(n.retained(TOPIC, n.id, 0, 9)) == 3
+            assert n.retention_released == 7 * 100
+
+    run(main)
