@@ -74,12 +74,20 @@ class ReleaseWatch:
     """Trims once `released()` (bytes a node's tables have let go, counted from any start)
     has grown by at least `release_after` since the last trim, and has not moved since the
     previous `check`: call `check` at a steady interval (a second), and the node trims
-    one interval after a large release ends, never while messages flow."""
+    one interval after a large release ends, never while messages flow. `before_trim`
+    runs first (the node copies retention's columns to their size, so the room they grew
+    to is free to give back)."""
 
-    __slots__ = ("_last", "_released", "_trimmed_at", "release_after", "trims")
+    __slots__ = ("_before_trim", "_last", "_released", "_trimmed_at", "release_after", "trims")
 
-    def __init__(self, released: Callable[[], int], release_after: int = RELEASE_AFTER) -> None:
+    def __init__(
+        self,
+        released: Callable[[], int],
+        release_after: int = RELEASE_AFTER,
+        before_trim: Callable[[], object] | None = None,
+    ) -> None:
         self._released = released
+        self._before_trim = before_trim  # e.g. tables copied to their size, freeing the room
         self.release_after = release_after
         self._trimmed_at = self._last = released()
         self.trims = 0
@@ -92,5 +100,7 @@ class ReleaseWatch:
             return False
         self._trimmed_at = now
         self.trims += 1
+        if self._before_trim is not None:
+            self._before_trim()
         release_free_memory()
         return True

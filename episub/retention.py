@@ -251,6 +251,16 @@ class RetentionStore(Generic[M]):
                 del column[:spent_before]
             self._base = self._head
 
+    def shrink(self) -> None:
+        """Copy the columns to the size of what they hold from the head on: a list or array
+        keeps the room it grew to (an eighth more, and the rows spent before compaction),
+        so after a large release that room stays unless copied. O(rows held): for a quiet
+        node (episub/allocator.py), never per message."""
+        start = self._head - self._base
+        (self._items, self._ids, self._added, self._stamps, self._sizes, self._streams,
+         self._seqs) = (column[start:] for column in self._columns())  # fmt: skip
+        self._base = self._head
+
     def _columns(self) -> tuple[Any, ...]:
         return (self._items, self._ids, self._added, self._stamps, self._sizes,
                 self._streams, self._seqs)  # fmt: skip

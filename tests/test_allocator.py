@@ -31,12 +31,13 @@ class Released:
 
 def test_trims_once_quiet_after_a_large_release() -> None:
     released = Released()
-    watch = ReleaseWatch(released, release_after=100)
+    shrunk = []
+    watch = ReleaseWatch(released, release_after=100, before_trim=lambda: shrunk.append(1))
     assert not watch.check()  # nothing let go
     released.bytes = 150
     assert not watch.check()  # still letting go (moved since the last look)
     assert watch.check()  # quiet now: trims
-    assert watch.trims == 1
+    assert watch.trims == 1 and shrunk == [1]
     assert not watch.check()  # nothing new since the trim
 
 

@@ -129,7 +129,7 @@ async def _serve(
         on_ready(node)
         # Free memory goes back to the OS once the node is quiet after letting go of many
         # messages; checked on the agent's own watch timer (no wakeup of its own).
-        release = ReleaseWatch(lambda: node.retention_released)
+        release = ReleaseWatch(lambda: node.retention_released, before_trim=node.shrink_retention)
         if server is None:
             while True:  # until a signal
                 await trio.sleep(WATCH_INTERVAL)
