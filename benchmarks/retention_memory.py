@@ -8,7 +8,8 @@ on a Unix socket (`--socket`). Once both are idle in the overlay, their RSS is r
 (/proc/PID/status VmRSS). Then --messages messages of --size bytes are published through
 the first node's socket with the agent client's `publish_batch` (--batch records a
 request), and the script waits until the second node has delivered every one and both
-have settled (their `retained_messages` no longer change). RSS is read again.
+have settled (their `retained_messages` no longer change), then RELEASE_WAIT more for
+the nodes to give back free memory as they do when quiet. RSS is read again.
 
 Printed per node: idle RSS, RSS after, the growth, the application bytes it retains
 (`retained_bytes`: value + key + headers) and growth / retained. With the default
@@ -35,6 +36,10 @@ ROOT = Path(__file__).resolve().parent.parent
 TOPIC = "retention-memory"
 READY_TIMEOUT = 60.0  # s for both nodes to serve and link up
 SETTLE_POLL = 0.5  # s between two reads of the counters while waiting to settle
+# A node gives its free memory back once quiet after a large release: at its second
+# watch after the release ends (episub/allocator.py ReleaseWatch; a watch each second
+# while released bytes move, every RELEASE_IDLE_INTERVAL (5 s) before that).
+RELEASE_WAIT = 8.0  # s
 
 
 def _client(path: str) -> Any:
@@ -96,6 +101,7 @@ def measure(messages: int, size: int, batch: int) -> dict[str, Any]:
                 return after if done else None
 
             stats = _wait("the second node to deliver everything", settled, 300.0)
+            time.sleep(RELEASE_WAIT)  # each node gives free memory back when quiet
             after = [rss_kib(p.pid) for p in procs]
             for client in clients:
                 client.close()

@@ -125,7 +125,7 @@ class RetentionStore(Generic[M]):
         self._ids: list[bytes] = []
         self._added = array("d")  # when stored
         self._stamps = array("q")  # timestamp_ms
-        self._sizes = array("q")
+        self._sizes = array("I")  # application bytes of one message: < 2**32
         self._streams: list[_Stream | None] = []
         self._seqs = array("q")
         self._base = 0  # serial of the row at index 0
@@ -134,6 +134,7 @@ class RetentionStore(Generic[M]):
         self.bytes = 0
         self.evicted = 0
         self.replaced = 0  # held messages another message took the place of (see _wins)
+        self.released = 0  # bytes of messages let go (evicted or replaced), from the start
 
     def __len__(self) -> int:
         return self._live
@@ -203,7 +204,9 @@ class RetentionStore(Generic[M]):
         self._items[i] = None
         self._streams[i] = None
         self._live -= 1
-        self.bytes -= self._sizes[i]
+        size = self._sizes[i]
+        self.bytes -= size
+        self.released += size
         stream.remove(self._seqs[i])
         if not stream.count and not keep_stream:
             streams = self._topics[stream.topic]
@@ -247,6 +250,16 @@ class RetentionStore(Generic[M]):
             for column in self._columns():
                 del column[:spent_before]
             self._base = self._head
+
+    def shrink(self) -> None:
+        """Copy the columns to the size of what they hold from the head on: a list or array
+        keeps the room it grew to (an eighth more, and the rows spent before compaction),
+        so after a large release that room stays unless copied. O(rows held): for a quiet
+        node (episub/allocator.py), never per message."""
+        start = self._head - self._base
+        (self._items, self._ids, self._added, self._stamps, self._sizes, self._streams,
+         self._seqs) = (column[start:] for column in self._columns())  # fmt: skip
+        self._base = self._head
 
     def _columns(self) -> tuple[Any, ...]:
         return (self._items, self._ids, self._added, self._stamps, self._sizes,

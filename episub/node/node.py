@@ -498,6 +498,17 @@ class Node:
         now = trio.current_time()
         return retained(self._retention, topic, publisher, first_seq, last_seq, now)
 
+    @property
+    def retention_released(self) -> int:
+        """Bytes of messages retention has let go (evicted, expired or replaced) since the
+        node was made: what tells a node process to give memory back (episub/allocator.py)."""
+        return self._retention.released
+
+    def shrink_retention(self) -> None:
+        """Give retention's tables the size of what they hold (RetentionStore.shrink): for
+        a quiet node process, before it gives free memory back (episub/allocator.py)."""
+        self._retention.shrink()
+
     def held(self, topic: str) -> dict[bytes, Span]:
         """publisher -> what this node holds of it on `topic` (retention's summary): the
         first and last seq held and how many. What `held_by` asks other nodes."""

@@ -75,7 +75,7 @@ class MessageCache:
         # the cache's columns: serial - _cache_base; the oldest held at _cache_head
         self._raws: list[bytes | None] = []  # None: not cached (any more)
         self._hops = array("H")  # hops < MAX_HOPS (2**16)
-        self._sizes = array("q")
+        self._sizes = array("I")  # application bytes: < max_message_size, far below 2**32
         self._row_places: list[_Places] = []  # a row's publisher: one object a publisher
         self._seqs = array("q")
         self._senders: list[PeerId | None] = []  # a row's first sender (a shared reference)

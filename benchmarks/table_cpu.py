@@ -1,0 +1,88 @@
+"""CPU per message of a node's message tables: the broadcast cache (seen ids and cached
+envelope bytes, episub/proto/cache.py) and retention (episub/retention.py), as a node
+feeds them a delivered message, with their default bounds and full (steady state: each
+message in evicts the oldest).
+
+    .venv/bin/python benchmarks/table_cpu.py [--messages 200000] [--size 1024] [--out F]
+
+Envelopes and ids are made first (not timed); then the messages go through
+`MessageCache.remember` and `RetentionStore.add_item` as in the node, --rounds times
+over fresh tables, and the best round's process time per message is printed (the
+others are noise from a shared machine). No I/O: what the two tables cost, nothing else.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from episub.proto.cache import MessageCache  # noqa: E402
+from episub.proto.config import BroadcastConfig  # noqa: E402
+from episub.proto.envelope import Envelope  # noqa: E402
+from episub.retention import RetentionConfig, RetentionStore  # noqa: E402
+
+TOPIC = "t"
+
+
+def _messages(count: int, size: int) -> list[tuple[bytes, Envelope]]:
+    publisher = bytes(range(32))
+    filler = os.urandom(size - 8)
+    out = []
+    for seq in range(count):
+        envelope = Envelope(
+            publisher=publisher, seq=seq, timestamp_ms=1_700_000_000_000 + seq,
+            payload=seq.to_bytes(8, "big") + filler,
+        )  # fmt: skip
+        out.append((os.urandom(32), envelope))
+    return out
+
+
+def one_round(messages: list[tuple[bytes, Envelope]]) -> float:
+    cache = MessageCache(BroadcastConfig())
+    store = RetentionStore[bytes](RetentionConfig())
+    remember, retain = cache.remember, store.add_item
+    sender = b"s" * 32
+    started = time.process_time()
+    for i, (mid, envelope) in enumerate(messages):
+        now = i * 1e-4  # 10,000 messages a second: no bound by age is reached
+        remember(mid, envelope, 1, now, sender)
+        retain(envelope.raw, topic=TOPIC, publisher=envelope.publisher, seq=envelope.seq,
+               timestamp_ms=envelope.timestamp_ms, size=envelope.size, id=mid,
+               now=now)  # fmt: skip
+    return time.process_time() - started
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    p.add_argument("--messages", type=int, default=200_000)
+    p.add_argument("--size", type=int, default=1024)
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--out", help="also write the result JSON here")
+    args = p.parse_args(argv)
+    messages = _messages(args.messages, args.size)
+    rounds = [one_round(messages) for _ in range(args.rounds)]
+    per_message_us = [r / args.messages * 1e6 for r in rounds]
+    result: dict[str, Any] = {
+        "messages": args.messages,
+        "size": args.size,
+        "us_per_message": [round(u, 3) for u in per_message_us],
+        "best_us_per_message": round(min(per_message_us), 3),
+        "loadavg": os.getloadavg(),
+    }
+    best, load = result["best_us_per_message"], result["loadavg"][0]
+    print(f"cache + retention: {best} us CPU a message (best of {args.rounds}: "
+          f"{result['us_per_message']}), load {load:.1f}")  # fmt: skip
+    if args.out:
+        Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
