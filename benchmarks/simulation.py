@@ -80,7 +80,8 @@ def main() -> int:
             print(f"    {summary(report)}")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=1, sort_keys=True) + "\n")
-    print(f"written: {args.out.relative_to(ROOT)}")
+    shown = args.out.relative_to(ROOT) if args.out.is_relative_to(ROOT) else args.out
+    print(f"written: {shown}")
     return 0
 
 
