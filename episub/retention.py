@@ -92,6 +92,7 @@ class Storable(Protocol):
 M = TypeVar("M")
 
 _COMPACT_AT = 4096  # spent rows before the columns are shifted down (amortised O(1))
+_ID_ROOM = 32  # bytes a row keeps for its message's id (a message id's size: 32)
 
 
 class _Stream(SeqIndex):
@@ -122,7 +123,11 @@ class RetentionStore(Generic[M]):
         self.config = config
         self._topics: dict[str, dict[bytes, _Stream]] = {}
         self._items: list[M | None] = []  # None: spent
-        self._ids: list[bytes] = []
+        # ids packed, _ID_ROOM bytes a row (row i's at i * _ID_ROOM), their lengths beside:
+        # 33 bytes a row, where a list of bytes objects costs 8 + 80 (the object stays
+        # alive as long as retention holds its message)
+        self._ids = bytearray()
+        self._id_sizes = array("B")
         self._added = array("d")  # when stored
         self._stamps = array("q")  # timestamp_ms
         self._sizes = array("I")  # application bytes of one message: < 2**32
@@ -166,7 +171,10 @@ class RetentionStore(Generic[M]):
         now: float,
     ) -> bool:
         """`add`, with the message's fields given apart from what is stored (`item`, which
-        `get` returns): the node keeps only the envelope's bytes."""
+        `get` returns): the node keeps only the envelope's bytes. An id is at most 32
+        bytes (a message id's size)."""
+        if len(id) > _ID_ROOM:
+            raise ValueError(f"a retained message's id is at most {_ID_ROOM} bytes, not {len(id)}")
         streams = self._topics.get(topic)
         if streams is None:
             streams = self._topics[topic] = {}
@@ -177,14 +185,15 @@ class RetentionStore(Generic[M]):
             held = stream.get(seq)
             if held is not None:
                 i = held - self._base
-                old_id = self._ids[i]
+                old_id = self._id(i)
                 if old_id == id or not (timestamp_ms, id) < (self._stamps[i], old_id):
                     return False
                 self.replaced += 1
                 self._spend(i, keep_stream=True)
         serial = self._base + len(self._items)
         self._items.append(item)
-        self._ids.append(id)
+        self._ids += id.ljust(_ID_ROOM, b"\0") if len(id) < _ID_ROOM else id
+        self._id_sizes.append(len(id))
         self._added.append(now)
         self._stamps.append(timestamp_ms)
         self._sizes.append(size)
@@ -235,7 +244,8 @@ class RetentionStore(Generic[M]):
             self._head += 1
         if not self._live:
             self._head = end
-        self._compact()
+        if self._head - base >= _COMPACT_AT or end - base > 2 * self._live + _COMPACT_AT:
+            self._compact()
 
     def _compact(self) -> None:
         """Give back spent rows: those before the head once they are an eighth of the
@@ -249,6 +259,7 @@ class RetentionStore(Generic[M]):
         elif spent_before >= _COMPACT_AT and 8 * spent_before >= total:
             for column in self._columns():
                 del column[:spent_before]
+            del self._ids[: spent_before * _ID_ROOM]
             self._base = self._head
 
     def shrink(self) -> None:
@@ -257,16 +268,24 @@ class RetentionStore(Generic[M]):
         so after a large release that room stays unless copied. O(rows held): for a quiet
         node (episub/allocator.py), never per message."""
         start = self._head - self._base
-        (self._items, self._ids, self._added, self._stamps, self._sizes, self._streams,
+        (self._items, self._id_sizes, self._added, self._stamps, self._sizes, self._streams,
          self._seqs) = (column[start:] for column in self._columns())  # fmt: skip
+        self._ids = self._ids[start * _ID_ROOM :]
         self._base = self._head
 
     def _columns(self) -> tuple[Any, ...]:
-        return (self._items, self._ids, self._added, self._stamps, self._sizes,
+        """The columns of one entry a row (the packed ids are apart: _ID_ROOM a row)."""
+        return (self._items, self._id_sizes, self._added, self._stamps, self._sizes,
                 self._streams, self._seqs)  # fmt: skip
+
+    def _id(self, i: int) -> bytes:
+        at = i * _ID_ROOM
+        return bytes(self._ids[at : at + self._id_sizes[i]])
 
     def _rebuild(self, keep: list[int]) -> None:
         base = self._next_serial()
+        ids = self._ids
+        self._ids = bytearray().join(ids[i * _ID_ROOM : (i + 1) * _ID_ROOM] for i in keep)
         for column in self._columns():
             column[:] = (
                 type(column)(column[i] for i in keep)
@@ -304,9 +323,9 @@ class RetentionStore(Generic[M]):
         """`get`, with each message's id: (id, item) pairs in sequence order."""
         _check_range(first_seq, last_seq)
         self.expire(now)
-        items, ids = self._items, self._ids
+        items, id_of = self._items, self._id
         rows = self._rows(topic, publisher, first_seq, last_seq)
-        return [(ids[i], items[i]) for i in rows]  # type: ignore[misc]
+        return [(id_of(i), items[i]) for i in rows]  # type: ignore[misc]
 
     def offsets(self, topic: str, now: float) -> dict[bytes, Span]:
         """publisher -> what is held of it on `topic`, for every publisher held."""

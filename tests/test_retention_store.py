@@ -264,7 +264,7 @@ def test_message_cache_keeps_what_its_bounds_say(
     now = 0.0
     for n, (seq, size, dt) in enumerate(ops):
         now += dt
-        mid = n.to_bytes(4, "big")
+        mid = n.to_bytes(32, "big")  # a message id's size
         env = _env(seq, size)
         cache.remember(mid, env, hops=n % 5, now=now)
         rows.append((mid, env, now))

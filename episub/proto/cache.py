@@ -6,13 +6,15 @@ cache is always the newest part of what was seen: a message is seen and cached a
 cache keeps each envelope's bytes as they arrived (the very object the GOSSIP carried and
 retention holds above the core), never a decoded Envelope: an answer is sent as those
 bytes, and a message costs its bytes plus ~150 bytes of table here
-(its id, an index entry, and ~60 bytes of columns).
+(its id and index entry, ~70, and ~60 bytes of columns).
 
-Rows are numbered in arrival order (serials). Seen's columns (id, arrival time) and the
-cache's (bytes, hops, size, place) are lists and arrays indexed by serial minus their
-base; the oldest seen row is `_seen_head`, the oldest cached one `_cache_head`
-(>= `_seen_head`: the cache never keeps what seen forgot). `_index` maps a seen id to
-its row while cached, to None after. `by_seq` finds the cached message of a place.
+Rows are numbered in arrival order (serials). Seen's ids are an IdIndex (idindex.py: the
+ids packed in one bytearray, found through a table of serials; ~60 bytes an id, not the
+~165 of a dict of bytes objects), its arrival times an array indexed by serial minus
+`_seen_base`; the cache's columns (bytes, hops, size, place) are lists and arrays indexed
+by serial minus `_cache_base`. The oldest seen row is `_seen_head`, the oldest cached one
+`_cache_head` (>= `_seen_head`: the cache never keeps what seen forgot); a row is cached
+while its bytes are not None. `by_seq` finds the cached message of a place.
 
 Bounds (BroadcastConfig): seen at most `seen_max` ids, each `seen_ttl` seconds; the cache
 at most `cache_max_messages` messages and `cache_max_bytes` of application data
@@ -27,6 +29,7 @@ from dataclasses import dataclass
 
 from episub.proto.config import BroadcastConfig
 from episub.proto.envelope import Envelope, MessageId, PeerId
+from episub.proto.idindex import IdIndex
 from episub.proto.messages import Gossip
 from episub.proto.seqindex import SeqIndex
 
@@ -65,13 +68,10 @@ class MessageCache:
 
     def __init__(self, config: BroadcastConfig) -> None:
         self.config = config
-        self._index: dict[MessageId, int | None] = {}
-        self._next = 0  # serial of the next row
-        # seen's columns: serial - _seen_base; the oldest held at _seen_head
-        self._ids: list[MessageId | None] = []  # None: spent (the id was taken again later)
-        self._at = array("d")  # when it arrived
+        self._index = IdIndex()  # seen ids -> serials; its `next` numbers the rows
+        # seen's arrival times: serial - _seen_base; the oldest held at _seen_head
+        self._at = array("d")
         self._seen_base = self._seen_head = 0
-        self._seen = 0  # ids seen (rows from _seen_head whose id is not None)
         # the cache's columns: serial - _cache_base; the oldest held at _cache_head
         self._raws: list[bytes | None] = []  # None: not cached (any more)
         self._hops = array("H")  # hops < MAX_HOPS (2**16)
@@ -83,7 +83,7 @@ class MessageCache:
         self._cached = 0  # messages cached (rows from _cache_head whose raw is not None)
         self.cache_bytes = 0
         self._places: dict[PeerId, _Places] = {}  # publisher -> seq -> cached row
-        self.seen = _SeenView(self)
+        self.seen = self._index  # `mid in seen`, `len(seen)`, iteration (oldest first)
         self.cache = _CacheView(self)
         self.by_seq = _BySeqView(self)
 
@@ -98,13 +98,10 @@ class MessageCache:
         sender: PeerId | None = None,
     ) -> None:
         """`mid` is seen, and its envelope cached, from `now`; then the bounds apply."""
-        index = self._index
-        if mid in index:  # taken again (not done by broadcast.py): its old row is spent
-            self._forget(mid)
-        serial = self._next
-        self._next += 1
-        index[mid] = serial
-        self._ids.append(mid)
+        serial = self._index.add(mid)
+        if serial < 0:  # taken again (not done by broadcast.py): its old row is spent
+            self._forget(-1 - serial)
+            serial = self._index.add(mid)
         self._at.append(now)
         self._raws.append(envelope.raw)
         self._hops.append(hops)
@@ -117,21 +114,14 @@ class MessageCache:
         self._seqs.append(envelope.seq)
         self._senders.append(sender)
         places.put(envelope.seq, serial)
-        self._seen += 1
         self._cached += 1
         self.cache_bytes += size
         self.expire(now)
 
-    def _forget(self, mid: MessageId) -> None:
-        serial = self._index[mid]
-        if serial is not None:
+    def _forget(self, serial: int) -> None:
+        if serial >= self._cache_head:
             self._uncache(serial - self._cache_base)
-        for i in range(self._seen_head - self._seen_base, len(self._ids)):  # rare: O(seen)
-            if self._ids[i] == mid:
-                self._ids[i] = None
-                self._seen -= 1
-                break
-        del self._index[mid]
+        self._index.remove(serial)  # the row stays, spent, until the head passes it
 
     def _uncache(self, i: int) -> None:
         """Drop cache row i's envelope from the cache (if it is still there)."""
@@ -147,15 +137,13 @@ class MessageCache:
             places.remove(seq)
             if not places.count:
                 del self._places[places.publisher]
-        mid = self._ids[serial - self._seen_base]
-        if mid is not None:
-            self._index[mid] = None
 
     def expire(self, now: float) -> None:
         """Drop what is past a bound: the cache's oldest, then seen's (with its envelope,
         if the cache's bounds are the wider)."""
         c = self.config
         at = self._at
+        index = self._index
         while self._cached and (
             self._cached > c.cache_max_messages
             or self.cache_bytes > c.cache_max_bytes
@@ -163,32 +151,33 @@ class MessageCache:
         ):
             self._uncache(self._cache_head - self._cache_base)
             self._cache_head += 1
-        while self._seen and (
-            self._seen > c.seen_max or at[self._seen_head - self._seen_base] + c.seen_ttl <= now
+        while index.count and (
+            index.count > c.seen_max or at[self._seen_head - self._seen_base] + c.seen_ttl <= now
         ):
             serial = self._seen_head
             if serial >= self._cache_head:
                 self._uncache(serial - self._cache_base)
                 self._cache_head = serial + 1
-            mid = self._ids[serial - self._seen_base]
-            if mid is not None:
-                del self._index[mid]
-                self._seen -= 1
+            index.remove(serial)  # False: spent (taken again later)
             self._seen_head += 1
-        if not self._seen:
-            self._seen_head = self._next
+        if not index.count:
+            self._seen_head = index.next
         if not self._cached:
-            self._cache_head = self._next
-        self._compact()
+            self._cache_head = index.next
+        if (
+            self._seen_head - self._seen_base >= _COMPACT_AT
+            or self._cache_head - self._cache_base >= _COMPACT_AT
+        ):
+            self._compact()
 
     def _compact(self) -> None:
         """Give back the spent rows before the heads, once they are an eighth of a table:
         each row is moved O(1) times on average, and the columns stay within ~1/8 of
         what they hold."""
         spent = self._seen_head - self._seen_base
-        if spent >= _COMPACT_AT and 8 * spent >= len(self._ids):
-            del self._ids[:spent]
+        if spent >= _COMPACT_AT and 8 * spent >= len(self._at):
             del self._at[:spent]
+            self._index.drop_before(self._seen_head)
             self._seen_base = self._seen_head
         spent = self._cache_head - self._cache_base
         if spent >= _COMPACT_AT and 8 * spent >= len(self._raws):
@@ -205,9 +194,20 @@ class MessageCache:
 
     # -- reading ------------------------------------------------------------------------
 
+    def seen_row(self, mid: MessageId) -> int:
+        """The serial `mid` is seen at, or -1."""
+        return self._index.find(mid)
+
+    def cached_row(self, mid: MessageId) -> int:
+        """The serial of `mid`'s cached row, or -1."""
+        serial = self._index.find(mid)
+        if serial < self._cache_head or self._raws[serial - self._cache_base] is None:
+            return -1
+        return serial
+
     def get(self, mid: MessageId) -> Cached | None:
-        serial = self._index.get(mid)
-        if serial is None:
+        serial = self.cached_row(mid)
+        if serial < 0:
             return None
         i = serial - self._cache_base
         raw = self._raws[i]
@@ -216,18 +216,26 @@ class MessageCache:
         publisher = self._row_places[i].publisher
         return Cached(mid, raw, self._hops[i], at, self._sizes[i], publisher, self._senders[i])
 
+    def place_row(self, publisher: PeerId, seq: int) -> int | None:
+        """The serial of the cached message at (publisher, seq), if any."""
+        places = self._places.get(publisher)
+        return None if places is None else places.get(seq)
+
     def place(self, publisher: PeerId, seq: int) -> MessageId | None:
         """The cached message's id at (publisher, seq), if any."""
-        places = self._places.get(publisher)
-        serial = None if places is None else places.get(seq)
-        return None if serial is None else self._ids[serial - self._seen_base]
+        serial = self.place_row(publisher, seq)
+        return None if serial is None else self._index.id_of(serial)
 
     def cached_ids(self) -> Iterator[MessageId]:
-        for serial in range(self._cache_head, self._next):
+        id_of = self._index.id_of
+        for serial in range(self._cache_head, self._index.next):
             if self._raws[serial - self._cache_base] is not None:
-                mid = self._ids[serial - self._seen_base]
-                if mid is not None:
-                    yield mid
+                yield id_of(serial)
+
+    def shrink(self) -> None:
+        """Copy seen's packed ids to the size of what they hold (see RetentionStore.shrink:
+        for a quiet node, never per message)."""
+        self._index.shrink()
 
     def places(self) -> int:
         return sum(p.count for p in self._places.values())
@@ -243,24 +251,6 @@ class _Places(SeqIndex):
         self.publisher = publisher
 
 
-class _SeenView:
-    """`mid in seen`, `len(seen)`: the ids seen."""
-
-    __slots__ = ("_table",)
-
-    def __init__(self, table: MessageCache) -> None:
-        self._table = table
-
-    def __contains__(self, mid: object) -> bool:
-        return mid in self._table._index
-
-    def __len__(self) -> int:
-        return self._table._seen
-
-    def __iter__(self) -> Iterator[MessageId]:
-        return iter(self._table._index)
-
-
 class _CacheView:
     """`mid in cache`, `cache.get(mid)`, `len(cache)`, iteration (oldest first)."""
 
@@ -270,7 +260,7 @@ class _CacheView:
         self._table = table
 
     def __contains__(self, mid: object) -> bool:
-        return self._table._index.get(mid) is not None  # type: ignore[call-overload]
+        return self._table.cached_row(mid) >= 0  # type: ignore[arg-type]
 
     def get(self, mid: MessageId) -> Cached | None:
         return self._table.get(mid)
@@ -301,7 +291,7 @@ class _BySeqView:
         return mid
 
     def __contains__(self, place: object) -> bool:
-        return self._table.place(*place) is not None  # type: ignore[misc]
+        return self._table.place_row(*place) is not None  # type: ignore[misc]
 
     def __len__(self) -> int:
         return self._table.places()

@@ -52,6 +52,12 @@ class SeqIndex:
 
     def put(self, seq: int, row: int) -> None:
         """Hold `seq` at `row` (in place of any row it had)."""
+        rows = self._rows
+        if seq == self.high + 1 and len(rows) == self._head + seq - self.low and self.count:
+            rows.append(row)  # the next seq of a dense stream: the common case, first
+            self.high = seq
+            self.count += 1
+            return
         sparse = self._sparse
         if sparse is not None:
             if seq not in sparse:
@@ -59,7 +65,6 @@ class SeqIndex:
                 self.low, self.high = min(self.low, seq), max(self.high, seq)
             sparse[seq] = row
             return
-        rows = self._rows
         if not self.count:
             del rows[:]
             rows.append(row)

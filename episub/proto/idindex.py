@@ -1,0 +1,175 @@
+"""id -> row: the message ids a node has seen, in ~60 bytes an id instead of ~165.
+
+The broadcast cache (cache.py) numbers the messages it takes in by serial, in arrival
+order, and must answer "seen this id?" for every copy that arrives and "which row?" for
+the ones it caches. A dict of id to serial costs ~165 bytes an id: the id as a bytes
+object (32 bytes, 80 with its header), the dict's entry and index (~50 at the sizes it
+keeps), and an int object per serial (32). Seen holds up to a million ids by default
+(`seen_max`), so that is up to ~165 MB.
+
+Here the ids are packed in one bytearray, 32 bytes a row (row = serial - base), with each
+id's `hash()` in an array beside it, and found through an open-addressing table of
+serials (an `array` of 8-byte slots, linear probing, a quarter to a half full): 32 + 8 +
+16..32 bytes an id. A lookup compares hashes first and the full 32 bytes only when they
+match, so two ids never stand for one another whatever their bytes share. `hash()` of
+bytes is keyed per process (SipHash), so a peer cannot choose ids that crowd one run of
+slots. Removal shifts the run back (no tombstones), so a table that ids flow through
+keeps its probe lengths.
+
+The id of a row stays in the columns until `drop_before` passes it (the caller removes
+rows oldest first, then gives their room back in one step, as its other columns do).
+A plain data structure: no clock, no I/O.
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Iterator
+
+from episub.proto.envelope import MessageId
+from episub.proto.messages import MESSAGE_ID_SIZE
+
+__all__ = ["IdIndex"]
+
+_WIDTH = MESSAGE_ID_SIZE
+_EMPTY = -1
+_MIN_SLOTS = 8
+
+
+class IdIndex:
+    """The serials of held ids, rows numbered from `base` to `next` - 1 (see the module)."""
+
+    __slots__ = ("_hashes", "_ids", "_mask", "_slots", "base", "count", "next")
+
+    def __init__(self) -> None:
+        self._ids = bytearray()  # row r's id at r * _WIDTH (r = serial - base)
+        self._hashes = array("q")  # row r's hash(id)
+        self._slots = array("q", [_EMPTY]) * _MIN_SLOTS  # serials, or _EMPTY
+        self._mask = _MIN_SLOTS - 1
+        self.base = 0  # serial of row 0
+        self.next = 0  # serial the next id gets
+        self.count = 0  # ids held
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __contains__(self, mid: object) -> bool:
+        # find's loop, repeated: `mid in seen` runs for every copy that arrives
+        h = hash(mid)
+        slots, mask = self._slots, self._mask
+        i = h & mask
+        s = slots[i]
+        while s != _EMPTY:
+            r = s - self.base
+            if self._hashes[r] == h and self._ids[r * _WIDTH : r * _WIDTH + _WIDTH] == mid:
+                return True
+            i = (i + 1) & mask
+            s = slots[i]
+        return False
+
+    def __iter__(self) -> Iterator[MessageId]:
+        """The ids held, oldest row first."""
+        for serial in range(self.base, self.next):
+            mid = self.id_of(serial)
+            if self.find(mid) == serial:
+                yield mid
+
+    def find(self, mid: MessageId) -> int:
+        """The serial `mid` is held at, or -1."""
+        h = hash(mid)
+        slots, mask = self._slots, self._mask
+        i = h & mask
+        s = slots[i]
+        while s != _EMPTY:
+            r = s - self.base
+            if self._hashes[r] == h and self._ids[r * _WIDTH : r * _WIDTH + _WIDTH] == mid:
+                return s
+            i = (i + 1) & mask
+            s = slots[i]
+        return -1
+
+    def add(self, mid: MessageId) -> int:
+        """Hold `mid` at the next serial and return it; if `mid` is held already, nothing
+        changes and the result is -1 - its serial (one probe does both)."""
+        if len(mid) != _WIDTH:
+            raise ValueError(f"message id must be {_WIDTH} bytes, not {len(mid)}")
+        if 2 * (self.count + 1) > len(self._slots):
+            self._resize(2 * len(self._slots))
+        h = hash(mid)
+        slots, mask = self._slots, self._mask
+        i = h & mask
+        s = slots[i]
+        while s != _EMPTY:
+            r = s - self.base
+            if self._hashes[r] == h and self._ids[r * _WIDTH : r * _WIDTH + _WIDTH] == mid:
+                return -1 - s
+            i = (i + 1) & mask
+            s = slots[i]
+        self._ids += mid
+        serial = self.next
+        slots[i] = serial
+        self.next = serial + 1
+        self._hashes.append(h)
+        self.count += 1
+        return serial
+
+    def id_of(self, serial: int) -> MessageId:
+        """The id of row `serial` (held, or removed but not yet dropped)."""
+        r = (serial - self.base) * _WIDTH
+        return bytes(self._ids[r : r + _WIDTH])
+
+    def remove(self, serial: int) -> bool:
+        """Hold row `serial`'s id no more; False when it was not held (removed before)."""
+        slots, mask, hashes, base = self._slots, self._mask, self._hashes, self.base
+        i = hashes[serial - base] & mask
+        s = slots[i]
+        while s != serial:
+            if s == _EMPTY:
+                return False
+            i = (i + 1) & mask
+            s = slots[i]
+        # Shift the rest of the run back over the hole: a slot's serial moves to the hole
+        # unless its home slot lies after the hole (cyclically, up to where it is).
+        j = i
+        while True:
+            j = (j + 1) & mask
+            s = slots[j]
+            if s == _EMPTY:
+                break
+            k = hashes[s - base] & mask
+            if (k <= i or k > j) if i < j else (j < k <= i):
+                slots[i] = s
+                i = j
+        slots[i] = _EMPTY
+        self.count -= 1
+        if 8 * self.count < len(slots) and len(slots) > _MIN_SLOTS:
+            self._resize(len(slots) // 2)
+        return True
+
+    def drop_before(self, serial: int) -> None:
+        """Give back the rows before `serial` (every one removed)."""
+        n = serial - self.base
+        if n > 0:
+            del self._ids[: n * _WIDTH]
+            del self._hashes[:n]
+            self.base = serial
+
+    def shrink(self) -> None:
+        """Copy the columns to the size of what they hold (a bytearray or an array keeps
+        the room it grew to)."""
+        self._ids = bytearray(self._ids)
+        self._hashes = array("q", self._hashes)
+
+    def _resize(self, size: int) -> None:
+        """Move every held serial to a table of `size` slots: O(slots), at a doubling or a
+        halving, so O(1) an id on average."""
+        old = self._slots
+        slots = self._slots = array("q", [_EMPTY]) * size
+        mask = self._mask = size - 1
+        hashes, base = self._hashes, self.base
+        for s in old:
+            if s != _EMPTY:
+                i = hashes[s - base] & mask
+                while slots[i] != _EMPTY:
+                    i = (i + 1) & mask
+                slots[i] = s
