@@ -194,10 +194,6 @@ class MessageCache:
 
     # -- reading ------------------------------------------------------------------------
 
-    def seen_row(self, mid: MessageId) -> int:
-        """The serial `mid` is seen at, or -1."""
-        return self._index.find(mid)
-
     def cached_row(self, mid: MessageId) -> int:
         """The serial of `mid`'s cached row, or -1."""
         serial = self._index.find(mid)
@@ -231,11 +227,6 @@ class MessageCache:
         for serial in range(self._cache_head, self._index.next):
             if self._raws[serial - self._cache_base] is not None:
                 yield id_of(serial)
-
-    def shrink(self) -> None:
-        """Copy seen's packed ids to the size of what they hold (see RetentionStore.shrink:
-        for a quiet node, never per message)."""
-        self._index.shrink()
 
     def places(self) -> int:
         return sum(p.count for p in self._places.values())

@@ -1,4 +1,4 @@
-"""id -> row: the message ids a node has seen, in ~60 bytes an id instead of ~165.
+"""id -> row: the message ids a node has seen, in ~50 bytes an id instead of ~165.
 
 The broadcast cache (cache.py) numbers the messages it takes in by serial, in arrival
 order, and must answer "seen this id?" for every copy that arrives and "which row?" for
@@ -7,14 +7,16 @@ object (32 bytes, 80 with its header), the dict's entry and index (~50 at the si
 keeps), and an int object per serial (32). Seen holds up to a million ids by default
 (`seen_max`), so that is up to ~165 MB.
 
-Here the ids are packed in one bytearray, 32 bytes a row (row = serial - base), with each
-id's `hash()` in an array beside it, and found through an open-addressing table of
-serials (an `array` of 8-byte slots, linear probing, a quarter to a half full): 32 + 8 +
-16..32 bytes an id. A lookup compares hashes first and the full 32 bytes only when they
-match, so two ids never stand for one another whatever their bytes share. `hash()` of
-bytes is keyed per process (SipHash), so a peer cannot choose ids that crowd one run of
-slots. Removal shifts the run back (no tombstones), so a table that ids flow through
-keeps its probe lengths.
+Here the ids are packed in one bytearray, 32 bytes a row (row = serial - base), with
+the low 32 bits of each id's `hash()` in an array beside it, and found through an
+open-addressing table of serials (an `array` of 4-byte slots, linear probing, a quarter
+to a half full): 32 + 4 + 8..16 bytes an id. A lookup compares hashes first and the
+full 32 bytes only when they match, so two ids never stand for one another whatever
+their bytes share. `hash()` of bytes is keyed per process (SipHash), so a peer cannot
+choose ids that crowd one run of slots. Removal shifts the run back (no tombstones), so
+a table that ids flow through keeps its probe lengths. A lookup costs ~0.25 us against
+a dict's ~0.05: the price of the memory, paid back elsewhere on the same path (see
+docs/operations.md, "Memory").
 
 The id of a row stays in the columns until `drop_before` passes it (the caller removes
 rows oldest first, then gives their room back in one step, as its other columns do).
@@ -32,7 +34,11 @@ from episub.proto.messages import MESSAGE_ID_SIZE
 __all__ = ["IdIndex"]
 
 _WIDTH = MESSAGE_ID_SIZE
-_EMPTY = -1
+# A slot holds a serial modulo _MOD (4 bytes; a row is (slot - base) % _MOD, as rows span
+# far fewer than _MOD serials); _MOD itself marks an empty slot.
+_MOD = 2**32 - 1
+_EMPTY = _MOD
+_LOW = 2**32 - 1  # the bits of an id's hash kept: table sizes stay far below 2**32
 _MIN_SLOTS = 8
 
 
@@ -43,8 +49,8 @@ class IdIndex:
 
     def __init__(self) -> None:
         self._ids = bytearray()  # row r's id at r * _WIDTH (r = serial - base)
-        self._hashes = array("q")  # row r's hash(id)
-        self._slots = array("q", [_EMPTY]) * _MIN_SLOTS  # serials, or _EMPTY
+        self._hashes = array("I")  # row r's hash(id) & _LOW (a slot's index needs no more)
+        self._slots = array("I", [_EMPTY]) * _MIN_SLOTS  # serials % _MOD, or _EMPTY
         self._mask = _MIN_SLOTS - 1
         self.base = 0  # serial of row 0
         self.next = 0  # serial the next id gets
@@ -55,12 +61,12 @@ class IdIndex:
 
     def __contains__(self, mid: object) -> bool:
         # find's loop, repeated: `mid in seen` runs for every copy that arrives
-        h = hash(mid)
+        h = hash(mid) & _LOW
         slots, mask = self._slots, self._mask
         i = h & mask
         s = slots[i]
         while s != _EMPTY:
-            r = s - self.base
+            r = (s - self.base) % _MOD
             if self._hashes[r] == h and self._ids[r * _WIDTH : r * _WIDTH + _WIDTH] == mid:
                 return True
             i = (i + 1) & mask
@@ -69,21 +75,20 @@ class IdIndex:
 
     def __iter__(self) -> Iterator[MessageId]:
         """The ids held, oldest row first."""
-        for serial in range(self.base, self.next):
-            mid = self.id_of(serial)
-            if self.find(mid) == serial:
-                yield mid
+        base = self.base
+        for r in sorted((s - base) % _MOD for s in self._slots if s != _EMPTY):
+            yield self.id_of(base + r)
 
     def find(self, mid: MessageId) -> int:
         """The serial `mid` is held at, or -1."""
-        h = hash(mid)
+        h = hash(mid) & _LOW
         slots, mask = self._slots, self._mask
         i = h & mask
         s = slots[i]
         while s != _EMPTY:
-            r = s - self.base
+            r = (s - self.base) % _MOD
             if self._hashes[r] == h and self._ids[r * _WIDTH : r * _WIDTH + _WIDTH] == mid:
-                return s
+                return self.base + r
             i = (i + 1) & mask
             s = slots[i]
         return -1
@@ -95,19 +100,19 @@ class IdIndex:
             raise ValueError(f"message id must be {_WIDTH} bytes, not {len(mid)}")
         if 2 * (self.count + 1) > len(self._slots):
             self._resize(2 * len(self._slots))
-        h = hash(mid)
+        h = hash(mid) & _LOW
         slots, mask = self._slots, self._mask
         i = h & mask
         s = slots[i]
         while s != _EMPTY:
-            r = s - self.base
+            r = (s - self.base) % _MOD
             if self._hashes[r] == h and self._ids[r * _WIDTH : r * _WIDTH + _WIDTH] == mid:
-                return -1 - s
+                return -1 - (self.base + r)
             i = (i + 1) & mask
             s = slots[i]
         self._ids += mid
         serial = self.next
-        slots[i] = serial
+        slots[i] = serial % _MOD
         self.next = serial + 1
         self._hashes.append(h)
         self.count += 1
@@ -122,8 +127,9 @@ class IdIndex:
         """Hold row `serial`'s id no more; False when it was not held (removed before)."""
         slots, mask, hashes, base = self._slots, self._mask, self._hashes, self.base
         i = hashes[serial - base] & mask
+        held = serial % _MOD
         s = slots[i]
-        while s != serial:
+        while s != held:
             if s == _EMPTY:
                 return False
             i = (i + 1) & mask
@@ -136,7 +142,7 @@ class IdIndex:
             s = slots[j]
             if s == _EMPTY:
                 break
-            k = hashes[s - base] & mask
+            k = hashes[(s - base) % _MOD] & mask
             if (k <= i or k > j) if i < j else (j < k <= i):
                 slots[i] = s
                 i = j
@@ -154,22 +160,16 @@ class IdIndex:
             del self._hashes[:n]
             self.base = serial
 
-    def shrink(self) -> None:
-        """Copy the columns to the size of what they hold (a bytearray or an array keeps
-        the room it grew to)."""
-        self._ids = bytearray(self._ids)
-        self._hashes = array("q", self._hashes)
-
     def _resize(self, size: int) -> None:
         """Move every held serial to a table of `size` slots: O(slots), at a doubling or a
         halving, so O(1) an id on average."""
         old = self._slots
-        slots = self._slots = array("q", [_EMPTY]) * size
+        slots = self._slots = array("I", [_EMPTY]) * size
         mask = self._mask = size - 1
         hashes, base = self._hashes, self.base
         for s in old:
             if s != _EMPTY:
-                i = hashes[s - base] & mask
+                i = hashes[(s - base) % _MOD] & mask
                 while slots[i] != _EMPTY:
                     i = (i + 1) & mask
                 slots[i] = s
