@@ -6,7 +6,9 @@ message in evicts the oldest).
     .venv/bin/python benchmarks/table_cpu.py [--messages 200000] [--size 1024] [--out F]
 
 Envelopes and ids are made first (not timed); then the messages go through
-`MessageCache.remember` and `RetentionStore.add_item` as in the node, --rounds times
+`MessageCache.remember` and `RetentionStore.add_item` as in the node, each id looked up
+in `seen` --copies times as broadcast does for every copy that arrives (the first before
+it is remembered, the duplicates after), --rounds times
 over fresh tables, and the best round's process time per message is printed (the
 others are noise from a shared machine). No I/O: what the two tables cost, nothing else.
 """
@@ -45,18 +47,24 @@ def _messages(count: int, size: int) -> list[tuple[bytes, Envelope]]:
     return out
 
 
-def one_round(messages: list[tuple[bytes, Envelope]]) -> float:
+def one_round(messages: list[tuple[bytes, Envelope]], copies: int) -> float:
     cache = MessageCache(BroadcastConfig())
     store = RetentionStore[bytes](RetentionConfig())
-    remember, retain = cache.remember, store.add_item
+    remember, retain, seen = cache.remember, store.add_item, cache.seen
     sender = b"s" * 32
+    duplicates = range(copies - 1)
     started = time.process_time()
     for i, (mid, envelope) in enumerate(messages):
         now = i * 1e-4  # 10,000 messages a second: no bound by age is reached
+        if copies and mid in seen:
+            raise AssertionError("a new id was seen")
         remember(mid, envelope, 1, now, sender)
         retain(envelope.raw, topic=TOPIC, publisher=envelope.publisher, seq=envelope.seq,
                timestamp_ms=envelope.timestamp_ms, size=envelope.size, id=mid,
                now=now)  # fmt: skip
+        for _ in duplicates:
+            if mid not in seen:
+                raise AssertionError("a remembered id was not seen")
     return time.process_time() - started
 
 
@@ -65,14 +73,16 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--messages", type=int, default=200_000)
     p.add_argument("--size", type=int, default=1024)
     p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--copies", type=int, default=2, help="seen lookups a message (0: none)")
     p.add_argument("--out", help="also write the result JSON here")
     args = p.parse_args(argv)
     messages = _messages(args.messages, args.size)
-    rounds = [one_round(messages) for _ in range(args.rounds)]
+    rounds = [one_round(messages, args.copies) for _ in range(args.rounds)]
     per_message_us = [r / args.messages * 1e6 for r in rounds]
     result: dict[str, Any] = {
         "messages": args.messages,
         "size": args.size,
+        "copies": args.copies,
         "us_per_message": [round(u, 3) for u in per_message_us],
         "best_us_per_message": round(min(per_message_us), 3),
         "loadavg": os.getloadavg(),

@@ -23,7 +23,8 @@ Rules this store keeps:
 Storage: rows in columns (`array`s and lists) in the order stored, and each publisher's
 places in a SeqIndex (an array indexed by seq while the stream is dense). A message costs
 what `add` was given (the node gives the envelope's bytes, the same object its broadcast
-cache holds: one copy of a payload per node) plus ~70 bytes; see docs/operations.md.
+cache holds: one copy of a payload per node) plus ~85 bytes (the id packed in 33 of them);
+see docs/operations.md.
 `add_item` and `entries` are `add` and `get` for a caller that keeps the fields apart from
 the stored item.
 """
@@ -116,7 +117,7 @@ class RetentionStore(Generic[M]):
     """The messages held, as rows in the order stored: columns (lists and arrays) indexed
     by row serial - `_base`, the oldest live row at or after `_head`. A message costs its
     item (what `add` was given: the node stores the envelope's bytes, the very object its
-    broadcast cache holds) and ~70 bytes of columns and index. A replaced or evicted row
+    broadcast cache holds) and ~85 bytes of columns and index. A replaced or evicted row
     is spent (its item None) until the head passes it or the columns are compacted."""
 
     def __init__(self, config: RetentionConfig) -> None:

@@ -160,3 +160,20 @@ def test_a_bad_range_is_an_error_showing_it() -> None:
 def test_bad_limits_are_refused(limits: dict[str, float], error: str) -> None:
     with pytest.raises(ValueError, match=error):
         RetentionConfig(**limits)  # type: ignore[arg-type]
+
+
+def test_ids_come_back_as_given_through_compaction_and_a_longer_one_is_refused() -> None:
+    """Ids are packed 32 bytes a row (no bytes object each): a shorter one comes back as
+    given, not padded, after the rows before it were compacted away; a longer one is an
+    error before anything is stored."""
+    s = store(max_messages=5)
+    for seq in range(5000):  # past the compaction threshold (4096 spent rows)
+        mid = b"\x01" + seq.to_bytes(2, "big") if seq % 2 else blake3(bytes([seq % 256])).digest()
+        assert s.add(msg(seq, mid=mid), now=0.0)
+    got = s.entries("t", P, 0, 10_000, now=0.0)
+    assert [seq for seq in range(4995, 5000)] == [d.seq for _, d in got]
+    assert [mid for mid, _ in got] == [d.id for _, d in got]
+    assert got[0][0] == b"\x01" + (4995).to_bytes(2, "big")
+    with pytest.raises(ValueError, match="at most 32 bytes"):
+        s.add(msg(6000, mid=b"x" * 33), now=0.0)
+    assert len(s) == 5 and s.span("t", P, 0, 10_000, now=0.0) == Span(4995, 4999, 5)

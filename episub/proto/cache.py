@@ -5,11 +5,11 @@ cache is always the newest part of what was seen: a message is seen and cached a
 (`remember`), and the cache's bounds drop its oldest while seen keeps the id longer. The
 cache keeps each envelope's bytes as they arrived (the very object the GOSSIP carried and
 retention holds above the core), never a decoded Envelope: an answer is sent as those
-bytes, and a message costs its bytes plus ~150 bytes of table here
-(its id and index entry, ~70, and ~60 bytes of columns).
+bytes, and a message costs its bytes plus ~100 bytes of table here
+(its packed id, index slot and arrival time, ~55, and ~45 bytes of columns).
 
 Rows are numbered in arrival order (serials). Seen's ids are an IdIndex (idindex.py: the
-ids packed in one bytearray, found through a table of serials; ~60 bytes an id, not the
+ids packed in one bytearray, found through a table of serials; ~50 bytes an id, not the
 ~165 of a dict of bytes objects), its arrival times an array indexed by serial minus
 `_seen_base`; the cache's columns (bytes, hops, size, place) are lists and arrays indexed
 by serial minus `_cache_base`. The oldest seen row is `_seen_head`, the oldest cached one
