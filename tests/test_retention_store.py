@@ -293,3 +293,20 @@ def test_message_cache_keeps_what_its_bounds_say(
         latest = {r[1].seq: r[0] for r in cached}
         for s in range(31):
             assert cache.by_seq.get((b"pub", s)) == latest.get(s)
+
+
+def test_an_id_taken_again_moves_to_its_new_row_and_its_old_row_is_passed_over() -> None:
+    """`remember` of a seen id (not done by broadcast.py) spends its old row: seen and the
+    cache hold it once, at the new row, and expiry passes the spent row without counting
+    it out twice."""
+    cache = MessageCache(BroadcastConfig(seen_max=2))
+    m, n, o = b"m" * 32, b"n" * 32, b"o" * 32
+    cache.remember(m, _env(1, 1), hops=1, now=0.0)
+    cache.remember(n, _env(2, 1), hops=1, now=1.0)
+    cache.remember(m, _env(1, 1), hops=3, now=2.0)
+    assert list(cache.seen) == [n, m] and list(cache.cache) == [n, m]
+    got = cache.get(m)
+    assert got is not None and (got.hops, got.received_at) == (3, 2.0)
+    cache.remember(o, _env(3, 1), hops=1, now=3.0)  # seen_max 2: n goes, m stays
+    assert list(cache.seen) == [m, o] and len(cache.seen) == 2
+    assert cache.by_seq.get((b"pub", 1)) == m and (b"pub", 2) not in cache.by_seq
