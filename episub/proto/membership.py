@@ -91,6 +91,9 @@ class PendingRequest:
 
 
 _COALESCED_TIMERS = frozenset({"ping", "probe"})
+# Periodic upkeep that MembershipConfig.settled_upkeep stretches once the node is settled
+# (shuffles keep their pace: passive views must stay fresh for recovery after a crash).
+_SETTLED_TIMERS = frozenset({"ping", "probe", "stabilize", "optimize"})
 _UPKEEP_TIMERS = frozenset({"stabilize", "optimize", "shuffle"})
 
 
@@ -267,7 +270,21 @@ class Membership:
             base = min(base, c.stabilize_interval_unsettled)
         elif name == "optimize" and self.improving:
             base = min(base, c.optimize_interval_improving)
+        elif name in _SETTLED_TIMERS and c.settled_upkeep is not None and self.settled():
+            base *= c.settled_upkeep
         return jittered(self.rng, base, c.timer_jitter)
+
+    def settled(self) -> bool:
+        """Is there nothing for upkeep to do soon? The view at its size, no link asked
+        for or changing, the last optimisation round asked for nothing, and every known
+        peer measured. (A query: settled_upkeep stretches the periods while it holds.)"""
+        return (
+            not self.improving
+            and not self.pending
+            and self.link_count() == self.active_size
+            and not any(link.relabel is not None for link in self.active.values())
+            and not self.passive_view.has_unmeasured()
+        )
 
     def _schedule(self, name: str, delay: float, out: list[OutEvent]) -> None:
         # Pings and probes may share wakeups with other nodes' (ScheduleTimer.coalesce):
