@@ -93,6 +93,7 @@ __all__ = [
     "DIAL_TIMEOUT",
     "LIVENESS_PINGS",
     "SETTLED_UPKEEP",
+    "SLOW_TICK",
     "TIMER_TICK",
     "CoreError",
     "Runtime",
@@ -126,6 +127,13 @@ KERNEL_RTT_INTERVAL = 1.0
 # caches, the VM), so upkeep costs what its wakeups cost. Guess: 2 s, a small part of the
 # ping, probe, stabilisation and optimisation periods.
 TIMER_TICK = 2.0
+# Upkeep timers set at least SLOW_TICK_AFTER ahead (a settled node's: settled_upkeep)
+# ride coarser ticks of the node's own phase, so that its stabilisation, probes, pings,
+# optimisation, shuffles and the sweep, each every 12-60 s, share wakeups instead of
+# taking one each: at most one timer wakeup per SLOW_TICK. Guess: a tenth of the settled
+# ping period, half the settled stabilisation period.
+SLOW_TICK = 6.0
+SLOW_TICK_AFTER = 4 * TIMER_TICK
 # Timers due this close together fire in one wakeup (Linux's timer slack does the same
 # for sleeps): ones set for the same instant by arithmetic on different clocks
 # differ by rounding. Guess: far below any protocol period, far above rounding.
@@ -182,7 +190,8 @@ class Runtime:
         # is hung, though its kernel still keeps the connection.
         longest_ping = ping.ping_interval * max(ping.settled_upkeep or 1.0, 1.0)
         self.liveness_timeout = (
-            LIVENESS_PINGS * longest_ping * (1 + ping.timer_jitter) + ping.ping_timeout
+            LIVENESS_PINGS * (longest_ping * (1 + ping.timer_jitter) + SLOW_TICK)
+            + ping.ping_timeout
         )
         self.counters = NetCounters()
         self.network = Network(
@@ -474,7 +483,10 @@ class Runtime:
         early: float = 0.0,
     ) -> None:
         deadline = trio.current_time() + delay
-        if coalesce:
+        if (coalesce or upkeep) and delay >= SLOW_TICK_AFTER:
+            phase = self._upkeep_phase
+            deadline = math.ceil((deadline - phase) / SLOW_TICK) * SLOW_TICK + phase
+        elif coalesce:
             # Upkeep timers fire on whole ticks of the shared (epoch) clock: a node's own
             # pings and probes, and its neighbours', then come together, and a process
             # wakes for them once instead of once each.

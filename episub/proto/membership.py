@@ -92,8 +92,8 @@ class PendingRequest:
 
 _COALESCED_TIMERS = frozenset({"ping", "probe"})
 # Periodic upkeep that MembershipConfig.settled_upkeep stretches once the node is settled
-# (shuffles keep their pace: passive views must stay fresh for recovery after a crash).
-_SETTLED_TIMERS = frozenset({"ping", "probe", "stabilize", "optimize"})
+# (shuffles at most 2x: passive views must stay fresh for recovery after a crash).
+_SETTLED_TIMERS = frozenset({"ping", "probe", "stabilize", "optimize", "shuffle"})
 _UPKEEP_TIMERS = frozenset({"stabilize", "optimize", "shuffle"})
 
 
@@ -271,7 +271,9 @@ class Membership:
         elif name == "optimize" and self.improving:
             base = min(base, c.optimize_interval_improving)
         elif name in _SETTLED_TIMERS and c.settled_upkeep is not None and self.settled():
-            base *= c.settled_upkeep
+            # Shuffles at most twice as sparse (iroh's 60 s): passive views must stay
+            # fresh for recovery after a crash of most of the overlay.
+            base *= min(c.settled_upkeep, 2.0) if name == "shuffle" else c.settled_upkeep
         return jittered(self.rng, base, c.timer_jitter)
 
     def settled(self) -> bool:
@@ -333,6 +335,9 @@ class Membership:
                     # neighbour left takes it as a way back in (after a crash of most of
                     # the overlay, the survivors that remember us may be all we have).
                     self.passive_view.add(peer)
+                link = self.active.get(peer)
+                if link is not None:
+                    link.pinged_at = now
                 view = tuple(self.active) if want_view else ()
                 pong = m.Pong(
                     nonce=nonce,
@@ -717,7 +722,16 @@ class Membership:
     def _ping_active(self, now: float, out: list[OutEvent]) -> None:
         self.passive_view.expire_pings(now)
         oversubscribed = self.link_count() > self.active_size
-        for peer in self.active:
+        # Settled, a link the peer pinged within a settled ping period is not pinged back:
+        # one end's pings keep both ends' liveness (the runtime's silence check), and
+        # the kernel gives the RTT. Unsettled, both ends ping: views flow both ways.
+        quiet_since: float | None = None
+        factor = self.config.settled_upkeep
+        if factor is not None and factor > 1.0 and self.settled():
+            quiet_since = now - self.config.ping_interval * factor
+        for peer, link in self.active.items():
+            if quiet_since is not None and link.pinged_at > quiet_since:
+                continue
             # Views of near neighbours are where nearer peers are found (GoCast); views of
             # all neighbours tell an oversubscribed node which links close triangles.
             want_view = oversubscribed or self.config.proximity
