@@ -484,8 +484,7 @@ class Runtime:
     ) -> None:
         deadline = trio.current_time() + delay
         if (coalesce or upkeep) and delay >= SLOW_TICK_AFTER:
-            phase = self._upkeep_phase
-            deadline = math.ceil((deadline - phase) / SLOW_TICK) * SLOW_TICK + phase
+            deadline = self.upkeep_deadline(delay)
         elif coalesce:
             # Upkeep timers fire on whole ticks of the shared (epoch) clock: a node's own
             # pings and probes, and its neighbours', then come together, and a process
@@ -501,6 +500,14 @@ class Runtime:
         sleep = self._sleep
         if sleep is not None and deadline < sleep.deadline:
             sleep.deadline = deadline  # the sleeper wakes for the new head, not now
+
+    def upkeep_deadline(self, delay: float) -> float:
+        """The first of this node's slow upkeep ticks at least `delay` seconds from now, in
+        trio's clock: a task of the process that sleeps until it wakes with the node's
+        own upkeep when that is due too (one wakeup, not two)."""
+        phase = self._upkeep_phase
+        deadline = trio.current_time() + delay
+        return math.ceil((deadline - phase) / SLOW_TICK) * SLOW_TICK + phase
 
     async def _timer_loop(self) -> None:
         self._schedule(self.network.sweep_interval, _SWEEP, upkeep=True)

@@ -264,28 +264,38 @@ class Membership:
         }[name]
         # Upkeep is sparse once the view is settled and measured (an idle node's CPU goes
         # to wakeups), as frequent as it was before that.
+        settled = c.settled_upkeep is not None and self.settled()
         if name == "probe" and self.passive_view.has_unmeasured():
             base = min(base, c.passive_probe_interval_unmeasured)
-        elif name == "stabilize" and self.link_count() != self.active_size:
+        elif name == "stabilize" and self.link_count() != self.active_size and not settled:
             base = min(base, c.stabilize_interval_unsettled)
         elif name == "optimize" and self.improving:
             base = min(base, c.optimize_interval_improving)
-        elif name in _SETTLED_TIMERS and c.settled_upkeep is not None and self.settled():
+        elif (
+            settled
+            and name in _SETTLED_TIMERS
+            and not (name == "optimize" and self.passive_view.has_unmeasured())
+        ):
             # Shuffles at most twice as sparse (iroh's 60 s): passive views must stay
             # fresh for recovery after a crash of most of the overlay.
             base *= min(c.settled_upkeep, 2.0) if name == "shuffle" else c.settled_upkeep
+            if name == "probe":
+                # Probes back off further once optimisation finds nothing nearer: to
+                # half the settled ping period (every 30 s at the defaults).
+                base = max(base, c.ping_interval * c.settled_upkeep / 2)
         return jittered(self.rng, base, c.timer_jitter)
 
     def settled(self) -> bool:
-        """Is there nothing for upkeep to do soon? The view at its size, no link asked
-        for or changing, the last optimisation round asked for nothing, and every known
-        peer measured. (A query: settled_upkeep stretches the periods while it holds.)"""
+        """Is there nothing for upkeep to do soon? At least A links held and none to shed
+        (near links held for peers count: in a small overlay a node may hold many and find
+        every peer too full to give it one of its own, and asking every 2 s changes
+        nothing), no link changing kind, and the last optimisation round asked for
+        nothing. (A query: settled_upkeep stretches the periods while it holds; probes and
+        optimisation also wait for every known peer to be measured.)"""
         return (
             not self.improving
-            and not self.pending
-            and self.link_count() == self.active_size
+            and self.link_count() <= self.active_size <= len(self.active)
             and not any(link.relabel is not None for link in self.active.values())
-            and not self.passive_view.has_unmeasured()
         )
 
     def _schedule(self, name: str, delay: float, out: list[OutEvent]) -> None:
