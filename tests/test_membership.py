@@ -9,11 +9,13 @@ and checks it against the rule.
 
 from __future__ import annotations
 
+import math
 import random
 
 import pytest
 
 from episub.proto import messages as m
+from episub.proto.errors import LocalProtocolError
 from episub.proto.events import (
     ClosePeer,
     ConnectionLost,
@@ -24,6 +26,7 @@ from episub.proto.events import (
     NeighborUp,
     PeerMisbehaved,
     RefreshContacts,
+    RttMeasured,
     ScheduleTimer,
     TimerFired,
 )
@@ -1371,3 +1374,77 @@ def test_timers_of_a_left_topic_are_stale():
         send(5, request(RAND, links=0)),
         ScheduleTimer(2.0, token("stabilize", generation=1)),
     ]
+
+
+# -- settled upkeep (MembershipConfig.settled_upkeep; the runtime sets it) ----------------
+
+
+def settled_node(factor: float | None) -> NodeState:
+    """A node with A random links to measured peers and nothing to do."""
+    config = node_config(membership_config(settled_upkeep=factor))
+    return make_node(active=[1, 2, 3], rtts={1: 0.01, 2: 0.01, 3: 0.01}, config=config)
+
+
+def rescheduled(out: list, name: str) -> float:
+    (timer,) = [o for o in out if isinstance(o, ScheduleTimer) and o.token == token(name)]
+    return timer.delay
+
+
+@pytest.mark.parametrize(
+    ("name", "factor", "period"),
+    [
+        ("ping", None, 5.0),
+        ("ping", 6.0, 30.0),
+        ("stabilize", None, 2.0),
+        ("stabilize", 6.0, 12.0),
+        ("shuffle", 6.0, 60.0),  # shuffles at most 2x: passive views stay fresh
+        ("probe", None, 1.0),
+        ("probe", 6.0, 15.0),  # half the settled ping period, more than 6x
+    ],
+)
+def test_a_settled_node_stretches_its_upkeep_by_settled_upkeep_and_none_keeps_the_pace(
+    name: str, factor: float | None, period: float
+) -> None:
+    node = settled_node(factor)
+    assert node._topics[TOPIC].membership.settled()
+    assert rescheduled(fire(node, name, 1.0), name) == period
+
+
+def test_a_node_short_of_links_is_not_settled_and_keeps_its_pace() -> None:
+    config = node_config(membership_config(settled_upkeep=6.0))
+    node = make_node(active=[1, 2], rtts={1: 0.01, 2: 0.01}, config=config)
+    assert not node._topics[TOPIC].membership.settled()
+    assert rescheduled(fire(node, "ping", 1.0), "ping") == 5.0
+
+
+def test_a_settled_node_does_not_ping_a_link_its_peer_pinged_within_the_settled_period():
+    node = settled_node(6.0)
+    node.handle(received(1, m.Ping(nonce=7)), 1.0)
+    pinged = {s.peer for s in sends(fire(node, "ping", 2.0)) if isinstance(s.message, m.Ping)}
+    assert pinged == {2, 3}
+    later = fire(node, "ping", 1.0 + 30.0 + 0.5)  # the peer's ping is a period old
+    assert {s.peer for s in sends(later) if isinstance(s.message, m.Ping)} == {1, 2, 3}
+
+
+def test_without_settled_upkeep_both_ends_ping_whatever_the_peer_sent() -> None:
+    node = settled_node(None)
+    node.handle(received(1, m.Ping(nonce=7)), 1.0)
+    pinged = {s.peer for s in sends(fire(node, "ping", 2.0)) if isinstance(s.message, m.Ping)}
+    assert pinged == {1, 2, 3}
+
+
+def test_rtt_measured_is_a_sample_and_a_bad_one_is_the_callers_error() -> None:
+    node = make_node(active=[1])
+    assert node.handle(RttMeasured(1, 0.004), 1.0) == []
+    assert node.rtt(1) == 0.004
+    for bad in (-1.0, math.inf, math.nan):
+        with pytest.raises(LocalProtocolError):
+            node.handle(RttMeasured(1, bad), 1.0)
+
+
+def test_with_pong_rtt_off_a_pong_answers_the_ping_but_takes_no_sample() -> None:
+    config = node_config(membership_config(pong_rtt=False))
+    node = make_node(active=[1], config=config)
+    nonce = ping_nonce(fire(node, "ping", 1.0), 1)
+    assert node.handle(received(1, m.Pong(nonce=nonce, subscribed=True)), 1.25) == []
+    assert node.rtt(1) is None

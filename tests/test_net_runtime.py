@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import logging
 import random
+import socket
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -16,8 +18,14 @@ import pytest
 import trio
 
 from episub import Node
+from episub.net.connection import (
+    KEEPALIVE_COUNT,
+    KEEPALIVE_IDLE,
+    KEEPALIVE_INTERVAL,
+    USER_TIMEOUT,
+)
 from episub.net.peer_id import make_peer_id, parse_address
-from episub.net.runtime import TIMER_TICK, Runtime
+from episub.net.runtime import SETTLED_UPKEEP, TIMER_TICK, Runtime
 from episub.proto.config import NodeConfig
 from episub.proto.events import ClosePeer, OutEvent, Send
 from episub.proto.messages import GetTopics, Ping, Prune, Topics
@@ -248,5 +256,47 @@ def test_a_timer_that_may_fire_early_fires_while_the_node_handles_a_frame() -> N
             tokens = [token for _, _, token in runtime._timers]
             assert "ripe" not in tokens and "green" in tokens
             await raw.aclose()
+
+    run(main)
+
+
+def test_every_connection_has_kernel_keepalive_and_rtt_comes_from_the_kernel() -> None:
+    async def main() -> None:
+        # No PING over the link in the test's time: any RTT must be the kernel's.
+        config = fast_config(ping_interval=1000.0)
+        async with Node(key=KEY, config=config) as a, Node(key=KEY, config=config) as b:
+            assert runtime_of(a).state.config.membership.pong_rtt is False
+            await a.join(TOPIC)
+            await b.join(TOPIC, bootstrap=[a.address])
+            await wait_until(
+                lambda: any(n.rtt_ms is not None for n in b.neighbors(TOPIC)), what="an RTT"
+            )
+            (neighbor,) = b.neighbors(TOPIC)
+            assert neighbor.rtt_ms is not None and neighbor.rtt_ms > 0
+            for node in (a, b):
+                for peer in runtime_of(node).network.peers.values():
+                    assert peer.conn is not None
+                    sock = peer.conn.stream.socket
+                    assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 1
+                    if sys.platform == "linux":
+                        tcp = socket.IPPROTO_TCP
+                        assert sock.getsockopt(tcp, socket.TCP_KEEPIDLE) == KEEPALIVE_IDLE
+                        assert sock.getsockopt(tcp, socket.TCP_KEEPINTVL) == KEEPALIVE_INTERVAL
+                        assert sock.getsockopt(tcp, socket.TCP_KEEPCNT) == KEEPALIVE_COUNT
+                        timeout_ms = sock.getsockopt(tcp, socket.TCP_USER_TIMEOUT)
+                        assert timeout_ms == USER_TIMEOUT * 1000
+
+    run(main)
+
+
+def test_under_link_delay_rtt_comes_from_pongs_and_the_runtime_leaves_set_choices() -> None:
+    async def main() -> None:
+        async with Node(key=KEY, link_delay=lambda me, peer: 0.0) as a:
+            assert runtime_of(a).state.config.membership.pong_rtt is True
+            assert runtime_of(a).state.config.membership.settled_upkeep == SETTLED_UPKEEP
+        config = fast_config(settled_upkeep=1.0, pong_rtt=True)
+        async with Node(key=KEY, config=config) as b:
+            membership = runtime_of(b).state.config.membership
+            assert (membership.settled_upkeep, membership.pong_rtt) == (1.0, True)
 
     run(main)

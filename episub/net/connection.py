@@ -40,6 +40,9 @@ from __future__ import annotations
 import logging
 import math
 import os
+import socket
+import struct
+import sys
 from collections import deque
 from collections.abc import Callable
 
@@ -50,7 +53,20 @@ from episub.net.sealing import RecordOpener, RecordSealer, direction_keys
 from episub.proto.messages import PeerMessage
 from episub.proto.wire import LENGTH_PREFIX_SIZE, FrameDecoder, FrameError
 
-__all__ = ["CLOSE_LINGER", "DELAY_LINE_CAP", "GATHER_WAIT", "Connection", "Peer", "show_peer"]
+__all__ = [
+    "CLOSE_LINGER",
+    "DELAY_LINE_CAP",
+    "GATHER_WAIT",
+    "KEEPALIVE_COUNT",
+    "KEEPALIVE_IDLE",
+    "KEEPALIVE_INTERVAL",
+    "TCP_INFO",
+    "USER_TIMEOUT",
+    "Connection",
+    "Peer",
+    "keep_alive",
+    "show_peer",
+]
 
 log = logging.getLogger("episub.net")
 
@@ -67,7 +83,43 @@ GATHER_WAIT = 0.002  # guess: a few loopback round trips; far below any protocol
 # the socket full must not starve the rest of the node.
 READS_PER_TURN = 16  # guess
 
+# The kernel watches every connection between the app's pings: after KEEPALIVE_IDLE
+# seconds without traffic it probes the peer's host every KEEPALIVE_INTERVAL seconds and
+# resets the connection after KEEPALIVE_COUNT unanswered probes, and data unacknowledged
+# for USER_TIMEOUT resets it too. A dead or vanished host is found in ~40 s (what three
+# missed pings took when pings were the only check) without waking the process; a process
+# that dies is seen at once (its kernel sends FIN or RST). Guesses, from that target.
+KEEPALIVE_IDLE = 20
+KEEPALIVE_INTERVAL = 5
+KEEPALIVE_COUNT = 4
+USER_TIMEOUT = KEEPALIVE_IDLE + KEEPALIVE_INTERVAL * KEEPALIVE_COUNT  # seconds
+# struct tcp_info (linux/tcp.h): tcpi_rtt, microseconds, is the u32 at byte 68 of the
+# 104 bytes every kernel since 2.6 fills in. None of it where the platform has no TCP_INFO.
+TCP_INFO: int | None = getattr(socket, "TCP_INFO", None) if sys.platform == "linux" else None
+_TCP_INFO_SIZE = 104
+_TCPI_RTT_OFFSET = 68
+_U32 = struct.Struct("I")
+
 FrameItems = list[tuple[str | None, PeerMessage]]
+
+
+def keep_alive(sock: trio.socket.SocketType) -> None:
+    """Let the kernel find a dead peer host (KEEPALIVE_IDLE above). Where the platform
+    lacks an option (TCP_KEEPIDLE, TCP_USER_TIMEOUT are Linux's), the app's pings are
+    left to find it."""
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        for name, value in (
+            ("TCP_KEEPIDLE", KEEPALIVE_IDLE),
+            ("TCP_KEEPINTVL", KEEPALIVE_INTERVAL),
+            ("TCP_KEEPCNT", KEEPALIVE_COUNT),
+            ("TCP_USER_TIMEOUT", USER_TIMEOUT * 1000),  # milliseconds
+        ):
+            option = getattr(socket, name, None)
+            if option is not None:
+                sock.setsockopt(socket.IPPROTO_TCP, option, value)
+    except OSError as exc:  # a socket closed under us: its reader finds out
+        log.debug("keepalive not set: %s", exc)
 
 
 def show_peer(peer_id: bytes) -> str:
@@ -116,6 +168,7 @@ class Connection:
         self.stream = stream
         self._socket = stream.socket
         self._fd = stream.socket.fileno()
+        keep_alive(stream.socket)
         self._sealer: RecordSealer | None = None
         self._opener: RecordOpener | None = None
         if sealed:  # every byte after the handshake goes through sealed records
@@ -136,6 +189,7 @@ class Connection:
         self.opened_at = now
         self.last_received = now
         self.last_sent = now
+        self.rtt_due = now  # when the runtime next reads the kernel's RTT (kernel_rtt)
         self._last_write = -math.inf  # when we last wrote (gathering's clock)
         self._flush_at: float | None = None  # the writer writes the queue then (gathering)
         # A write the socket took only in part: the rest, for the writer to finish once
@@ -149,6 +203,20 @@ class Connection:
         self.failure: str | None = None
         self.invalid_frame = False  # the peer sent bytes that are not a valid frame
         self.we_closed = False
+
+    def kernel_rtt(self) -> float | None:
+        """The kernel's smoothed RTT of this connection in seconds (Linux's TCP_INFO
+        tcpi_rtt), None where there is none (no TCP_INFO, no sample yet)."""
+        if TCP_INFO is None:
+            return None
+        try:
+            info = self._socket.getsockopt(socket.IPPROTO_TCP, TCP_INFO, _TCP_INFO_SIZE)
+        except OSError:
+            return None
+        if len(info) < _TCPI_RTT_OFFSET + 4:
+            return None
+        (rtt_us,) = _U32.unpack_from(info, _TCPI_RTT_OFFSET)
+        return rtt_us / 1e6 if rtt_us else None
 
     def take_bytes_in(self) -> int:
         """Bytes received since the last call (for the runtime's counters)."""

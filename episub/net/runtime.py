@@ -50,11 +50,12 @@ import time
 import zlib
 from collections import deque
 from collections.abc import Callable, Hashable
+from dataclasses import replace
 from random import Random
 
 import trio
 
-from episub.net.connection import Connection, FrameItems, show_peer
+from episub.net.connection import TCP_INFO, Connection, FrameItems, show_peer
 from episub.net.framing import max_frame_size
 from episub.net.handshake import HANDSHAKE_TIMEOUT, check_key
 from episub.net.link_delay import LinkDelay
@@ -79,6 +80,7 @@ from episub.proto.events import (
     OutEvent,
     PeerMisbehaved,
     Received,
+    RttMeasured,
     ScheduleTimer,
     Send,
     TimerFired,
@@ -87,20 +89,51 @@ from episub.proto.node import NodeState
 from episub.proto.signing import Signer
 from episub.proto.wire import encode_item
 
-__all__ = ["DIAL_TIMEOUT", "LIVENESS_PINGS", "TIMER_TICK", "CoreError", "Runtime"]
+__all__ = [
+    "DIAL_TIMEOUT",
+    "LIVENESS_PINGS",
+    "SETTLED_UPKEEP",
+    "SLOW_TICK",
+    "TIMER_TICK",
+    "CoreError",
+    "Runtime",
+    "with_runtime_upkeep",
+]
 
 log = logging.getLogger("episub.net")
 
 # What a misbehaviour reason quotes of a peer's message: a repr (b'...', '...') or a number.
 _QUOTED = re.compile(r"""b?'(?:[^'\\]|\\.)*'|b?"(?:[^"\\]|\\.)*"|\d+""")
 
-LIVENESS_PINGS = 3  # missed pings before a silent neighbour is declared lost (guess)
+# Missed pings (at the settled pace) before a silent neighbour is declared lost. The app's
+# pings are there for what the kernel cannot see, a hung or stopped process whose kernel
+# still answers for it: a dead host or process closes the connection by itself (TCP
+# keepalive and user timeout, connection.py; a process's kernel sends FIN/RST). Both ends
+# ping, so a live peer is never silent for a whole ping period. Guess.
+LIVENESS_PINGS = 2
+# MembershipConfig.settled_upkeep where the config leaves it to the runtime (None): a
+# settled node pings every 60 s, probes every 12 s, stabilises every 12 s and optimises
+# every 30 s (at the defaults). Guess: as far as hung-process detection allows (two
+# missed pings, ~155 s); wakeups are what an idle node's CPU goes to.
+SETTLED_UPKEEP = 6.0
+# The kernel's RTT of a connection is read with the first frame of a read at most this
+# often (a getsockopt, ~0.5 us) and fed to the core as an RTT sample (RttMeasured); PONGs
+# then sample none (MembershipConfig.pong_rtt). Guess: the RTT table's smoothing wants a
+# sample a second at most.
+KERNEL_RTT_INTERVAL = 1.0
 # Coalescible timers (ScheduleTimer.coalesce: pings, probes) are rounded up to a whole tick
 # of the epoch clock, upkeep timers (ScheduleTimer.upkeep) to a tick of the node's own. A
 # wakeup of an idle process costs 100-300 us of CPU here whatever it does (trio, cold
 # caches, the VM), so upkeep costs what its wakeups cost. Guess: 2 s, a small part of the
 # ping, probe, stabilisation and optimisation periods.
 TIMER_TICK = 2.0
+# Upkeep timers set at least SLOW_TICK_AFTER ahead (a settled node's: settled_upkeep)
+# ride coarser ticks of the node's own phase, so that its stabilisation, probes, pings,
+# optimisation, shuffles and the sweep, each every 12-60 s, share wakeups instead of
+# taking one each: at most one timer wakeup per SLOW_TICK. Guess: a tenth of the settled
+# ping period, half the settled stabilisation period.
+SLOW_TICK = 6.0
+SLOW_TICK_AFTER = 4 * TIMER_TICK
 # Timers due this close together fire in one wakeup (Linux's timer slack does the same
 # for sleeps): ones set for the same instant by arithmetic on different clocks
 # differ by rounding. Guess: far below any protocol period, far above rounding.
@@ -145,14 +178,20 @@ class Runtime:
         if send_queue_cap < 1:
             raise ValueError(f"send_queue_cap must be >= 1, not {send_queue_cap!r}")
         self.me = my_id
+        # RTT from the kernel where it sees the delays: not under emulated link delays.
+        self._kernel_rtt = TCP_INFO is not None and link_delay is None
+        config = with_runtime_upkeep(config, kernel_rtt=self._kernel_rtt)
         self.state = NodeState(my_id, config, rng, signer=signer)
         self._on_events = on_events
         self.max_frame_size = max_frame_size(config.broadcast.max_message_size)
         ping = config.membership
-        # An active neighbour answers our pings every ping_interval (+ jitter): three
-        # missed ones and the ping timeout mean it is gone, whatever TCP believes.
+        # An active neighbour pings us and answers our pings at least every ping_interval
+        # (stretched once settled, + jitter): two missed ones and the ping timeout mean it
+        # is hung, though its kernel still keeps the connection.
+        longest_ping = ping.ping_interval * max(ping.settled_upkeep or 1.0, 1.0)
         self.liveness_timeout = (
-            LIVENESS_PINGS * ping.ping_interval * (1 + ping.timer_jitter) + ping.ping_timeout
+            LIVENESS_PINGS * (longest_ping * (1 + ping.timer_jitter) + SLOW_TICK)
+            + ping.ping_timeout
         )
         self.counters = NetCounters()
         self.network = Network(
@@ -379,6 +418,15 @@ class Runtime:
         counters.messages_in += len(items)
         counters.bytes_in += conn.take_bytes_in()
         peer_id = conn.peer.id
+        if self._kernel_rtt and conn.rtt_due <= conn.last_received:
+            # First, so that a PONG from a peer measured nowhere else finds it measured.
+            conn.rtt_due = conn.last_received + KERNEL_RTT_INTERVAL
+            rtt = conn.kernel_rtt()
+            if rtt is not None:
+                if self._pumping:
+                    self._deferred.append(RttMeasured(peer_id, rtt))
+                else:
+                    self._feed_one(RttMeasured(peer_id, rtt))
         if self._pumping:
             self._deferred.extend(Received(peer_id, topic, message) for topic, message in items)
             return
@@ -435,7 +483,9 @@ class Runtime:
         early: float = 0.0,
     ) -> None:
         deadline = trio.current_time() + delay
-        if coalesce:
+        if (coalesce or upkeep) and delay >= SLOW_TICK_AFTER:
+            deadline = self.upkeep_deadline(delay)
+        elif coalesce:
             # Upkeep timers fire on whole ticks of the shared (epoch) clock: a node's own
             # pings and probes, and its neighbours', then come together, and a process
             # wakes for them once instead of once each.
@@ -450,6 +500,14 @@ class Runtime:
         sleep = self._sleep
         if sleep is not None and deadline < sleep.deadline:
             sleep.deadline = deadline  # the sleeper wakes for the new head, not now
+
+    def upkeep_deadline(self, delay: float) -> float:
+        """The first of this node's slow upkeep ticks at least `delay` seconds from now, in
+        trio's clock: a task of the process that sleeps until it wakes with the node's
+        own upkeep when that is due too (one wakeup, not two)."""
+        phase = self._upkeep_phase
+        deadline = trio.current_time() + delay
+        return math.ceil((deadline - phase) / SLOW_TICK) * SLOW_TICK + phase
 
     async def _timer_loop(self) -> None:
         self._schedule(self.network.sweep_interval, _SWEEP, upkeep=True)
@@ -479,6 +537,20 @@ class Runtime:
         out.update(self.network.stats())
         out["timers"] = len(self._timers)
         return out
+
+
+def with_runtime_upkeep(config: NodeConfig, *, kernel_rtt: bool) -> NodeConfig:
+    """`config` with the runtime's choices where it leaves them to us (None): the settled
+    upkeep, and RTT samples from the kernel instead of PONGs when `kernel_rtt`."""
+    membership = config.membership
+    changes: dict[str, object] = {}
+    if membership.settled_upkeep is None:
+        changes["settled_upkeep"] = SETTLED_UPKEEP
+    if membership.pong_rtt is None:
+        changes["pong_rtt"] = not kernel_rtt
+    if not changes:
+        return config
+    return replace(config, membership=replace(membership, **changes))
 
 
 def _show(peer_id: object) -> str:

@@ -504,6 +504,12 @@ class Node:
         node was made: what tells a node process to give memory back (episub/allocator.py)."""
         return self._retention.released
 
+    def upkeep_deadline(self, delay: float) -> float:
+        """When (trio's clock) to wake, at least `delay` seconds from now, for periodic
+        work of the node's process: on the node's own slow upkeep ticks, so that the
+        process wakes once for both (Runtime.upkeep_deadline)."""
+        return self._running().upkeep_deadline(delay)
+
     def shrink_retention(self) -> None:
         """Give retention's tables the size of what they hold (RetentionStore.shrink): for
         a quiet node process, before it gives free memory back (episub/allocator.py)."""

@@ -77,6 +77,21 @@ class MembershipConfig:
     dormant_size: int = 16  # guess: unreachable peers re-probed, so split overlays re-merge
     dormant_retry: float = 10.0  # guess: first re-probe of an unreachable peer; doubles after
     dormant_max_retry: float = 120.0  # guess: ceiling of that backoff
+    # Once a node is settled (its view at size, every known peer measured, the last
+    # optimisation round asked for nothing), its pings, probes, stabilisation and
+    # optimisation come this many times less often (shuffles at most twice), and it does
+    # not ping a link the peer pinged within that ping period; anything that unsettles it
+    # brings the periods above back at its next timer. None: 1 (every period as above) in the core
+    # and the simulator; the trio runtime sets its own (episub/net/runtime.py
+    # SETTLED_UPKEEP), because a real process pays ~0.5 ms of CPU per wakeup and its
+    # kernel watches the connections (TCP keepalive) between pings.
+    settled_upkeep: float | None = None
+    # Does a PONG give an RTT sample? None: yes in the core and the simulator; the trio
+    # runtime says no where it feeds the kernel's RTT of every connection instead
+    # (RttMeasured: measured by TCP's own segments, without the receiving process's
+    # scheduling delay, and without a PING), and yes where it cannot (no TCP_INFO, or
+    # emulated link delays the kernel never sees).
+    pong_rtt: bool | None = None
 
     def __post_init__(self) -> None:
         if self.c_rand < 1:
@@ -113,6 +128,8 @@ class MembershipConfig:
             raise ValueError(f"rtt_variation_gain must be in [0, 1], not {self.rtt_variation_gain}")
         if not 0.0 < self.rtt_smoothing <= 1.0:
             raise ValueError(f"rtt_smoothing must be in (0, 1], not {self.rtt_smoothing}")
+        if self.settled_upkeep is not None and not self.settled_upkeep >= 1.0:
+            raise ValueError(f"settled_upkeep must be >= 1, not {self.settled_upkeep!r}")
         if not 0.0 <= self.timer_jitter < 1.0:
             raise ValueError(f"timer_jitter must be in [0, 1), not {self.timer_jitter}")
 

@@ -52,6 +52,15 @@ class ConnectionLost:
 
 
 @dataclass(frozen=True, slots=True)
+class RttMeasured:
+    """The transport's own round-trip time to `peer` in seconds (the runtime reads the
+    kernel's, TCP_INFO): an RTT sample like a PONG's, without a PING."""
+
+    peer: PeerId
+    rtt: float
+
+
+@dataclass(frozen=True, slots=True)
 class JoinTopic:
     """Command: subscribe to `topic`, entering through any of the `bootstrap` peers.
 
@@ -193,6 +202,7 @@ InEvent: TypeAlias = (
     Received
     | TimerFired
     | ConnectionLost
+    | RttMeasured
     | JoinTopic
     | LeaveTopic
     | Publish

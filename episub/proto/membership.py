@@ -91,6 +91,9 @@ class PendingRequest:
 
 
 _COALESCED_TIMERS = frozenset({"ping", "probe"})
+# Periodic upkeep that MembershipConfig.settled_upkeep stretches once the node is settled
+# (shuffles at most 2x: passive views must stay fresh for recovery after a crash).
+_SETTLED_TIMERS = frozenset({"ping", "probe", "stabilize", "optimize", "shuffle"})
 _UPKEEP_TIMERS = frozenset({"stabilize", "optimize", "shuffle"})
 
 
@@ -261,13 +264,39 @@ class Membership:
         }[name]
         # Upkeep is sparse once the view is settled and measured (an idle node's CPU goes
         # to wakeups), as frequent as it was before that.
+        settled = c.settled_upkeep is not None and self.settled()
         if name == "probe" and self.passive_view.has_unmeasured():
             base = min(base, c.passive_probe_interval_unmeasured)
-        elif name == "stabilize" and self.link_count() != self.active_size:
+        elif name == "stabilize" and self.link_count() != self.active_size and not settled:
             base = min(base, c.stabilize_interval_unsettled)
         elif name == "optimize" and self.improving:
             base = min(base, c.optimize_interval_improving)
+        elif (
+            settled
+            and name in _SETTLED_TIMERS
+            and not (name == "optimize" and self.passive_view.has_unmeasured())
+        ):
+            # Shuffles at most twice as sparse (iroh's 60 s): passive views must stay
+            # fresh for recovery after a crash of most of the overlay.
+            base *= min(c.settled_upkeep, 2.0) if name == "shuffle" else c.settled_upkeep
+            if name == "probe":
+                # Probes back off further once optimisation finds nothing nearer: to
+                # half the settled ping period (every 30 s at the defaults).
+                base = max(base, c.ping_interval * c.settled_upkeep / 2)
         return jittered(self.rng, base, c.timer_jitter)
+
+    def settled(self) -> bool:
+        """Is there nothing for upkeep to do soon? At least A links held and none to shed
+        (near links held for peers count: in a small overlay a node may hold many and find
+        every peer too full to give it one of its own, and asking every 2 s changes
+        nothing), no link changing kind, and the last optimisation round asked for
+        nothing. (A query: settled_upkeep stretches the periods while it holds; probes and
+        optimisation also wait for every known peer to be measured.)"""
+        return (
+            not self.improving
+            and self.link_count() <= self.active_size <= len(self.active)
+            and not any(link.relabel is not None for link in self.active.values())
+        )
 
     def _schedule(self, name: str, delay: float, out: list[OutEvent]) -> None:
         # Pings and probes may share wakeups with other nodes' (ScheduleTimer.coalesce):
@@ -316,6 +345,9 @@ class Membership:
                     # neighbour left takes it as a way back in (after a crash of most of
                     # the overlay, the survivors that remember us may be all we have).
                     self.passive_view.add(peer)
+                link = self.active.get(peer)
+                if link is not None:
+                    link.pinged_at = now
                 view = tuple(self.active) if want_view else ()
                 pong = m.Pong(
                     nonce=nonce,
@@ -700,7 +732,16 @@ class Membership:
     def _ping_active(self, now: float, out: list[OutEvent]) -> None:
         self.passive_view.expire_pings(now)
         oversubscribed = self.link_count() > self.active_size
-        for peer in self.active:
+        # Settled, a link the peer pinged within a settled ping period is not pinged back:
+        # one end's pings keep both ends' liveness (the runtime's silence check), and
+        # the kernel gives the RTT. Unsettled, both ends ping: views flow both ways.
+        quiet_since: float | None = None
+        factor = self.config.settled_upkeep
+        if factor is not None and factor > 1.0 and self.settled():
+            quiet_since = now - self.config.ping_interval * factor
+        for peer, link in self.active.items():
+            if quiet_since is not None and link.pinged_at > quiet_since:
+                continue
             # Views of near neighbours are where nearer peers are found (GoCast); views of
             # all neighbours tell an oversubscribed node which links close triangles.
             want_view = oversubscribed or self.config.proximity

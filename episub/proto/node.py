@@ -11,6 +11,7 @@ new generation, so timers of the old one find nothing when they fire.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Hashable
 from typing import assert_never
 
@@ -37,6 +38,7 @@ from episub.proto.events import (
     PublishMany,
     Received,
     RefreshContacts,
+    RttMeasured,
     Send,
     ServeHistory,
     TimerFired,
@@ -94,6 +96,10 @@ class NodeState:
             case ConnectionLost(peer=peer):
                 for t in self._topics.values():
                     t.on_connection_lost(peer, now, out)
+            case RttMeasured(peer=peer, rtt=rtt):
+                if not 0.0 <= rtt < math.inf:
+                    raise LocalProtocolError(f"an RTT must be finite and >= 0, not {rtt!r}")
+                self.rtts.sample(peer, rtt)
             case JoinTopic(topic=topic, bootstrap=bootstrap):
                 self._join(topic, bootstrap, now, out)
             case LeaveTopic(topic=topic):

@@ -254,6 +254,7 @@ class PassiveView:
             out.append(PeerMisbehaved(peer, "PONG answers no PING we sent it"))
             return None
         del self.pings[pong.nonce]
-        self.rtts.sample(peer, max(now - ping.sent_at, 0.0))
+        if self.config.pong_rtt is not False:  # else the transport's RTT (RttMeasured)
+            self.rtts.sample(peer, max(now - ping.sent_at, 0.0))
         revived = self.dormant.pop(peer, None) is not None
         return PongMatch(revived=revived, link_serial=ping.link_serial)

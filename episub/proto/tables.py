@@ -29,6 +29,7 @@ class Link:
     # A NEAR link we asked for: one of our own C_near. A NEAR link a peer asked us for is
     # its choice and does not count against ours (proximity.py).
     chosen: bool = False
+    pinged_at: float = float("-inf")  # when the peer last pinged us over this link
 
 
 @dataclass(slots=True)
