@@ -41,6 +41,7 @@ from __future__ import annotations
 import argparse
 import bisect
 import cProfile
+import gc
 import json
 import os
 import platform
@@ -309,6 +310,7 @@ async def episub_node(args: argparse.Namespace, writer: bool) -> None:
             seen: list[tuple[int, int]] = []
             version = replica.state.version
             cpu_warm, stats_warm, woken, kernel = cpu_s(), node.stats(), wakeups(), sys_cpu_s()
+            collector = GcClock()
             profiler = None
             if args.warmup == 0:
                 say("WARM")
@@ -320,6 +322,7 @@ async def episub_node(args: argparse.Namespace, writer: bool) -> None:
                         profiler = start_profile()
                         cpu_warm, stats_warm, woken = cpu_s(), node.stats(), wakeups()
                         kernel = sys_cpu_s()
+                        collector.reset()
                     version = replica.state.version
             stop_profile(profiler, "reader")
             stats = {k: v - stats_warm.get(k, 0) for k, v in node.stats().items()}
@@ -327,12 +330,45 @@ async def episub_node(args: argparse.Namespace, writer: bool) -> None:
                                       "cpu_s": cpu_s() - cpu_warm, "stats": stats,
                                       "sys_cpu_s": sys_cpu_s() - kernel,
                                       "wakeups": _since(woken),
+                                      "gc": collector.report(),
                                       "address": node.address,
                                       "rtts_ms": [n.rtt_ms for n in
                                                   node.neighbors(replica.topic)]}))  # fmt: skip
         with trio.move_on_after(args.deadline):
             await stdin_line()  # STOP, or EOF: keep forwarding until then
         nursery.cancel_scope.cancel()
+
+
+class GcClock:
+    """The cyclic garbage collector's passes in this process from `reset()` on: how many,
+    their total and their longest time (a pause the process makes between two wakeups,
+    which a reader's latency takes in full)."""
+
+    def __init__(self) -> None:
+        self.reset()
+        self._started = 0.0
+        gc.callbacks.append(self._on_gc)
+
+    def reset(self) -> None:
+        self.passes, self.total_s, self.longest_s = 0, 0.0, 0.0
+        self.by_generation = [0, 0, 0]  # passes that collected generation 0, 1, 2
+        self.over_1ms = 0
+
+    def _on_gc(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+            return
+        took = time.perf_counter() - self._started
+        self.passes += 1
+        self.total_s += took
+        self.longest_s = max(self.longest_s, took)
+        self.by_generation[info["generation"]] += 1
+        self.over_1ms += took >= 0.001
+
+    def report(self) -> dict[str, float]:
+        return {"passes": self.passes, "total_ms": round(1000 * self.total_s, 3),
+                "longest_ms": round(1000 * self.longest_s, 3), "over_1ms": self.over_1ms,
+                "by_generation": self.by_generation}  # fmt: skip
 
 
 def sys_cpu_s() -> float:
@@ -634,6 +670,21 @@ def report(args: argparse.Namespace, raw: dict[str, Any], command: str) -> dict[
         # Times a reader process blocked and was woken (voluntary context switches), per
         # reader per update: Redis's readers wake once per update.
         result["reader_wakeups_per_update"] = round(sum(woken) / len(woken) / len(sets), 2)  # type: ignore[arg-type]
+    collected = [r["gc"] for r in raw["readers"] if "gc" in r]
+    if collected and sets:
+        # The collector's passes in the readers while writes flowed: each is a pause.
+        result["reader_gc"] = {
+            "passes_per_reader_per_update": round(
+                sum(c["passes"] for c in collected) / len(collected) / len(sets), 3
+            ),
+            "ms_per_reader_per_update": round(
+                sum(c["total_ms"] for c in collected) / len(collected) / len(sets), 4
+            ),
+            "longest_ms": max(c["longest_ms"] for c in collected),
+            "passes_over_1ms": sum(c["over_1ms"] for c in collected),
+            "passes_by_generation": [sum(c["by_generation"][g] for c in collected)
+                                     for g in range(3)],
+        }  # fmt: skip
     if "receivers_min" in raw["written"]:
         result["redis_receivers_min"] = raw["written"]["receivers_min"]
     result["per_update_ms"] = [None if v is None else round(v / MS, 3) for v in per_update]
@@ -659,6 +710,8 @@ def print_report(result: dict[str, Any]) -> None:
         print(f"  of which in the kernel (system calls) {result['sys_cpu_s']}")
     if "reader_wakeups_per_update" in result:
         print(f"  wakeups per reader per update {result['reader_wakeups_per_update']}")
+    if "reader_gc" in result:
+        print(f"  garbage collector in the readers {result['reader_gc']}")
     if "in_task" in result:
         t = result["in_task"]
         on_all = f"{result['jobs_on_every_executor']}/{result['updates']}"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from contextlib import AsyncExitStack
 
+import pytest
 import trio
 
 from episub import Node
@@ -195,6 +196,40 @@ def test_each_write_travels_on_a_stream_of_its_own() -> None:
                             if isinstance(item, Delivery) and item.publisher != first.node.id:
                                 break
                 assert (item.publisher, item.seq) == (write_stream(first.node.id, version), 0)
+                nursery.cancel_scope.cancel()
+
+    run(main)
+
+
+def test_wait_for_wakes_each_caller_at_its_version_or_deadline_and_drops_cancelled_ones() -> None:
+    async def main() -> None:
+        async with AsyncExitStack() as stack:
+            (node,) = await open_nodes(stack, 1)
+            idle = ConfigReplica(node, "other")  # never run: wait_for keeps its own deadline
+            assert not await idle.wait_for(1, timeout=0.01)
+            async with trio.open_nursery() as nursery:
+                (replica,) = await start_replicas(nursery, [node])
+                results: dict[str, bool] = {}
+
+                async def wait(name: str, version: int, timeout: float) -> None:
+                    results[name] = await replica.wait_for(version, timeout=timeout)
+
+                nursery.start_soon(wait, "one", 1, 60)
+                nursery.start_soon(wait, "two", 2, 60)
+                nursery.start_soon(wait, "never", 99, 0.05)
+                with trio.CancelScope() as cancelled:
+                    cancelled.cancel()
+                    await replica.wait_for(3, timeout=60)  # cancelled while parked
+                await wait_until(lambda: {w[0] for w in replica._waiters} >= {1, 2})
+                await replica.write({"k": 1})
+                await wait_until(lambda: "one" in results)
+                assert "two" not in results
+                await replica.write({"k": 2})
+                await wait_until(lambda: len(results) == 3)
+                assert results == {"one": True, "two": True, "never": False}
+                assert replica._waiters == []
+                with pytest.raises(ValueError, match="timeout"):
+                    await replica.wait_for(5, timeout=-1)
                 nursery.cancel_scope.cancel()
 
     run(main)

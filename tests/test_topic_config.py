@@ -1,8 +1,10 @@
-"""Per-topic broadcast settings: configuration topics (`_episub.config.*`) flush IHAVEs less
-often than data topics (episub/proto/config.py, CONFIG_TOPIC_BROADCAST), and nothing else
-about them changes."""
+"""Per-topic settings: configuration topics (`_episub.config.*`) flush IHAVEs less often than
+data topics (episub/proto/config.py, CONFIG_TOPIC_BROADCAST) and keep random links only, no
+near links (CONFIG_TOPIC_MEMBERSHIP), and nothing else about them changes."""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import pytest
 
@@ -20,7 +22,15 @@ def test_a_config_topic_takes_the_config_broadcast_changes_and_keeps_every_other
     assert topic_cfg.broadcast.ihave_interval == 0.5
     assert topic_cfg.broadcast.graft_grace == 0.9
     assert topic_cfg.broadcast.max_message_size == 4096  # the node's own setting stays
-    assert topic_cfg.membership == cfg.membership
+    assert not topic_cfg.membership.proximity
+    assert replace(topic_cfg.membership, proximity=True) == cfg.membership
+
+
+def test_a_config_topic_overlay_makes_no_near_links_and_runs_no_optimisation():
+    node = make_node(active=(1, 2), topic=CONFIG)
+    topic = node._topics[CONFIG]
+    assert not topic.membership.config.proximity
+    assert topic.broadcast.rtts is None  # no near-parent rule either
 
 
 def test_any_other_topic_runs_with_the_node_config_as_it_is():
@@ -40,8 +50,13 @@ def test_topic_broadcast_changes_are_checked_when_the_config_is_made():
         NodeConfig(topic_broadcast=(("t.", (("no_such_field", 1.0),)),))
 
 
-def test_no_topic_broadcast_changes_leave_config_topics_as_data_topics():
-    cfg = NodeConfig(topic_broadcast=())
+def test_topic_membership_changes_are_checked_when_the_config_is_made():
+    with pytest.raises(ValueError, match="c_rand"):
+        NodeConfig(topic_membership=(("t.", (("c_rand", 0),)),))
+
+
+def test_no_topic_changes_leave_config_topics_as_data_topics():
+    cfg = NodeConfig(topic_broadcast=(), topic_membership=())
     assert cfg.for_topic(CONFIG) is cfg
 
 

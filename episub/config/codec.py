@@ -20,6 +20,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import json.scanner
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -92,22 +93,33 @@ def _dump(obj: dict[str, Any]) -> bytes:
     return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
 
 
+# The json module's C scanner, called directly: one call per JSON text where json.loads
+# makes a handful (an update reaches every replica of the deployment: the hot path).
+_scan = json.scanner.make_scanner(json.JSONDecoder())
+
+
+def _json_value(text: str) -> object:
+    """`text` as JSON, as json.loads reads it; ValueError if it is not JSON."""
+    try:
+        value, end = _scan(text, 0)
+    except (StopIteration, ValueError):
+        value, end = None, -1
+    if end != len(text):  # whitespace around it, or not JSON: json.loads decides
+        return json.loads(text)
+    return value
+
+
 def decode(raw: bytes) -> Update | SyncRequest | Snapshot:
     try:
-        obj = json.loads(raw)
+        obj = _json_value(raw.decode())
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ConfigCodecError(f"not JSON: {exc}") from None
-    if not isinstance(obj, dict):
+    if type(obj) is not dict:
         raise ConfigCodecError(f"not a JSON object but {type(obj).__name__}")
     op = obj.get("op")
     if op == "update":
         version, writer = _version(obj.get("version")), _node_id(obj.get("writer"))
-        changes = _mapping(obj.get("set"), "set")
-        return Update(
-            version,
-            writer,
-            {_key(k): _entry(version, writer, *_pair(v)) for k, v in changes.items()},
-        )
+        return Update(version, writer, _update_entries(obj.get("set"), version, writer))
     if op == "sync":
         return SyncRequest(
             _node_id(obj.get("from")), _node_id(obj.get("to")), _version(obj.get("version"), 0)
@@ -126,6 +138,27 @@ def decode(raw: bytes) -> Update | SyncRequest | Snapshot:
             raise ConfigCodecError(f"'for' must list at most {MAX_REQUESTERS} node ids")
         return Snapshot(tuple(map(_node_id, requesters)), entries)
     raise ConfigCodecError(f"unknown op {op!r:.40}")
+
+
+def _update_entries(changes: object, version: int, writer: bytes) -> dict[str, Entry]:
+    """An update's "set", checked: each key's [kind, data] as an entry stamped (version,
+    writer). A JSON value (the usual kind) is checked by one scanner call, in line."""
+    entries = {}
+    for key, value in _mapping(changes, "set").items():
+        if not 1 <= len(key) <= MAX_KEY_LENGTH:
+            _key(key)  # raises
+        if type(value) is list and len(value) == 2 and value[0] == "json":
+            data = value[1]
+            if type(data) is str:
+                try:
+                    end = _scan(data, 0)[1]
+                except (StopIteration, ValueError):
+                    end = -1
+                if end == len(data):
+                    entries[key] = Entry.checked(version, writer, "json", data.encode())
+                    continue
+        entries[key] = _entry(version, writer, *_pair(value))
+    return entries
 
 
 def _mapping(value: object, name: str) -> dict[str, Any]:
@@ -178,7 +211,7 @@ def _entry(version: int, writer: bytes, kind: object, data: object) -> Entry:
             raise ConfigCodecError("a bytes entry's data is not base64") from None
     else:
         try:
-            json.loads(data)
+            _json_value(data)
         except json.JSONDecodeError:
             raise ConfigCodecError("a json entry's data is not JSON") from None
         raw = data.encode()

@@ -37,6 +37,7 @@ import logging
 import math
 from collections.abc import Mapping, Sequence
 
+import outcome
 import trio
 
 from episub.config.codec import (
@@ -84,6 +85,9 @@ GAP_GRACE = 2.0  # guess: about twice that repair
 MAX_MISSING_VERSIONS = 4096  # versions tracked as skipped; past it, a snapshot is asked at once
 
 
+_Waiter = list  # [version, task, deadline]: a wait_for caller's, parked
+
+
 class _Delete:
     def __repr__(self) -> str:
         return "DELETE"
@@ -129,7 +133,10 @@ class ConfigReplica:
         self.synced = trio.Event()  # set once the first catch-up is over
         self.counters = {"updates": 0, "snapshots_sent": 0, "snapshots_merged": 0, "syncs": 0,
                          "malformed": 0}  # fmt: skip
-        self._changed = trio.Event()  # set and replaced whenever the state changes
+        # wait_for's callers, parked until the version reaches theirs or their deadline
+        # passes: woken by _apply (True) or _timeout_loop (False) directly.
+        self._waiters: list[_Waiter] = []
+        self._timeouts: trio.CancelScope | None = None  # _timeout_loop's sleep, while running
         self._sync_wanted = trio.Event()
         self._answer_wanted = trio.Event()
         self._snapshot_for_us = trio.Event()
@@ -139,7 +146,8 @@ class ConfigReplica:
         self._gap_noticed = trio.Event()
         # Our own writes come back from the node as its deliveries: applied when made, they
         # are recognised by their stream, without decoding them again.
-        self._own_writes = _write_streams_of(node.id)
+        self._me = node.id
+        self._own_writes = _write_streams_of(self._me)
 
     # -- running ---------------------------------------------------------------------------
 
@@ -156,6 +164,7 @@ class ConfigReplica:
                 nursery.start_soon(self._syncer)
                 nursery.start_soon(self._answerer)
                 nursery.start_soon(self._gap_watcher)
+                nursery.start_soon(self._timeout_loop)
                 task_status.started()
 
     def _on_item(self, item: object) -> None:
@@ -163,10 +172,10 @@ class ConfigReplica:
             log.info("config %r: missed messages (%r); asking for a snapshot", self.name, item)
             self._sync_wanted.set()
             return
-        if not isinstance(item, Delivery):
+        if type(item) is not Delivery:
             return
         publisher = item.publisher
-        if publisher == self.node.id or publisher.startswith(self._own_writes):
+        if publisher == self._me or publisher.startswith(self._own_writes):
             return  # our own sync requests, snapshots and writes (applied when made)
         try:
             message = decode(item.value)
@@ -175,21 +184,24 @@ class ConfigReplica:
             log.warning("config %r: dropped a malformed message from %r: %s", self.name,
                         item.publisher, exc)  # fmt: skip
             return
-        if isinstance(message, Update):
-            if message.writer == self.node.id:
+        kind = type(message)
+        if kind is Update:
+            if message.writer == self._me:  # type: ignore[union-attr]
                 return  # our own write (on a stream of its own), applied when made
             self.counters["updates"] += 1
-            self._missing.pop(message.version, None)
-            if message.version > self.state.version + 1:
-                self._notice_gap(self.state.version + 1, message.version)
-            self._apply(message.changes.items())
-        elif isinstance(message, SyncRequest):
-            if message.responder == self.node.id and len(self._requesters) < MAX_REQUESTERS:
+            version = message.version  # type: ignore[union-attr]
+            if self._missing:
+                self._missing.pop(version, None)
+            if version > self.state.version + 1:
+                self._notice_gap(self.state.version + 1, version)
+            self._apply(message.changes.items())  # type: ignore[union-attr]
+        elif kind is SyncRequest:
+            if message.responder == self._me and len(self._requesters) < MAX_REQUESTERS:  # type: ignore[union-attr]
                 least = self._requesters.get(message.requester, message.version)
                 self._requesters[message.requester] = min(least, message.version)
                 self._answer_wanted.set()
-        elif isinstance(message, Snapshot):
-            if self.node.id in message.requesters:
+        elif kind is Snapshot:
+            if self._me in message.requesters:  # type: ignore[union-attr]
                 self._last_answer = message.entries
             if message.entries:
                 self.counters["snapshots_merged"] += 1
@@ -197,13 +209,19 @@ class ConfigReplica:
                 top = max(entry.version for entry in message.entries.values())
                 for version in [v for v in self._missing if v <= top]:
                     del self._missing[version]
-            if self.node.id in message.requesters:
+            if self._me in message.requesters:  # type: ignore[union-attr]
                 self._snapshot_for_us.set()
 
     def _apply(self, changes: object) -> None:
-        if self.state.apply(changes):  # type: ignore[arg-type]
-            self._changed.set()
-            self._changed = trio.Event()
+        if self.state.apply(changes) and self._waiters:  # type: ignore[arg-type]
+            version = self.state.version
+            waiting = []
+            for waiter in self._waiters:
+                if waiter[0] <= version:
+                    trio.lowlevel.reschedule(waiter[1], outcome.Value(True))
+                else:
+                    waiting.append(waiter)
+            self._waiters = waiting
 
     def _notice_gap(self, first: int, end: int) -> None:
         """Versions first..end-1 were skipped: a snapshot if they stay missing GAP_GRACE."""
@@ -324,14 +342,47 @@ class ConfigReplica:
 
     async def wait_for(self, version: int, timeout: float) -> bool:
         """Wait until this replica's version is at least `version`; False on timeout."""
+        if not timeout >= 0:
+            raise ValueError(f"timeout must be >= 0 seconds, not {timeout!r}")
         if self.state.version >= version:
             await trio.lowlevel.checkpoint()  # there already: no deadline to set up
             return True
-        with trio.move_on_after(timeout):
-            # An Event swapped on each change, not a Condition: no lock to take per update
-            # (a follower waits once per version, on the hot path of every update). The
-            # loop waits at least once (the version is below), and a wait is a checkpoint.
-            while self.state.version < version:
-                await self._changed.wait()
-            return True
-        return False
+        # Parked until _apply reaches `version` and reschedules this task (True), or the
+        # timeout task finds its deadline passed (False): no Event, lock or cancel scope
+        # per call (a follower waits once per version, on the hot path of every update).
+        waiter: _Waiter = [version, trio.lowlevel.current_task(), trio.current_time() + timeout]
+        timeouts = self._timeouts
+        if timeouts is None:  # not running (yet): a cancel scope of its own
+            with trio.move_on_at(waiter[2]):
+                return await self._park(waiter)
+            return False
+        if waiter[2] < timeouts.deadline:
+            timeouts.deadline = waiter[2]
+        return await self._park(waiter)
+
+    async def _park(self, waiter: _Waiter) -> bool:
+        def abort(_: object) -> trio.lowlevel.Abort:
+            self._waiters.remove(waiter)  # a waiter leaves the list only as it is woken
+            return trio.lowlevel.Abort.SUCCEEDED
+
+        self._waiters.append(waiter)
+        return await trio.lowlevel.wait_task_rescheduled(abort)  # type: ignore[no-any-return]
+
+    async def _timeout_loop(self) -> None:
+        """Wakes wait_for's callers whose deadline passed, with False; sleeps until the
+        earliest deadline left (wait_for moves it nearer, never a wakeup per call)."""
+        try:
+            while True:
+                now = trio.current_time()
+                waiting = []
+                for waiter in self._waiters:
+                    if waiter[2] <= now:
+                        trio.lowlevel.reschedule(waiter[1], outcome.Value(False))
+                    else:
+                        waiting.append(waiter)
+                self._waiters = waiting
+                deadline = min((waiter[2] for waiter in waiting), default=math.inf)
+                with trio.CancelScope(deadline=deadline) as self._timeouts:
+                    await trio.sleep_forever()
+        finally:
+            self._timeouts = None

@@ -68,6 +68,18 @@ class Entry:
         if self.kind == "deleted" and self.data:
             raise ValueError("a deleted entry carries no data")
 
+    @classmethod
+    def checked(cls, version: int, writer: bytes, kind: Kind, data: bytes) -> Entry:
+        """An entry from parts a decoder has checked already (episub.config.codec): made
+        without checking them again, on the path of every update."""
+        entry = object.__new__(cls)
+        setattr_ = object.__setattr__  # frozen: the dataclass's own __init__ does the same
+        setattr_(entry, "version", version)
+        setattr_(entry, "writer", writer)
+        setattr_(entry, "kind", kind)
+        setattr_(entry, "data", data)
+        return entry
+
     @property
     def stamp(self) -> Stamp:
         return (self.version, self.writer)
@@ -76,8 +88,7 @@ class Entry:
     def size(self) -> int:
         """Its bytes in a snapshot message, near enough: data as sent (base64 grows bytes
         by a third), the writer id in hex, and the JSON around them."""
-        data = len(self.data) if self.kind != "bytes" else 4 * ((len(self.data) + 2) // 3)
-        return data + 2 * len(self.writer) + ENTRY_OVERHEAD
+        return _cost("", self)
 
 
 def check_key(key: object) -> str:
@@ -146,22 +157,28 @@ class ConfigState:
     def apply(self, changes: Iterable[tuple[str, Entry]]) -> list[str]:
         """Apply entries by the highest-stamp rule; returns the keys whose entry changed."""
         changed = []
+        entries = self._entries
         for key, entry in changes:
-            old = self._entries.get(key)
-            if old is not None and old.stamp >= entry.stamp:
+            old = entries.get(key)
+            if old is not None and (old.version, old.writer) >= (entry.version, entry.writer):
                 continue
             growth = _cost(key, entry) - (0 if old is None else _cost(key, old))
-            if (old is None and len(self._entries) >= self.max_keys) or (
+            if (old is None and len(entries) >= self.max_keys) or (
                 self._bytes + growth > self.max_bytes
             ):
                 self.rejected += 1
                 continue
-            self._entries[key] = entry
+            entries[key] = entry
             self._bytes += growth
-            self.version = max(self.version, entry.version)
+            if entry.version > self.version:
+                self.version = entry.version
             changed.append(key)
         return changed
 
 
 def _cost(key: str, entry: Entry) -> int:
-    return len(key.encode()) + entry.size
+    """What `key` and `entry` count against max_bytes: len(key.encode()) + entry.size, in
+    line (it runs twice per key of every update)."""
+    data = entry.data
+    size = len(data) if entry.kind != "bytes" else 4 * ((len(data) + 2) // 3)
+    return len(key.encode()) + size + 2 * len(entry.writer) + ENTRY_OVERHEAD

@@ -10,6 +10,7 @@ Sources: "draft" = libp2p's Episub draft (pubsub/gossipsub/episub.md, 2018);
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import TypeVar
 
 from episub.proto import messages as m
 
@@ -228,6 +229,8 @@ class BroadcastConfig:
             )
 
 
+_Part = TypeVar("_Part", "MembershipConfig", "BroadcastConfig")
+
 # Live configuration's topics (episub.config): `_episub.config.<name>`.
 CONFIG_TOPIC_PREFIX = "_episub.config."
 # A configuration topic carries a few small writes that every node gets eagerly, each on a
@@ -242,6 +245,16 @@ CONFIG_TOPIC_BROADCAST: tuple[tuple[str, float], ...] = (
 )
 
 
+# ... and its overlay keeps its links where they are: no near links, so no optimisation
+# rounds swapping links on RTT noise. Every link that comes up costs a catch-up (GETHELD /
+# HELD listing the topic's streams: one per write) and every link that goes re-grafts the
+# Plumtree tree under it; at 32 readers a reader saw ~4 swaps and ~8 connections a second
+# while writes flowed, and the writes in flight while a subtree lost its parent reached it
+# by IHAVE + GRAFT, 0.2-0.8 s late (the benchmark's p99). A configuration's few small writes
+# gain nothing from near links; its links are random ones (plain HyParView).
+CONFIG_TOPIC_MEMBERSHIP: tuple[tuple[str, float], ...] = (("proximity", False),)
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class NodeConfig:
     membership: MembershipConfig = field(default_factory=MembershipConfig)
@@ -250,6 +263,10 @@ class NodeConfig:
     # prefix that matches); other topics use `broadcast` as it is.
     topic_broadcast: tuple[tuple[str, tuple[tuple[str, float], ...]], ...] = (
         (CONFIG_TOPIC_PREFIX, CONFIG_TOPIC_BROADCAST),
+    )
+    # ... and `membership` fields, the same way.
+    topic_membership: tuple[tuple[str, tuple[tuple[str, float], ...]], ...] = (
+        (CONFIG_TOPIC_PREFIX, CONFIG_TOPIC_MEMBERSHIP),
     )
     max_topics: int = 1024  # guess: per node
     id_key: bytes | None = None  # deployment key: message ids use keyed blake3 when set
@@ -261,12 +278,30 @@ class NodeConfig:
             raise ValueError(f"max_topics must be in 1..{m.MAX_TOPICS_PER_MESSAGE}")
         for _, changes in self.topic_broadcast:
             replace(self.broadcast, **dict(changes))  # a bad field or value raises here
+        for _, changes in self.topic_membership:
+            replace(self.membership, **dict(changes))
 
     def for_topic(self, topic: str) -> NodeConfig:
-        """The config `topic` runs with: `broadcast` with the changes of the first
-        `topic_broadcast` prefix `topic` starts with, if any."""
-        for prefix, changes in self.topic_broadcast:
-            if topic.startswith(prefix):
-                broadcast = replace(self.broadcast, **dict(changes))
-                return replace(self, broadcast=broadcast, topic_broadcast=())
-        return self
+        """The config `topic` runs with: `broadcast` and `membership` with the changes of
+        the first `topic_broadcast` and `topic_membership` prefix `topic` starts with."""
+        broadcast = _changed(self.broadcast, self.topic_broadcast, topic)
+        membership = _changed(self.membership, self.topic_membership, topic)
+        if broadcast is self.broadcast and membership is self.membership:
+            return self
+        return replace(
+            self,
+            broadcast=broadcast,
+            membership=membership,
+            topic_broadcast=(),
+            topic_membership=(),
+        )
+
+
+def _changed(
+    part: _Part, by_prefix: tuple[tuple[str, tuple[tuple[str, float], ...]], ...], topic: str
+) -> _Part:
+    """`part` with the changes of the first prefix of `by_prefix` that `topic` starts with."""
+    for prefix, changes in by_prefix:
+        if topic.startswith(prefix):
+            return replace(part, **dict(changes))
+    return part
