@@ -198,9 +198,22 @@ class Broadcast:
 
     # -- neighbours ---------------------------------------------------------------------
 
-    def neighbor_up(self, peer: PeerId) -> None:
+    def neighbor_up(self, peer: PeerId, now: float, out: list[OutEvent]) -> None:
+        """A new link starts eager, unless we have a parent (`_has_parent`): then it starts
+        lazy, and a PRUNE tells the other end, which makes it lazy there too (and grafts it
+        back if that leaves it with no eager link: `_on_prune`)."""
         self.lazy.pop(peer, None)
-        self.eager[peer] = None
+        self.eager.pop(peer, None)
+        if self.config.lazy_start and self._has_parent():
+            self.lazy[peer] = None
+            self._prune(peer, now, out)
+        else:
+            self.eager[peer] = None
+
+    def _has_parent(self) -> bool:
+        """Does an eager neighbour send us messages first (has it ever)?"""
+        first_from = self.first_from
+        return any(p in first_from for p in self.eager)
 
     def neighbor_down(
         self, peer: PeerId, now: float, out: list[OutEvent], *, repair: bool = True

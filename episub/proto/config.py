@@ -149,6 +149,10 @@ class BroadcastConfig:
     # The draft recommends it "for applications that value latency minimization"; with
     # proximity swaps it cut p99 from 447 to 199 ms at 1,000 nodes (docs/simulation.md).
     eager_repair: bool = True
+    # A link that comes up while an eager neighbour feeds us starts lazy at both ends
+    # (broadcast.py `neighbor_up`): links made by overlay upkeep and repair carried a
+    # redundant copy of every message until their first duplicate pruned them.
+    lazy_start: bool = True
     # After an empty GRAFT (eager repair, optimisation) the grafter is not pruned for the
     # duplicates already in flight: one IHAVE round plus a slow round trip.
     graft_grace: float = 0.5  # guess: ihave_interval + 2 * 200 ms
