@@ -84,7 +84,7 @@ from episub.proto.events import (
     ScheduleTimer,
     Send,
 )
-from episub.proto.messages import Envelope, MessageId, PeerId
+from episub.proto.messages import Envelope, LinkKind, MessageId, PeerId
 from episub.proto.ordering import OrderedDelivery, PublisherStream
 from episub.proto.peers import RttTable
 from episub.proto.signing import Signer, check_message
@@ -198,13 +198,17 @@ class Broadcast:
 
     # -- neighbours ---------------------------------------------------------------------
 
-    def neighbor_up(self, peer: PeerId, now: float, out: list[OutEvent]) -> None:
-        """A new link starts eager, unless we have a parent (`_has_parent`): then it starts
-        lazy, and a PRUNE tells the other end, which makes it lazy there too (and grafts it
-        back if that leaves it with no eager link: `_on_prune`)."""
+    def neighbor_up(
+        self, peer: PeerId, now: float, out: list[OutEvent], kind: LinkKind = LinkKind.RAND
+    ) -> None:
+        """A new link starts eager, unless it is a RAND link and we have a parent
+        (`_has_parent`): then it starts lazy, and a PRUNE tells the other end, which makes
+        it lazy there too (and grafts it back if that leaves it with no eager link:
+        `_on_prune`). A NEAR link, chosen for its low RTT, starts eager: its first copies
+        race our parent's, and the loser is pruned, so the tree moves onto fast links."""
         self.lazy.pop(peer, None)
         self.eager.pop(peer, None)
-        if self.config.lazy_start and self._has_parent():
+        if self.config.lazy_start and kind is not LinkKind.NEAR and self._has_parent():
             self.lazy[peer] = None
             self._prune(peer, now, out)
         else:
@@ -228,9 +232,19 @@ class Broadcast:
         self.announced.pop(peer, None)
         lost_at = self.first_from.pop(peer, None)
         if was_eager and repair and self.config.eager_repair and not self._still_fed(lost_at):
-            for lazy_peer in list(self.lazy):
+            for lazy_peer in self._repair_targets():
                 self._graft(lazy_peer, (), now, out)
                 self._make_eager(lazy_peer, out)
+
+    def _repair_targets(self) -> list[PeerId]:
+        """At most `eager_repair_grafts` lazy neighbours to graft when our parent went: those
+        that fed us most lately first, then the others in the order they became lazy.
+        Grafting every lazy one (up to 13 with near links chosen by each end) pushed a
+        copy of each message over every one of them, both ways, unpruned for graft_grace."""
+        lazy = self.lazy
+        fed = [p for p in reversed(self.first_from) if p in lazy]
+        others = [p for p in lazy if p not in self.first_from]
+        return (fed + others)[: self.config.eager_repair_grafts]
 
     def _graft(
         self, peer: PeerId, ranges: tuple[m.StreamRange, ...], now: float, out: list[OutEvent]
