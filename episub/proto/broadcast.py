@@ -56,8 +56,12 @@ Rules from the draft (and Plumtree):
   got the id from, announced at fewer hops than ours, whose copy could have reached us no
   later than ours + its RTT, swaps the two the same way; at most once per `graft_grace`
   (see `_prefer_near_parent`).
-- optional eager repair when an eager neighbour goes down (empty GRAFT to lazy peers),
-  unless a remaining eager neighbour has sent us a message first since it did.
+- a new link starts eager, except a RAND link at a node with a parent (an eager
+  neighbour that has sent it a message first): that starts lazy, and a PRUNE at link-up
+  makes it lazy at the other end too (`neighbor_up`). NEAR links start eager.
+- optional eager repair when an eager neighbour goes down (empty GRAFT to at most
+  `eager_repair_grafts` lazy peers, those that fed us most lately first), unless a
+  remaining eager neighbour has sent us a message first since it did.
 - per-publisher gaps are pulled (PULL first..last) from neighbours in turn (ordering.py).
 """
 
