@@ -151,6 +151,10 @@ class Broadcast:
         self.by_seq = self.messages.by_seq
         # (id, publisher, seq, hops) of what we received or published since the last flush.
         self.lazy_queue: list[tuple[MessageId, PeerId, int, int]] = []
+        # neighbour whose link came up since the last flush -> how much of lazy_queue was
+        # queued before: it is announced only what came after (a late joiner announced
+        # what we held before it came took it for news). Emptied by each flush.
+        self.queued_before: dict[PeerId, int] = {}
         # queued id -> neighbours known to hold it (they sent it to us, or a duplicate):
         # the flush does not announce it to them. Emptied by each flush.
         self.holders: dict[MessageId, list[PeerId]] = {}
@@ -212,6 +216,8 @@ class Broadcast:
         race our parent's, and the loser is pruned, so the tree moves onto fast links."""
         self.lazy.pop(peer, None)
         self.eager.pop(peer, None)
+        if self.lazy_queue:
+            self.queued_before[peer] = len(self.lazy_queue)
         if self.config.lazy_start and kind is not LinkKind.NEAR and self._has_parent():
             self.lazy[peer] = None
             self._prune(peer, now, out)
@@ -234,6 +240,7 @@ class Broadcast:
         self.graft_sent_at.pop(peer, None)
         self.pruned_at.pop(peer, None)
         self.announced.pop(peer, None)
+        self.queued_before.pop(peer, None)
         lost_at = self.first_from.pop(peer, None)
         if was_eager and repair and self.config.eager_repair and not self._still_fed(lost_at):
             for lazy_peer in self._repair_targets():
@@ -331,7 +338,13 @@ class Broadcast:
         # next flush goes to lazy peers only: announce it now, or it falls through the gap
         # (seen in the simulator after a partition: a node lost its eager parent, grafted
         # its lazy peers, and a message that had just passed them never reached it).
-        self._send_ihave(peer, self._unheld(peer, self.lazy_queue, skip), out)
+        self._send_ihave(peer, self._unheld(peer, self._queued_for(peer), skip), out)
+
+    def _queued_for(self, peer: PeerId) -> list[tuple[MessageId, PeerId, int, int]]:
+        """What waits for the IHAVE flush that `peer` may be announced: what was queued
+        since its link came up."""
+        before = self.queued_before.get(peer)
+        return self.lazy_queue if before is None else self.lazy_queue[before:]
 
     def _unheld(
         self,
@@ -869,10 +882,10 @@ class Broadcast:
             holders.append(peer)
 
     def _flush_ihave(self, out: list[OutEvent]) -> None:
-        queue = self.lazy_queue
         for peer in self.lazy:
-            self._send_ihave(peer, self._unheld(peer, queue), out)
+            self._send_ihave(peer, self._unheld(peer, self._queued_for(peer)), out)
         self.lazy_queue = []
+        self.queued_before = {}
         self.holders = {}
         self.announced = {}
 
