@@ -703,6 +703,17 @@ def test_a_near_link_starts_eager_even_while_a_parent_feeds_us():
     assert node.eager_peers(TOPIC) == [1, 4]
 
 
+def test_a_new_lazy_link_is_announced_only_what_was_queued_after_it_came_up():
+    # A late joiner announced what its peer held before it came grafted it and took
+    # that history for news (tests/test_node_api.py): it is left out of the flush.
+    node = node_with(1)
+    node.handle(received(1, gossip(env(0), hops=2)), 1.0)
+    node.handle(received(4, request(high_priority=True)), 1.05)
+    node.handle(received(1, gossip(env(1), hops=2)), 1.1)
+    out = fire(node, "ihave", 1.125)
+    assert sends(out, m.IHave) == [send(4, m.IHave(ranges=(at(env(1), 2),)))]
+
+
 def test_without_lazy_start_a_link_always_starts_eager():
     node = node_with(1, lazy_start=False)
     node.handle(received(1, gossip(env(0), hops=2)), 1.0)
