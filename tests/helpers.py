@@ -100,6 +100,8 @@ def broadcast_config(**overrides: object) -> BroadcastConfig:
         "optimization_threshold": 7,
         "near_parent_factor": 4.0,
         "eager_repair": False,
+        "eager_repair_grafts": 2,
+        "lazy_start": True,
         "cache_ttl": 120.0,
         "cache_max_messages": 1000,
         "cache_max_bytes": 1 << 20,

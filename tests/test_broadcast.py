@@ -38,6 +38,7 @@ from episub.proto.events import (
 from episub.proto.node import NodeState
 from tests.helpers import (
     ME,
+    NEAR,
     TOPIC,
     broadcast,
     broadcast_config,
@@ -49,6 +50,7 @@ from tests.helpers import (
     mid,
     node_config,
     received,
+    request,
     send,
     sends,
     token,
@@ -641,6 +643,84 @@ def test_the_near_parent_rule_is_off_at_factor_0_the_default():
     assert node.handle(received(2, m.IHave(ranges=(at(e, 2),))), 1.13) == []
 
 
+# -- links coming up ----------------------------------------------------------------------
+
+
+def test_a_link_that_comes_up_while_a_parent_feeds_us_starts_lazy_and_is_pruned():
+    # 1 feeds us (a parent): a new link would only carry a second copy of its messages
+    # until a duplicate pruned it. It starts lazy, and a PRUNE tells the other end.
+    node = node_with(1)
+    node.handle(received(1, gossip(env(0), hops=2)), 1.0)
+    out = node.handle(received(4, request(high_priority=True)), 1.1)
+    assert sends(out, m.Prune) == [send(4, m.Prune())]
+    assert node.eager_peers(TOPIC) == [1]
+    assert node.lazy_peers(TOPIC) == [4]
+    # Its pushes sent before our PRUNE arrived leave it lazy: no GRAFT, no second PRUNE.
+    out = node.handle(received(4, gossip(env(1), hops=2)), 1.2)
+    assert sends(out, m.Graft) == [] and sends(out, m.Prune) == []
+    assert node.lazy_peers(TOPIC) == [4]
+    assert node.handle(received(4, gossip(env(0), hops=3)), 1.25) == []
+
+
+def test_a_link_that_comes_up_at_a_node_without_a_parent_starts_eager():
+    # Nothing feeds us yet: every new link may be the way messages come, so it starts
+    # eager, as in Plumtree.
+    node = node_with(1)
+    out = node.handle(received(4, request(high_priority=True)), 1.0)
+    assert sends(out, m.Prune) == []
+    assert node.eager_peers(TOPIC) == [1, 4]
+
+
+def test_the_other_end_of_a_link_started_lazy_agrees_or_grafts_it_back():
+    # The end with a parent pruned the new link at once. The other end takes the PRUNE:
+    # the link is lazy at both ends while another eager link is left to it; with none
+    # left it grafts the link back, and the end that pruned makes it eager on the GRAFT.
+    parent_end = node_with(1)
+    parent_end.handle(received(1, gossip(env(0), hops=2)), 1.0)
+    parent_end.handle(received(20, request(high_priority=True)), 1.1)
+    for others in ((2,), ()):
+        other_end = node_with(*others)
+        other_end.handle(received(10, request(high_priority=True)), 1.1)
+        assert 10 in other_end.eager_peers(TOPIC)
+        out = other_end.handle(received(10, m.Prune()), 1.15)
+        if others:
+            assert out == [] and other_end.lazy_peers(TOPIC) == [10]
+        else:
+            assert sends(out, m.Graft) == [send(10, m.Graft())]
+            assert other_end.eager_peers(TOPIC) == [10]
+    # The GRAFT back reaches the end that pruned: the link is eager there too.
+    parent_end.handle(received(20, m.Graft()), 1.2)
+    assert parent_end.eager_peers(TOPIC) == [1, 20]
+
+
+def test_a_near_link_starts_eager_even_while_a_parent_feeds_us():
+    # A NEAR link was chosen for its low RTT: its copies race our parent's, and the slower
+    # of the two is pruned by its first duplicate, so the tree moves onto fast links.
+    node = node_with(1)
+    node.handle(received(1, gossip(env(0), hops=2)), 1.0)
+    out = node.handle(received(4, request(NEAR, high_priority=True)), 1.1)
+    assert sends(out, m.Prune) == []
+    assert node.eager_peers(TOPIC) == [1, 4]
+
+
+def test_a_new_lazy_link_is_announced_only_what_was_queued_after_it_came_up():
+    # A late joiner announced what its peer held before it came grafted it and took
+    # that history for news (tests/test_node_api.py): it is left out of the flush.
+    node = node_with(1)
+    node.handle(received(1, gossip(env(0), hops=2)), 1.0)
+    node.handle(received(4, request(high_priority=True)), 1.05)
+    node.handle(received(1, gossip(env(1), hops=2)), 1.1)
+    out = fire(node, "ihave", 1.125)
+    assert sends(out, m.IHave) == [send(4, m.IHave(ranges=(at(env(1), 2),)))]
+
+
+def test_without_lazy_start_a_link_always_starts_eager():
+    node = node_with(1, lazy_start=False)
+    node.handle(received(1, gossip(env(0), hops=2)), 1.0)
+    assert sends(node.handle(received(4, request(high_priority=True)), 1.1), m.Prune) == []
+    assert node.eager_peers(TOPIC) == [1, 4]
+
+
 # -- eager repair -------------------------------------------------------------------------
 
 
@@ -655,6 +735,19 @@ def test_eager_repair_on_neighbor_down_sends_empty_grafts_to_lazy_peers():
         ClosePeer(1),
     ]
     assert node.eager_peers(TOPIC) == [2, 3]
+
+
+def test_eager_repair_grafts_at_most_eager_repair_grafts_lazy_peers_fed_us_first():
+    # Grafting every lazy neighbour (up to 13) sent a copy of each message over each of
+    # them, both ways, unpruned for graft_grace. Those that fed us most lately come first.
+    node = node_with(1, 2, 3, 4, 5, eager_repair=True, eager_repair_grafts=2)
+    node.handle(received(4, gossip(env(0), hops=2)), 1.0)
+    node.handle(received(1, gossip(env(1), hops=2)), 1.1)
+    make_lazy(node, 2, 3, 4, 5, now=1.2)
+    out = node.handle(received(1, m.Disconnect()), 1.3)
+    assert sends(out, m.Graft) == [send(4, m.Graft()), send(2, m.Graft())]
+    assert node.eager_peers(TOPIC) == [4, 2]
+    assert node.lazy_peers(TOPIC) == [3, 5]
 
 
 def test_a_prune_that_crossed_our_graft_is_answered_by_graft_again():

@@ -56,8 +56,12 @@ Rules from the draft (and Plumtree):
   got the id from, announced at fewer hops than ours, whose copy could have reached us no
   later than ours + its RTT, swaps the two the same way; at most once per `graft_grace`
   (see `_prefer_near_parent`).
-- optional eager repair when an eager neighbour goes down (empty GRAFT to lazy peers),
-  unless a remaining eager neighbour has sent us a message first since it did.
+- a new link starts eager, except a RAND link at a node with a parent (an eager
+  neighbour that has sent it a message first): that starts lazy, and a PRUNE at link-up
+  makes it lazy at the other end too (`neighbor_up`). NEAR links start eager.
+- optional eager repair when an eager neighbour goes down (empty GRAFT to at most
+  `eager_repair_grafts` lazy peers, those that fed us most lately first), unless a
+  remaining eager neighbour has sent us a message first since it did.
 - per-publisher gaps are pulled (PULL first..last) from neighbours in turn (ordering.py).
 """
 
@@ -84,7 +88,7 @@ from episub.proto.events import (
     ScheduleTimer,
     Send,
 )
-from episub.proto.messages import Envelope, MessageId, PeerId
+from episub.proto.messages import Envelope, LinkKind, MessageId, PeerId
 from episub.proto.ordering import OrderedDelivery, PublisherStream
 from episub.proto.peers import RttTable
 from episub.proto.signing import Signer, check_message
@@ -147,6 +151,10 @@ class Broadcast:
         self.by_seq = self.messages.by_seq
         # (id, publisher, seq, hops) of what we received or published since the last flush.
         self.lazy_queue: list[tuple[MessageId, PeerId, int, int]] = []
+        # neighbour whose link came up since the last flush -> how much of lazy_queue was
+        # queued before: it is announced only what came after (a late joiner announced
+        # what we held before it came took it for news). Emptied by each flush.
+        self.queued_before: dict[PeerId, int] = {}
         # queued id -> neighbours known to hold it (they sent it to us, or a duplicate):
         # the flush does not announce it to them. Emptied by each flush.
         self.holders: dict[MessageId, list[PeerId]] = {}
@@ -198,9 +206,28 @@ class Broadcast:
 
     # -- neighbours ---------------------------------------------------------------------
 
-    def neighbor_up(self, peer: PeerId) -> None:
+    def neighbor_up(
+        self, peer: PeerId, now: float, out: list[OutEvent], kind: LinkKind = LinkKind.RAND
+    ) -> None:
+        """A new link starts eager, unless it is a RAND link and we have a parent
+        (`_has_parent`): then it starts lazy, and a PRUNE tells the other end, which makes
+        it lazy there too (and grafts it back if that leaves it with no eager link:
+        `_on_prune`). A NEAR link, chosen for its low RTT, starts eager: its first copies
+        race our parent's, and the loser is pruned, so the tree moves onto fast links."""
         self.lazy.pop(peer, None)
-        self.eager[peer] = None
+        self.eager.pop(peer, None)
+        if self.lazy_queue:
+            self.queued_before[peer] = len(self.lazy_queue)
+        if self.config.lazy_start and kind is not LinkKind.NEAR and self._has_parent():
+            self.lazy[peer] = None
+            self._prune(peer, now, out)
+        else:
+            self.eager[peer] = None
+
+    def _has_parent(self) -> bool:
+        """Does an eager neighbour send us messages first (has it ever)?"""
+        first_from = self.first_from
+        return any(p in first_from for p in self.eager)
 
     def neighbor_down(
         self, peer: PeerId, now: float, out: list[OutEvent], *, repair: bool = True
@@ -213,11 +240,22 @@ class Broadcast:
         self.graft_sent_at.pop(peer, None)
         self.pruned_at.pop(peer, None)
         self.announced.pop(peer, None)
+        self.queued_before.pop(peer, None)
         lost_at = self.first_from.pop(peer, None)
         if was_eager and repair and self.config.eager_repair and not self._still_fed(lost_at):
-            for lazy_peer in list(self.lazy):
+            for lazy_peer in self._repair_targets():
                 self._graft(lazy_peer, (), now, out)
                 self._make_eager(lazy_peer, out)
+
+    def _repair_targets(self) -> list[PeerId]:
+        """At most `eager_repair_grafts` lazy neighbours to graft when our parent went: those
+        that fed us most lately first, then the others in the order they became lazy.
+        Grafting every lazy one (up to 13 with near links chosen by each end) pushed a
+        copy of each message over every one of them, both ways, unpruned for graft_grace."""
+        lazy = self.lazy
+        fed = [p for p in reversed(self.first_from) if p in lazy]
+        others = [p for p in lazy if p not in self.first_from]
+        return (fed + others)[: self.config.eager_repair_grafts]
 
     def _graft(
         self, peer: PeerId, ranges: tuple[m.StreamRange, ...], now: float, out: list[OutEvent]
@@ -300,7 +338,13 @@ class Broadcast:
         # next flush goes to lazy peers only: announce it now, or it falls through the gap
         # (seen in the simulator after a partition: a node lost its eager parent, grafted
         # its lazy peers, and a message that had just passed them never reached it).
-        self._send_ihave(peer, self._unheld(peer, self.lazy_queue, skip), out)
+        self._send_ihave(peer, self._unheld(peer, self._queued_for(peer), skip), out)
+
+    def _queued_for(self, peer: PeerId) -> list[tuple[MessageId, PeerId, int, int]]:
+        """What waits for the IHAVE flush that `peer` may be announced: what was queued
+        since its link came up."""
+        before = self.queued_before.get(peer)
+        return self.lazy_queue if before is None else self.lazy_queue[before:]
 
     def _unheld(
         self,
@@ -838,10 +882,10 @@ class Broadcast:
             holders.append(peer)
 
     def _flush_ihave(self, out: list[OutEvent]) -> None:
-        queue = self.lazy_queue
         for peer in self.lazy:
-            self._send_ihave(peer, self._unheld(peer, queue), out)
+            self._send_ihave(peer, self._unheld(peer, self._queued_for(peer)), out)
         self.lazy_queue = []
+        self.queued_before = {}
         self.holders = {}
         self.announced = {}
 

@@ -167,6 +167,13 @@ class BroadcastConfig:
     # The draft recommends it "for applications that value latency minimization"; with
     # proximity swaps it cut p99 from 447 to 199 ms at 1,000 nodes (docs/simulation.md).
     eager_repair: bool = True
+    # Lazy neighbours grafted by eager repair, those that fed us most lately first: all of
+    # them (up to 13) pushed a copy each, both ways, for graft_grace (churn RMR 0.08).
+    eager_repair_grafts: int = 2
+    # A RAND link that comes up while an eager neighbour feeds us starts lazy at both ends
+    # (broadcast.py `neighbor_up`): links made by overlay upkeep and repair carried a
+    # redundant copy of every message until their first duplicate pruned them.
+    lazy_start: bool = True
     # After an empty GRAFT (eager repair, optimisation) the grafter is not pruned for the
     # duplicates already in flight: one IHAVE round plus a slow round trip.
     graft_grace: float = 0.5  # guess: ihave_interval + 2 * 200 ms
@@ -223,6 +230,11 @@ class BroadcastConfig:
             )
         if self.max_message_size < 1:
             raise ValueError(f"max_message_size must be >= 1, not {self.max_message_size}")
+        if self.eager_repair_grafts < 1:
+            raise ValueError(
+                f"eager_repair_grafts must be >= 1 (eager_repair=False: none), "
+                f"not {self.eager_repair_grafts}"
+            )
         if not (self.near_parent_factor == 0 or self.near_parent_factor >= 1):
             raise ValueError(
                 f"near_parent_factor must be 0 (off) or >= 1, not {self.near_parent_factor}"

@@ -113,6 +113,6 @@ class Topic:
         for i in range(start, end):
             event = out[i]
             if isinstance(event, NeighborUp):
-                self.broadcast.neighbor_up(event.peer)
+                self.broadcast.neighbor_up(event.peer, now, out, event.kind)
             elif isinstance(event, NeighborDown):
                 self.broadcast.neighbor_down(event.peer, now, out, repair=repair)
