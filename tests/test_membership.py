@@ -620,6 +620,32 @@ def test_a_node_left_without_any_peer_asks_every_peer_it_remembers():
     assert sends(fire(node, "stabilize", 2.0), m.Neighbor) == [send(6, request(RAND, links=0))]
 
 
+def test_a_node_left_without_any_peer_asks_the_peers_it_pushed_out_for_room():
+    """Issue 13, acceptance 5: seed 4 of `episub sim crash --nodes 1000 --fraction 0.95`
+    left a survivor that knew no live peer and was known by none; it had heard of three
+    survivors while it settled, but their ids had gone from its near candidates (the
+    oldest dropped for newer ones) before the crash."""
+    config = node_config(membership=membership_config(passive_size=2, near_candidates=2))
+    node = make_node(active=[1], passive=[20, 21], config=config)
+    # A FORWARDJOIN into a full passive view pushes out one of its peers.
+    node.handle(received(1, m.ForwardJoin(peer=22, ttl=0)), 0.5)
+    [pushed_out] = {20, 21} - set(node.passive_view(TOPIC))
+    # A neighbour's view of three peers: the first is pushed out of two near candidates.
+    nonce = ping_nonce(fire(node, "ping", 1.0), 1)
+    node.handle(received(1, m.Pong(nonce=nonce, subscribed=True, active=(ME, 30, 31, 32))), 1.1)
+    assert list(membership(node).near_candidates) == [31, 32]
+    # Every peer it knows now is gone: its neighbour, then each passive peer it asks.
+    out = node.handle(ConnectionLost(1), 2.0)
+    while membership(node).pending:
+        out = node.handle(ConnectionLost(next(iter(membership(node).pending))), 2.1)
+    assert Isolated(TOPIC, 1) in out
+    asked = {s.peer for s in sends(out, m.GetNodes)}
+    assert {pushed_out, 30} <= asked, asked
+    # Bounded: the oldest of them goes first.
+    forgotten = membership(node).passive_view.forgotten
+    assert list(forgotten)[:2] == [pushed_out, 30]
+
+
 def test_contacts_refreshed_by_the_runtime_replace_the_old_ones_and_are_asked_at_once():
     # A bootstrap node that restarted answers its address with a new id.
     node = NodeState(ME, node_config(), random.Random(0))

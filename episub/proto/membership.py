@@ -49,10 +49,12 @@ Rules from the draft, in the order a node meets them:
 - LEAVE: eager diffusion, forwarded when it removed the peer or its ttl is not spent.
 - recovery (ours): a node left with no neighbour, no request in flight and no passive
   peer asks its contacts and every peer it remembers for peers (GETNODES, then JOINs as
-  at a fresh join), and says so (`Isolated`) for the runtime to dial its bootstrap
-  addresses again; again with backoff (recovery_retry doubling to recovery_max_retry)
-  until a neighbour comes. With no neighbour, a failed request is followed by the next
-  at once, and a peer that probes us becomes a passive peer.
+  at a fresh join; remembered: dormant peers, near candidates, peers pushed out of the
+  passive view or the near candidates, a sample of the RTT table), and says so
+  (`Isolated`) for the runtime to dial its bootstrap addresses again; again with
+  backoff (recovery_retry doubling to recovery_max_retry) until a neighbour comes.
+  With no neighbour, a failed request is followed by the next at once, and a peer that
+  probes us becomes a passive peer.
 """
 
 from __future__ import annotations
@@ -404,13 +406,17 @@ class Membership:
 
     def _recover(self, out: list[OutEvent]) -> None:
         """One attempt to get back in: GETNODES to every contact and every peer we still
-        remember (dormant peers, near candidates, a sample of the RTT table); the first
-        answer leads to JOINs, as at a fresh join. Without this, two survivors of a 95%
-        crash kept an empty active view for good (issue 13, item 7)."""
+        remember (dormant peers, near candidates, the peers pushed out of the passive view
+        or the near candidates for room, a sample of the RTT table); the first answer
+        leads to JOINs, as at a fresh join. Without this, two survivors of a 95% crash kept
+        an empty active view for good (issue 13, item 7); without the peers pushed out,
+        one survivor of seed 4 knew no live peer, and no live peer knew it."""
         c = self.config
         self.recovery_attempts += 1
         self.counters.recoveries += 1
-        asked = dict.fromkeys((*self.bootstrap, *self.dormant, *self.near_candidates))
+        asked = dict.fromkeys(
+            (*self.bootstrap, *self.dormant, *self.near_candidates, *self.passive_view.forgotten)
+        )
         remembered = [p for p in self.rtts.peers() if p not in asked]
         asked.update(dict.fromkeys(sample(self.rng, remembered, c.recovery_fanout)))
         for peer in asked:

@@ -21,6 +21,10 @@ Rules this machine keeps:
   draft's cleanup: presumed gone) into the dormant peers, and out of the near candidates.
 - Near candidates (peers in our neighbours' views, learned from their PONGs) are at most
   `near_candidates`, the oldest dropped first.
+- A near candidate or passive peer pushed out to make room is kept in `forgotten` (at
+  most FORGOTTEN_SIZE, the oldest dropped first), for recovery only: after a crash of
+  most of the overlay the survivors a node once heard of may be all it has to ask
+  (issue 13, acceptance 5).
 
 Rules from the draft and HyParView:
 - SHUFFLE: every shuffle_interval, ourselves plus k_a active and k_p passive peers go on
@@ -53,6 +57,13 @@ class PendingPing:
     peer: PeerId
     sent_at: float
     link_serial: int | None = None  # the active link the ping went over, if any
+
+
+# Peers pushed out of the passive view or the near candidates, remembered for recovery
+# (membership.py asks them when isolated). A guess: a node hears of a hundred or so peers
+# while it settles; 64 kept one of 3 survivors known to the isolated node of seed 4's 95%
+# crash (docs/reliability.md).
+FORGOTTEN_SIZE = 64
 
 
 class PongMatch(NamedTuple):
@@ -88,6 +99,7 @@ class PassiveView:
         self.counters = counters
         self.passive: dict[PeerId, None] = {}  # an ordered set
         self.near_candidates: dict[PeerId, None] = {}
+        self.forgotten: dict[PeerId, None] = {}  # pushed out for room: recovery asks them
         # Peers that became unreachable: re-probed with backoff, because after a partition
         # heals they are the only way the two halves find each other again.
         self.dormant: dict[PeerId, tuple[float, float]] = {}  # peer -> (next probe, backoff)
@@ -105,6 +117,7 @@ class PassiveView:
             victims = [p for p in prefer_evicting if p in self.passive]
             victim = victims[0] if victims else choice(self.rng, list(self.passive))
             del self.passive[victim]
+            self._remember(victim)
         self.passive[peer] = None
 
     def remove(self, peer: PeerId) -> None:
@@ -125,8 +138,17 @@ class PassiveView:
             if p == self.me or p in self.active or p in self.left or p in self.near_candidates:
                 continue
             if len(self.near_candidates) >= self.config.near_candidates:
-                self.near_candidates.pop(next(iter(self.near_candidates)))
+                oldest = next(iter(self.near_candidates))
+                del self.near_candidates[oldest]
+                self._remember(oldest)
             self.near_candidates[p] = None
+
+    def _remember(self, peer: PeerId) -> None:
+        """`peer` was pushed out to make room, not found gone: keep it for recovery."""
+        self.forgotten.pop(peer, None)
+        if len(self.forgotten) >= FORGOTTEN_SIZE:
+            del self.forgotten[next(iter(self.forgotten))]
+        self.forgotten[peer] = None
 
     # -- SHUFFLE ------------------------------------------------------------------------
 
