@@ -1497,17 +1497,3 @@ def test_without_settled_upkeep_settling_rearms_nothing() -> None:
     out = node.handle(received(3, third, TOPIC), 1.0)
     assert not [o for o in out if isinstance(o, ScheduleTimer)]
     assert [s.peer for s in sends(fire(node, "ping", 5.0)) if isinstance(s.message, m.Ping)]
-
-
-def test_a_settled_node_probes_candidates_without_an_rtt_at_the_settled_pace() -> None:
-    """Unmeasured passive peers keep the unmeasured probe pace (1 s here) until the node
-    settles; then 6x slower (each such probe opens a connection)."""
-    config = node_config(membership_config(settled_upkeep=6.0))
-    measured = {1: 0.01, 2: 0.01, 3: 0.01}
-    unsettled = make_node(active=[1, 2], passive=[7], rtts=measured, config=config)
-    assert rescheduled(fire(unsettled, "probe", 100.0), "probe") == 1.0
-    node = make_node(active=[1, 2, 3], passive=[7], rtts=measured, config=config)
-    assert node._topics[TOPIC].membership.settled()
-    assert rescheduled(fire(node, "probe", 100.0), "probe") == 6.0
-    plain = make_node(active=[1, 2, 3], passive=[7], rtts=measured)
-    assert rescheduled(fire(plain, "probe", 100.0), "probe") == 1.0

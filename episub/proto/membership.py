@@ -314,11 +314,6 @@ class Membership:
         settled = c.settled_upkeep is not None and self.settled()
         if name == "probe" and self.passive_view.has_unmeasured():
             base = min(base, c.passive_probe_interval_unmeasured)
-            if settled:
-                # Settled, candidates without an RTT are measured at a slower pace too: a
-                # probe of one opens a connection (32 idle nodes: 0.17 a node-second),
-                # and a node content with its links has no swap waiting on them.
-                base *= c.settled_upkeep or 1.0
         elif name == "stabilize" and self.link_count() != self.active_size and not settled:
             base = min(base, c.stabilize_interval_unsettled)
         elif name == "optimize" and self.improving:
