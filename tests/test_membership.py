@@ -1452,8 +1452,9 @@ def test_with_pong_rtt_off_a_pong_answers_the_ping_but_takes_no_sample() -> None
 
 
 def test_timers_set_before_the_node_settled_are_rearmed_at_the_settled_pace() -> None:
-    """Settling re-arms the pings, stabilisation, optimisation and the first shuffle set
-    at the unsettled pace: the ones armed before fire stale (no frame, no next timer)."""
+    """Settling re-arms the pings, probes, stabilisation and the first shuffle set at the
+    unsettled pace: the ones armed before fire stale (no frame, no next timer).
+    Optimisation keeps its round as due: it may still find a nearer peer."""
     config = node_config(membership_config(settled_upkeep=6.0))
     node = make_node(active=[1, 2], rtts={1: 0.01, 2: 0.01, 3: 0.01}, config=config)
     assert not node._topics[TOPIC].membership.settled()
@@ -1464,16 +1465,16 @@ def test_timers_set_before_the_node_settled_are_rearmed_at_the_settled_pace() ->
     assert rearmed == {
         "ping": 30.0,
         "stabilize": 12.0,
-        "optimize": 30.0,
         "shuffle": 60.0,
         "probe": 15.0,
     }
-    old_dues = {"ping": 5.0, "stabilize": 2.0, "optimize": 5.0, "shuffle": 30.0, "probe": 1.0}
+    old_dues = {"ping": 5.0, "stabilize": 2.0, "shuffle": 30.0, "probe": 1.0}
     for name, old_due in old_dues.items():
         assert fire(node, name, old_due) == [], name  # the timer of the old pace
     pings = [s.peer for s in sends(fire(node, "ping", 31.0)) if isinstance(s.message, m.Ping)]
     assert sorted(pings) == [1, 2, 3]
     assert rescheduled(fire(node, "shuffle", 61.0), "shuffle") == 60.0
+    assert rescheduled(fire(node, "optimize", 5.0), "optimize") == 30.0  # its round as due
 
 
 def test_a_timer_armed_settled_is_not_pushed_back_by_a_flapping_view() -> None:

@@ -282,16 +282,17 @@ class Membership:
     def _note_settled(self, now: float, out: list[OutEvent]) -> None:
         """Runtime upkeep: when the node has just settled, re-arm the periodic timers set
         at the unsettled pace that would fire before the settled pace has them (pings,
-        probes, stabilisation, optimisation, and the first shuffle, which then waits for
+        probes, stabilisation, and the first shuffle, which then waits for
         a settled view): otherwise each fires once more at the old pace, an idle node's
         first minute of wakeups and frames. A timer is re-armed at most once per arming
         (one armed settled is left alone), so a node that flaps cannot postpone its pings
-        for good."""
+        for good. Not optimisation: its next round, as due, may still find a nearer
+        peer (left to fire, the idle overlay opened a third of the connections)."""
         settled = self.settled()
         if settled and not self._was_settled:
             for name in PERIODIC_TIMERS:
                 due = self._due.get(name)
-                if due is None or name in self._at_settled_pace:
+                if due is None or name in self._at_settled_pace or name == "optimize":
                     continue
                 delay = self._period(name)
                 if now + delay > due:
