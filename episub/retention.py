@@ -328,6 +328,10 @@ class RetentionStore(Generic[M]):
         rows = self._rows(topic, publisher, first_seq, last_seq)
         return [(id_of(i), items[i]) for i in rows]  # type: ignore[misc]
 
+    def holds(self, topic: str) -> bool:
+        """Does anything of `topic` stay held (a stream goes with its last row)?"""
+        return topic in self._topics
+
     def offsets(self, topic: str, now: float) -> dict[bytes, Span]:
         """publisher -> what is held of it on `topic`, for every publisher held."""
         self.expire(now)

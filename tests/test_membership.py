@@ -1433,22 +1433,23 @@ def test_a_settled_node_stretches_its_upkeep_by_settled_upkeep_and_none_keeps_th
 ) -> None:
     node = settled_node(factor)
     assert node._topics[TOPIC].membership.settled()
-    assert rescheduled(fire(node, name, 1.0), name) == period
+    # At 100 s: after the timer's due time (one fired before it is stale: re-armed since).
+    assert rescheduled(fire(node, name, 100.0), name) == period
 
 
 def test_a_node_short_of_links_is_not_settled_and_keeps_its_pace() -> None:
     config = node_config(membership_config(settled_upkeep=6.0))
     node = make_node(active=[1, 2], rtts={1: 0.01, 2: 0.01}, config=config)
     assert not node._topics[TOPIC].membership.settled()
-    assert rescheduled(fire(node, "ping", 1.0), "ping") == 5.0
+    assert rescheduled(fire(node, "ping", 100.0), "ping") == 5.0
 
 
 def test_a_settled_node_does_not_ping_a_link_its_peer_pinged_within_the_settled_period():
     node = settled_node(6.0)
-    node.handle(received(1, m.Ping(nonce=7)), 1.0)
-    pinged = {s.peer for s in sends(fire(node, "ping", 2.0)) if isinstance(s.message, m.Ping)}
+    node.handle(received(1, m.Ping(nonce=7)), 100.0)
+    pinged = {s.peer for s in sends(fire(node, "ping", 101.0)) if isinstance(s.message, m.Ping)}
     assert pinged == {2, 3}
-    later = fire(node, "ping", 1.0 + 30.0 + 0.5)  # the peer's ping is a period old
+    later = fire(node, "ping", 101.0 + 30.0 + 0.5)  # the peer's ping is a period old
     assert {s.peer for s in sends(later) if isinstance(s.message, m.Ping)} == {1, 2, 3}
 
 
@@ -1474,3 +1475,52 @@ def test_with_pong_rtt_off_a_pong_answers_the_ping_but_takes_no_sample() -> None
     nonce = ping_nonce(fire(node, "ping", 1.0), 1)
     assert node.handle(received(1, m.Pong(nonce=nonce, subscribed=True)), 1.25) == []
     assert node.rtt(1) is None
+
+
+def test_timers_set_before_the_node_settled_are_rearmed_at_the_settled_pace() -> None:
+    """Settling re-arms the pings, probes, stabilisation and the first shuffle set at the
+    unsettled pace: the ones armed before fire stale (no frame, no next timer).
+    Optimisation keeps its round as due: it may still find a nearer peer."""
+    config = node_config(membership_config(settled_upkeep=6.0))
+    node = make_node(active=[1, 2], rtts={1: 0.01, 2: 0.01, 3: 0.01}, config=config)
+    assert not node._topics[TOPIC].membership.settled()
+    third = request(RAND, high_priority=True, rtt=0.01, links=3)
+    out = node.handle(received(3, third, TOPIC), 1.0)
+    assert node._topics[TOPIC].membership.settled()
+    rearmed = {o.token[-1]: o.delay for o in out if isinstance(o, ScheduleTimer)}
+    assert rearmed == {
+        "ping": 30.0,
+        "stabilize": 12.0,
+        "shuffle": 60.0,
+        "probe": 15.0,
+    }
+    old_dues = {"ping": 5.0, "stabilize": 2.0, "shuffle": 30.0, "probe": 1.0}
+    for name, old_due in old_dues.items():
+        assert fire(node, name, old_due) == [], name  # the timer of the old pace
+    pings = [s.peer for s in sends(fire(node, "ping", 31.0)) if isinstance(s.message, m.Ping)]
+    assert sorted(pings) == [1, 2, 3]
+    assert rescheduled(fire(node, "shuffle", 61.0), "shuffle") == 60.0
+    assert rescheduled(fire(node, "optimize", 5.0), "optimize")  # its round runs as due
+
+
+def test_a_timer_armed_settled_is_not_pushed_back_by_a_flapping_view() -> None:
+    """Unsettled and settled again, a node keeps the settled ping it armed: its pings are
+    not postponed again at each settling."""
+    config = node_config(membership_config(settled_upkeep=6.0))
+    node = make_node(active=[1, 2], rtts={1: 0.01, 2: 0.01, 3: 0.01}, config=config)
+    third = request(RAND, high_priority=True, rtt=0.01, links=3)
+    node.handle(received(3, third, TOPIC), 1.0)  # settles: ping re-armed for 31 s
+    node.handle(ConnectionLost(3), 10.0)
+    assert not node._topics[TOPIC].membership.settled()
+    out = node.handle(received(3, third, TOPIC), 20.0)  # settles again
+    assert not [o for o in out if isinstance(o, ScheduleTimer) and o.token == token("ping")]
+    pings = [s.peer for s in sends(fire(node, "ping", 31.0)) if isinstance(s.message, m.Ping)]
+    assert sorted(pings) == [1, 2, 3]
+
+
+def test_without_settled_upkeep_settling_rearms_nothing() -> None:
+    node = make_node(active=[1, 2], rtts={1: 0.01, 2: 0.01, 3: 0.01})
+    third = request(RAND, high_priority=True, rtt=0.01, links=3)
+    out = node.handle(received(3, third, TOPIC), 1.0)
+    assert not [o for o in out if isinstance(o, ScheduleTimer)]
+    assert [s.peer for s in sends(fire(node, "ping", 5.0)) if isinstance(s.message, m.Ping)]

@@ -6,7 +6,14 @@ closes with the queue's messages, IHAVEs included); once the burst has ended no 
 message shows the gap, and no IHAVE comes again. Comparing holdings when the link returns
 repairs that, whichever end lost the messages. After the tree's own repair (gap_timeout),
 so that live traffic in flight is not pulled twice; at most CATCH_UP_AT_ONCE at once, each
-bounded by CATCH_UP_TIMEOUT."""
+bounded by CATCH_UP_TIMEOUT.
+
+A link of a topic that never carried a message at either end has nothing to compare: the
+end that holds nothing of the topic skips its GETHELD when the link comes up, and compares
+only if the other end asks it (a GETHELD from that neighbour: the asker holds something,
+so there may be something to pull). An idle overlay's link churn then costs no round trip
+and no wakeups after the pause, and a node that lost every message of a burst with the
+link still pulls them once the neighbour that holds them asks."""
 
 from __future__ import annotations
 
@@ -70,6 +77,7 @@ class CatchUp:
         self._slots = trio.CapacityLimiter(CATCH_UP_AT_ONCE)
         self._catch_ups = 0
         self._caught_up = 0
+        self._skipped = 0
 
     def joined(self, topic: str) -> None:
         self._joined_ms[topic] = int(time.time() * 1000)
@@ -78,6 +86,25 @@ class CatchUp:
         self._joined_ms.pop(topic, None)
 
     def link_up(self, topic: str, peer: bytes, nursery: trio.Nursery | None) -> None:
+        if not self._store.holds(topic):
+            self._skipped += 1  # nothing to compare unless the peer holds something: asked
+            return
+        self._start(topic, peer, nursery)
+
+    def asked(self, topic: str, peer: bytes, nursery: trio.Nursery | None) -> None:
+        """`peer` asked what we hold of `topic` (it holds something itself): if we hold
+        nothing, our link-up skipped its catch-up, so compare now, if `peer` is a
+        neighbour of the topic (else its asking is a query, not a link's catch-up)."""
+        if (
+            self._store.holds(topic)
+            or topic not in self._joined_ms
+            or (topic, peer) in self._catching_up
+            or peer not in (n.peer_id for n in self._node.neighbors(topic))
+        ):
+            return
+        self._start(topic, peer, nursery)
+
+    def _start(self, topic: str, peer: bytes, nursery: trio.Nursery | None) -> None:
         link = (topic, peer)
         if link in self._catching_up:
             self._catching_up[link] = True  # compare again once this one is done
@@ -89,6 +116,8 @@ class CatchUp:
         return {
             "catch_ups": self._catch_ups,  # links whose holdings were compared on coming up
             "caught_up": self._caught_up,  # messages those catch-ups pulled
+            # links that came up with nothing of the topic held here (no GETHELD sent)
+            "catch_ups_skipped": self._skipped,
         }
 
     async def _catch_up(self, topic: str, peer: bytes) -> None:

@@ -413,6 +413,7 @@ class Node:
             elif kind is ViewReport:
                 self._queries.on_view(event)  # type: ignore[arg-type]
             elif kind is HeldAsked:
+                self._catch_up.asked(event.topic, event.peer, self._nursery)  # type: ignore[union-attr]
                 serving.answer_held(self._running(), self._retention, event, trio.current_time())  # type: ignore[arg-type]
             elif kind is HistoryAsked:
                 serving.serve_history(self._running(), self._retention, event, trio.current_time())  # type: ignore[arg-type]

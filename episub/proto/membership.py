@@ -97,6 +97,9 @@ _COALESCED_TIMERS = frozenset({"ping", "probe"})
 # (shuffles at most 2x: passive views must stay fresh for recovery after a crash).
 _SETTLED_TIMERS = frozenset({"ping", "probe", "stabilize", "optimize", "shuffle"})
 _UPKEEP_TIMERS = frozenset({"stabilize", "optimize", "shuffle"})
+# A periodic timer firing this much before its due time is stale (re-armed since): timers
+# never fire early (the runtime rounds deadlines up), so this only absorbs float rounding.
+_DUE_SLACK = 1e-6
 
 
 class Membership:
@@ -135,6 +138,13 @@ class Membership:
         # The last optimisation round asked for a link: near links still improve, and the
         # next round comes sooner (optimize_interval_improving).
         self.improving = False
+        # Runtime upkeep (settled_upkeep set): when each periodic timer is due, so that
+        # timers set at the unsettled pace are re-armed at the settled pace once the node
+        # settles (a timer firing before its name's due time is stale: it does nothing and
+        # sets no next one), and whether the node was settled when last looked at.
+        self._due: dict[str, float] = {}
+        self._at_settled_pace: set[str] = set()  # timers armed while settled: not re-armed
+        self._was_settled = False
         self.counters = MembershipCounters()
         # The peers we know but are not linked to, and the PINGs in flight (passive.py).
         self.passive_view = PassiveView(
@@ -209,7 +219,7 @@ class Membership:
         self.join_attempts = 0
         self.bootstrap = tuple(p for p in bootstrap if p != self.me)
         for name in PERIODIC_TIMERS:
-            self._schedule(name, self._period(name), out)
+            self._arm(name, now, out)
         if self.bootstrap:
             self._ask_contacts(out)
             self._schedule("join_retry", self.config.join_retry_interval, out)
@@ -243,6 +253,9 @@ class Membership:
                 self._ask_contacts(out)
                 self._schedule("join_retry", self.config.join_retry_interval, out)
             return
+        due = self._due.get(name)
+        if due is not None and now < due - _DUE_SLACK:
+            return  # set at the pace before the node settled: re-armed since (_note_settled)
         handler = {
             "stabilize": self._stabilize,
             "optimize": self._optimize,
@@ -253,7 +266,42 @@ class Membership:
         if handler is None:
             return
         handler(now, out)
-        self._schedule(name, self._period(name), out)
+        self._arm(name, now, out)
+        if self.config.settled_upkeep is not None:
+            self._note_settled(now, out)
+
+    def _arm(self, name: str, now: float, out: list[OutEvent]) -> None:
+        """Set periodic timer `name` at the current pace (runtime: and note when it is due)."""
+        delay = self._period(name)
+        if self.config.settled_upkeep is not None:
+            self._due[name] = now + delay
+            if self.settled():
+                self._at_settled_pace.add(name)
+            else:
+                self._at_settled_pace.discard(name)
+        self._schedule(name, delay, out)
+
+    def _note_settled(self, now: float, out: list[OutEvent]) -> None:
+        """Runtime upkeep: when the node has just settled, re-arm the periodic timers set
+        at the unsettled pace that would fire before the settled pace has them (pings,
+        probes, stabilisation, and the first shuffle, which then waits for
+        a settled view): otherwise each fires once more at the old pace, an idle node's
+        first minute of wakeups and frames. A timer is re-armed at most once per arming
+        (one armed settled is left alone), so a node that flaps cannot postpone its pings
+        for good. Not optimisation: its next round, as due, may still find a nearer
+        peer (left to fire, the idle overlay opened a third of the connections)."""
+        settled = self.settled()
+        if settled and not self._was_settled:
+            for name in PERIODIC_TIMERS:
+                due = self._due.get(name)
+                if due is None or name in self._at_settled_pace or name == "optimize":
+                    continue
+                delay = self._period(name)
+                if now + delay > due:
+                    self._due[name] = now + delay
+                    self._schedule(name, delay, out)
+                self._at_settled_pace.add(name)
+        self._was_settled = settled
 
     def _period(self, name: str) -> float:
         c = self.config
@@ -364,6 +412,8 @@ class Membership:
                 self._on_pong(peer, msg, now, out)
             case _:
                 assert_never(msg)  # a membership message without a case: a bug of ours
+        if self.config.settled_upkeep is not None:
+            self._note_settled(now, out)
 
     def on_connection_lost(self, peer: PeerId, now: float, out: list[OutEvent]) -> None:
         """The peer is unreachable: it leaves every view and goes dormant."""
@@ -386,6 +436,8 @@ class Membership:
             # in round trips, not in minutes.
             self._grow(now, out)
             self._check_isolated(now, out)
+        if self.config.settled_upkeep is not None:
+            self._note_settled(now, out)
 
     # -- recovery -----------------------------------------------------------------------
 

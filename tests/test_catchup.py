@@ -1,0 +1,135 @@
+"""Catch-up on a link's return (episub/node/catchup.py): a link of a topic that never
+carried a message at this end sends no GETHELD, unless the other end, which holds
+something, asks first; then this end compares back and pulls what it lacks."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from contextlib import AsyncExitStack
+
+import trio
+import trio.testing
+
+from episub.node.catchup import CatchUp
+from episub.proto.messages import HeldSpan
+from episub.records import Delivery, Neighbor
+from episub.retention import RetentionConfig, RetentionStore
+from tests.net_helpers import TOPIC, run, wait_until
+from tests.test_node_history import node, pair
+
+TOPIC_NAME = "t"
+PEER = b"p" * 32
+PUBLISHER = b"q" * 32
+PAUSE = 1.0
+
+
+class Neighbourhood:
+    """What a catch-up asks of the node, answered from a script: `peer` is a neighbour of
+    TOPIC_NAME holding seqs 0..2 of PUBLISHER; every question is written down."""
+
+    def __init__(self) -> None:
+        self.id = b"m" * 32
+        self.asked: list[tuple[str, bytes]] = []
+        self.fetched: list[tuple[bytes, int, int]] = []
+
+    def neighbors(self, topic: str) -> list[Neighbor]:
+        return [Neighbor(peer_id=PEER, address="127.0.0.1:1", kind="rand", role="eager", rtt_ms=1)]
+
+    async def held_by(self, topic: str, peer_id: bytes, *, since_ms: int) -> list[HeldSpan]:
+        self.asked.append((topic, peer_id))
+        return [HeldSpan(publisher=PUBLISHER, first_seq=0, last_seq=2, count=3)]
+
+    async def fetch(
+        self, topic: str, publisher: bytes, first: int, last: int, *, holders: Iterable[bytes]
+    ) -> list[Delivery]:
+        self.fetched.append((publisher, first, last))
+        return []
+
+
+def catch_up_after(act: str, held: bool) -> tuple[Neighbourhood, dict[str, int]]:
+    """A link of TOPIC_NAME to PEER comes up (and PEER asks what we hold, if `act` says
+    so) at a node holding a message of the topic or not; run until every catch-up is
+    done (simulated time)."""
+    node = Neighbourhood()
+    store: RetentionStore[bytes] = RetentionStore(RetentionConfig())
+    if held:
+        kw = {"topic": TOPIC_NAME, "publisher": b"o" * 32, "seq": 0, "timestamp_ms": 1}
+        store.add_item(b"x", **kw, size=1, id=b"i" * 32, now=0.0)  # type: ignore[arg-type]
+    catch_up = CatchUp(node, store, PAUSE)  # type: ignore[arg-type]
+    catch_up.joined(TOPIC_NAME)
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            catch_up.link_up(TOPIC_NAME, PEER, nursery)
+            if act == "asked":
+                catch_up.asked(TOPIC_NAME, PEER, nursery)
+            elif act == "asked by a stranger":
+                catch_up.asked(TOPIC_NAME, b"s" * 32, nursery)
+
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    return node, catch_up.stats()
+
+
+def test_a_link_of_a_topic_never_carried_here_sends_no_getheld() -> None:
+    node, stats = catch_up_after("none", held=False)
+    assert node.asked == []
+    assert stats["catch_ups_skipped"] == 1
+    assert stats["catch_ups"] == 0
+
+
+def test_a_link_of_a_topic_with_messages_held_compares_holdings() -> None:
+    node, stats = catch_up_after("none", held=True)
+    assert node.asked == [(TOPIC_NAME, PEER)]
+    assert node.fetched == [(PUBLISHER, 0, 2)]
+    assert stats["catch_ups_skipped"] == 0
+    assert stats["catch_ups"] == 1
+
+
+def test_a_neighbour_that_asks_what_we_hold_gets_compared_back() -> None:
+    """The end that lost every message of a burst holds nothing of the topic: its
+    neighbour's GETHELD (it holds something) starts the comparison it skipped."""
+    node, stats = catch_up_after("asked", held=False)
+    assert node.asked == [(TOPIC_NAME, PEER)]
+    assert node.fetched == [(PUBLISHER, 0, 2)]
+    assert stats["catch_ups"] == 1
+
+
+def test_a_query_from_a_node_that_is_no_neighbour_starts_no_catch_up() -> None:
+    node, stats = catch_up_after("asked by a stranger", held=False)
+    assert node.asked == []
+    assert stats["catch_ups"] == 0
+
+
+def test_real_nodes_linked_on_an_idle_topic_skip_the_exchange() -> None:
+    """On real sockets: the link of a topic without messages costs no GETHELD at either
+    end (a node joining a topic with history still catches up: test_node_history.py)."""
+
+    async def main() -> None:
+        async with AsyncExitStack() as stack:
+            a, b = await pair(stack)
+            assert a.stats()["catch_ups_skipped"] >= 1
+            assert b.stats()["catch_ups_skipped"] >= 1
+            assert a.stats()["catch_ups"] == b.stats()["catch_ups"] == 0
+
+    run(main)
+
+
+def test_a_node_joining_a_topic_with_history_pulls_what_was_published_as_it_joined() -> None:
+    """On real sockets: c joins right after a published (within the catch-up's clock
+    slack, so the messages are c's to hold) and holds nothing of the topic when its link
+    comes up, so it skips its own GETHELD; its neighbour, which holds them, asks, and c
+    compares back and pulls them."""
+
+    async def main() -> None:
+        async with AsyncExitStack() as stack:
+            a, b = await pair(stack)
+            for i in range(5):
+                await a.publish(TOPIC, b"%d" % i)
+            await wait_until(lambda: len(b.retained(TOPIC, a.id, 0, 4)) == 5, what="b holds all")
+            c = await node(stack)
+            await c.join(TOPIC, bootstrap=[b.address])
+            await wait_until(lambda: len(c.retained(TOPIC, a.id, 0, 4)) == 5, what="c holds all")
+            assert c.stats()["catch_ups_skipped"] >= 1
+            assert c.stats()["catch_ups"] >= 1  # the comparison its neighbour's ask started
+
+    run(main)
