@@ -82,9 +82,9 @@ class MembershipConfig:
     # optimisation round asked for nothing), its pings, probes, stabilisation and
     # optimisation come this many times less often (shuffles at most twice), and it does
     # not ping a link the peer pinged within that ping period; timers set at the old pace
-    # (but optimisation) are re-armed when it settles; anything that unsettles it brings the periods above back at its next
-    # timer. None: 1 (every period as above, nothing re-armed) in the core
-    # and the simulator; the trio runtime sets its own (episub/net/runtime.py
+    # (but optimisation) are re-armed when it settles; anything that unsettles it brings
+    # the periods above back at its next timer. None: 1 (every period as above, nothing
+    # re-armed) in the core and the simulator; the trio runtime sets its own (episub/net/runtime.py
     # SETTLED_UPKEEP), because a real process pays ~0.5 ms of CPU per wakeup and its
     # kernel watches the connections (TCP keepalive) between pings.
     settled_upkeep: float | None = None
