@@ -15,7 +15,7 @@ from typing import get_args
 import pytest
 
 from episub.proto import messages as m
-from episub.proto.events import Received
+from episub.proto.events import OutEvent, Received
 from tests.helpers import TOPIC, broadcast, make_node, membership
 from tests.test_wire import NODE_EXAMPLES, TOPIC_EXAMPLES
 
@@ -38,7 +38,9 @@ def test_every_kind_reaches_a_case_joined_or_not_with_a_topic_or_without(
     message: m.PeerMessage, topic: str | None
 ) -> None:
     node = make_node(active=[2, 3])
-    node.handle(Received(PEER, topic, message), 0.0)  # an assert_never would raise here
+    out = node.handle(Received(PEER, topic, message), 0.0)  # an assert_never would raise here
+    # Whatever the case did, it answered with the core's own outputs and nothing else.
+    assert all(isinstance(o, get_args(OutEvent)) for o in out), out
 
 
 def test_a_kind_the_broadcast_has_no_case_for_fails_loudly() -> None:
