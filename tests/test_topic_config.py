@@ -1,6 +1,7 @@
 """Per-topic settings: configuration topics (`_episub.config.*`) flush IHAVEs less often than
-data topics (episub/proto/config.py, CONFIG_TOPIC_BROADCAST) and keep random links only, no
-near links (CONFIG_TOPIC_MEMBERSHIP), and nothing else about them changes."""
+data topics (episub/proto/config.py, CONFIG_TOPIC_BROADCAST), keep random links only, no
+near links, their contact holding a hub link to each joiner (CONFIG_TOPIC_MEMBERSHIP), and
+nothing else about them changes."""
 
 from __future__ import annotations
 
@@ -22,8 +23,23 @@ def test_a_config_topic_takes_the_config_broadcast_changes_and_keeps_every_other
     assert topic_cfg.broadcast.ihave_interval == 0.5
     assert topic_cfg.broadcast.graft_grace == 0.9
     assert topic_cfg.broadcast.max_message_size == 4096  # the node's own setting stays
+    assert topic_cfg.broadcast.hub_parent
+    b = cfg.broadcast
+    unchanged_b = replace(
+        topic_cfg.broadcast,
+        ihave_interval=b.ihave_interval,
+        graft_grace=b.graft_grace,
+        graft_timeout=b.graft_timeout,
+        hub_parent=False,
+    )
+    assert unchanged_b == b
     assert not topic_cfg.membership.proximity
-    assert replace(topic_cfg.membership, proximity=True) == cfg.membership
+    assert topic_cfg.membership.hub_links == 64
+    assert topic_cfg.membership.c_near == 0
+    unchanged = replace(
+        topic_cfg.membership, proximity=True, hub_links=0, c_near=cfg.membership.c_near
+    )
+    assert unchanged == cfg.membership
 
 
 def test_a_config_topic_overlay_makes_no_near_links_and_runs_no_optimisation():

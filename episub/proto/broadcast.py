@@ -177,6 +177,8 @@ class Broadcast:
         self.first_from: dict[PeerId, float] = {}
         # neighbour -> when we last sent it a PRUNE; at most one entry per active neighbour.
         self.pruned_at: dict[PeerId, float] = {}
+        # hub_parent: the NEAR neighbours (hub links); at most one entry per active neighbour.
+        self.hubs: dict[PeerId, None] = {}
         # id -> the peers we GRAFTed it from that have not answered yet; their answers are
         # copies we asked for, not a redundant path (bounded by max_missing).
         self.graft_answers: OrderedDict[MessageId, list[PeerId]] = OrderedDict()
@@ -218,7 +220,17 @@ class Broadcast:
         self.eager.pop(peer, None)
         if self.lazy_queue:
             self.queued_before[peer] = len(self.lazy_queue)
-        if self.config.lazy_start and kind is not LinkKind.NEAR and self._has_parent():
+        hub_parent = self.config.hub_parent
+        if hub_parent and kind is LinkKind.NEAR:
+            # Our contact, or our joiner: the links of our own that came up before it go
+            # lazy (they would relay a second copy of what the hub link carries).
+            for other in [p for p in self.eager if p not in self.hubs]:
+                self._make_lazy(other)
+                self._prune(other, now, out)
+            self.hubs[peer] = None
+        if self.config.lazy_start and kind is not LinkKind.NEAR and (
+            self._has_parent() or (hub_parent and bool(self.hubs))
+        ):
             self.lazy[peer] = None
             self._prune(peer, now, out)
         else:
@@ -239,6 +251,7 @@ class Broadcast:
         self.grafted_at.pop(peer, None)
         self.graft_sent_at.pop(peer, None)
         self.pruned_at.pop(peer, None)
+        self.hubs.pop(peer, None)
         self.announced.pop(peer, None)
         self.queued_before.pop(peer, None)
         lost_at = self.first_from.pop(peer, None)
@@ -608,6 +621,8 @@ class Broadcast:
         our one parent (it alone has sent us messages first). A lazy peer that still pushes
         after `graft_grace` holds us eager (our PRUNE, or its GRAFT's answer, was lost): it
         is pruned again."""
+        if peer in self.hubs:
+            return  # hub_parent: the star's links stay eager
         if peer in self.eager and len(self.eager) > 1 and not self._only_parent(peer):
             self._make_lazy(peer)
             self._prune(peer, now, out)

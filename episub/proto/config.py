@@ -78,6 +78,13 @@ class MembershipConfig:
     dormant_size: int = 16  # guess: unreachable peers re-probed, so split overlays re-merge
     dormant_retry: float = 10.0  # guess: first re-probe of an unreachable peer; doubles after
     dormant_max_retry: float = 120.0  # guess: ceiling of that backoff
+    # A contact (a node others join through: they asked it for peers, GETNODES) takes in
+    # every joiner's JOIN with a link of its own, up to this many such links beside its A,
+    # and the joiner keeps its link to its contact beside its own A; stabilisation drops
+    # neither end's (membership.py, "hub links"). 0: off, a contact takes a joiner in only
+    # while its view has room (HyParView). Configuration topics set it: one writer, the
+    # readers' contact, reaches every reader in one hop.
+    hub_links: int = 0
     # Once a node is settled (its view at size, every known peer measured, the last
     # optimisation round asked for nothing), its pings, probes, stabilisation and
     # optimisation come this many times less often (shuffles at most twice), and it does
@@ -102,6 +109,10 @@ class MembershipConfig:
             )
         if self.c_near < 0:
             raise ValueError(f"c_near must be >= 0, not {self.c_near}")
+        if self.hub_links < 0:
+            raise ValueError(f"hub_links must be >= 0 (0: off), not {self.hub_links}")
+        if self.hub_links and self.proximity:
+            raise ValueError("hub_links needs proximity=False: hub links are labelled NEAR")
         if self.passive_size < 1:
             raise ValueError(f"passive_size must be >= 1, not {self.passive_size}")
         for name in ("join_ttl", "forward_join_ttl", "shuffle_ttl", "leave_ttl"):
@@ -175,6 +186,12 @@ class BroadcastConfig:
     # (broadcast.py `neighbor_up`): links made by overlay upkeep and repair carried a
     # redundant copy of every message until their first duplicate pruned them.
     lazy_start: bool = True
+    # Hub links (MembershipConfig.hub_links, which labels them NEAR): a NEAR link stays
+    # eager (a duplicate from it is never pruned) and, while one stands, every RAND link
+    # starts lazy; the contact's copies reach its joiners in one hop, and their own links
+    # are the lazy repair paths. Off: Plumtree kept whichever copy came first, and at 32
+    # readers the contact fed 9 of them, the rest 2-4 hops down.
+    hub_parent: bool = False
     # After an empty GRAFT (eager repair, optimisation) the grafter is not pruned for the
     # duplicates already in flight: one IHAVE round plus a slow round trip.
     graft_grace: float = 0.5  # guess: ihave_interval + 2 * 200 ms
@@ -255,6 +272,7 @@ CONFIG_TOPIC_BROADCAST: tuple[tuple[str, float], ...] = (
     ("ihave_interval", 0.5),  # guess: repair within a second is live enough for configuration
     ("graft_grace", 0.9),  # ihave_interval + 2 * 200 ms, as the default's
     ("graft_timeout", 0.5),  # = ihave_interval, as the default's
+    ("hub_parent", True),  # the star of CONFIG_TOPIC_MEMBERSHIP's hub links
 )
 
 
@@ -265,7 +283,11 @@ CONFIG_TOPIC_BROADCAST: tuple[tuple[str, float], ...] = (
 # while writes flowed, and the writes in flight while a subtree lost its parent reached it
 # by IHAVE + GRAFT, 0.2-0.8 s late (the benchmark's p99). A configuration's few small writes
 # gain nothing from near links; its links are random ones (plain HyParView).
-CONFIG_TOPIC_MEMBERSHIP: tuple[tuple[str, float], ...] = (("proximity", False),)
+CONFIG_TOPIC_MEMBERSHIP: tuple[tuple[str, float], ...] = (
+    ("proximity", False),
+    ("hub_links", 64),
+    ("c_near", 0),
+)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -145,6 +145,9 @@ class Membership:
         self._due: dict[str, float] = {}
         self._at_settled_pace: set[str] = set()  # timers armed while settled: not re-armed
         self._was_settled = False
+        # Hub links (config.hub_links): the peers that asked us for peers (GETNODES), most
+        # recent last: a JOIN such a peer sends us itself is taken in as a hub link.
+        self.joiners: dict[PeerId, None] = {}
         self.counters = MembershipCounters()
         # The peers we know but are not linked to, and the PINGs in flight (passive.py).
         self.passive_view = PassiveView(
@@ -188,25 +191,39 @@ class Membership:
         return self.config.active_size
 
     def rand_count(self) -> int:
-        return sum(1 for link in self.active.values() if link.kind is LinkKind.RAND)
+        """Our random links, hub links aside."""
+        return sum(1 for link in self.active.values() if link.kind is LinkKind.RAND and not link.hub)
 
     def near_count(self) -> int:
-        return len(self.active) - self.rand_count()
+        return self.own_count() - self.rand_count()
 
     def _counts(self, link: Link) -> bool:
         """Does the link count against A? A random link, or a near link we chose; with
-        proximity, a near link a peer chose is held beside them (proximity.py)."""
-        return link.kind is LinkKind.RAND or link.chosen or not self.config.proximity
+        proximity, a near link a peer chose is held beside them (proximity.py); a hub
+        link is held beside them too."""
+        return not link.hub and (
+            link.kind is LinkKind.RAND or link.chosen or not self.config.proximity
+        )
 
     def link_count(self) -> int:
-        """Our links that count against A (every link without proximity)."""
-        if not self.config.proximity:
+        """Our links that count against A (every link without proximity or hub links)."""
+        if not self.config.proximity and not self.config.hub_links:
             return len(self.active)
         return sum(1 for link in self.active.values() if self._counts(link))
 
+    def hub_count(self) -> int:
+        """Hub links: to joiners we took in as their contact, or to our contact."""
+        if not self.config.hub_links:
+            return 0
+        return sum(1 for link in self.active.values() if link.hub)
+
+    def own_count(self) -> int:
+        """Links bounded by max_active: all but hub links (bounded by hub_links)."""
+        return len(self.active) - self.hub_count()
+
     def held_for_others(self) -> int:
         """Near links peers chose and we hold for them (0 without proximity)."""
-        return len(self.active) - self.link_count()
+        return self.own_count() - self.link_count()
 
     def _pending_count(self, kind: LinkKind) -> int:
         return sum(1 for p in self.pending.values() if p.kind is kind and p.replaces is None)
@@ -367,6 +384,8 @@ class Membership:
             return
         match msg:
             case m.GetNodes():
+                if self.config.hub_links:
+                    self._note_joiner(peer)
                 peers = [*self.active, *self.passive][: m.MAX_PEERS_PER_MESSAGE]
                 out.append(Send(peer, self.topic, m.Nodes(peers=tuple(peers))))
             case m.Nodes(peers=peers):
@@ -402,7 +421,7 @@ class Membership:
                 pong = m.Pong(
                     nonce=nonce,
                     subscribed=self.joined,
-                    active_count=len(self.active),
+                    active_count=self.own_count(),
                     rand_count=self.rand_count(),
                     active=view,
                     not_neighbor=peer not in self.active,
@@ -515,11 +534,13 @@ class Membership:
         if self.join_sent:
             return
         self.join_sent = True
-        targets = sample(
-            self.rng,
-            [sender, *(p for p in peers if p != sender and p != self.me)],
-            self.config.c_rand,
-        )
+        others = [p for p in peers if p != sender and p != self.me]
+        if self.config.hub_links and sender in self.bootstrap:
+            # Our contact takes us in as a hub link (`_takes_in`); the other JOINs walk
+            # to the links of our own.
+            targets = [sender, *sample(self.rng, others, self.config.c_rand)]
+        else:
+            targets = sample(self.rng, [sender, *others], self.config.c_rand)
         # The draft's retries: each round one hop shorter, until a TTL of 0 has the
         # contact itself take us in, over the connection we opened (a node that others
         # cannot dial, behind NAT, still joins).
@@ -539,7 +560,14 @@ class Membership:
         # minute (issue 13, item 6).
         self.left.pop(joiner, None)
         others = [p for p in self.active if p != sender and p != joiner]
-        if len(self.active) + len(self.pending) >= self.config.max_active:
+        if self._takes_in(sender, joiner):
+            self.counters.joins_accepted += 1
+            self._request_link(joiner, LinkKind.NEAR, now, out, high_priority=True, join_ttl=ttl)
+            if others:
+                fwd = m.ForwardJoin(peer=joiner, ttl=self.config.forward_join_ttl)
+                out.append(Send(choice(self.rng, others), self.topic, fwd))
+            return
+        if self.own_count() + len(self.pending) >= self.config.max_active:
             # No room, counting the links we have asked for: requests a JOIN makes count,
             # or a burst of JOINs for made-up peers would grow `pending` without bound.
             if ttl > 0 and others:
@@ -556,6 +584,32 @@ class Membership:
         else:
             self.counters.joins_forwarded += 1
             out.append(Send(choice(self.rng, others), self.topic, m.Join(peer=joiner, ttl=ttl - 1)))
+
+    def _note_joiner(self, peer: PeerId) -> None:
+        """`peer` asked us for peers: it joins (or rejoins) through us. Bounded: the
+        oldest askers go first."""
+        joiners = self.joiners
+        joiners.pop(peer, None)
+        joiners[peer] = None
+        if len(joiners) > 2 * self.config.hub_links:
+            del joiners[next(iter(joiners))]
+
+    def _takes_in(self, sender: PeerId, joiner: PeerId) -> bool:
+        """Is a JOIN taken in as a hub link? It comes from the joiner itself, which asked
+        us for peers (we are its contact), while we hold fewer than hub_links."""
+        limit = self.config.hub_links
+        if not limit or sender != joiner or joiner not in self.joiners:
+            return False
+        asked = sum(1 for p in self.pending if p in self.joiners)
+        return self.hub_count() + asked < limit
+
+    def _is_hub(self, peer: PeerId) -> bool:
+        """Is a link to `peer` that comes up now a hub link? To our contact, or to a
+        joiner that asked us for peers, while we hold fewer than hub_links."""
+        limit = self.config.hub_links
+        return bool(limit) and (
+            peer in self.bootstrap or (peer in self.joiners and self.hub_count() < limit)
+        )
 
     def _on_forward_join(
         self, sender: PeerId, joiner: PeerId, ttl: int, out: list[OutEvent]
@@ -593,7 +647,7 @@ class Membership:
             kind=kind,
             high_priority=high_priority,
             rtt=self.rtts.get(peer),
-            active_count=len(self.active),
+            active_count=self.own_count(),
             rand_count=self.rand_count(),
         )
         out.append(Send(peer, self.topic, request))
@@ -602,7 +656,7 @@ class Membership:
         return m.Neighbor(
             op=NeighborOp.ACCEPT,
             kind=kind,
-            active_count=len(self.active),
+            active_count=self.own_count(),
             rand_count=self.rand_count(),
         )
 
@@ -626,7 +680,12 @@ class Membership:
             self.rtts.claim(peer, req.rtt)
         crossed = self.pending.pop(peer, None)  # we asked each other at once: one link
         kind = self._judge_request(peer, req, crossed is not None)
-        if kind is not None and crossed is not None and not self._proposal_wins(peer):
+        if (
+            kind is not None
+            and crossed is not None
+            and not self._proposal_wins(peer)
+            and not self.config.hub_links  # each end judges the same: hub link or not
+        ):
             # Both ends accept the other's proposal; the lower id's kind wins on both.
             kind = crossed.kind
         if kind is None:
@@ -642,12 +701,16 @@ class Membership:
         out.append(Send(peer, self.topic, self._accept_message(kind)))
 
     def _judge_request(self, peer: PeerId, req: m.Neighbor, crossed: bool) -> LinkKind | None:
-        """The draft's acceptance rules; returns the link's kind, or None to refuse."""
+        """The draft's acceptance rules; returns the link's kind, or None to refuse. With
+        hub_links, a link between a contact and its joiner is NEAR (a hub link), any
+        other RAND."""
         c = self.config
-        if len(self.active) >= c.max_active:
+        if c.hub_links and self._is_hub(peer):
+            return LinkKind.NEAR
+        if self.own_count() >= c.max_active:
             return None
         if req.high_priority or crossed or self.link_count() < self.active_size:
-            return req.kind
+            return LinkKind.RAND if c.hub_links else req.kind
         if req.active_count < c.c_rand:
             return LinkKind.RAND
         if (
@@ -681,11 +744,15 @@ class Membership:
                 self.proximity.relabel(peer, link, acc.kind, now, out, chosen=True)
             elif link.kind is not acc.kind and self._proposal_wins(peer):
                 link.kind = acc.kind
+                link.hub = bool(self.config.hub_links) and acc.kind is LinkKind.NEAR
             return
         late = request is None and peer in self.refused_by  # our request timed out
         if (
             (request is None and not late)
-            or len(self.active) >= self.config.max_active
+            or (
+                self.own_count() >= self.config.max_active
+                and not (self.config.hub_links and acc.kind is LinkKind.NEAR)
+            )
             or not self.joined
         ):
             # Unasked, or no room left: undo the link at its other end.
@@ -730,6 +797,7 @@ class Membership:
             peer_rand=peer_rand,
             serial=self.links_made,
             chosen=chosen,
+            hub=bool(self.config.hub_links) and kind is LinkKind.NEAR,
         )
         out.append(NeighborUp(self.topic, peer, kind))
 
@@ -904,7 +972,8 @@ class Membership:
             if not pool:
                 return
             needs_rand = self.rand_count() + self._pending_count(LinkKind.RAND) < c.c_rand
-            kind = LinkKind.RAND if needs_rand else LinkKind.NEAR
+            # With hub links a link of our own is RAND: NEAR labels hub links.
+            kind = LinkKind.RAND if needs_rand or c.hub_links else LinkKind.NEAR
             if needs_rand or not c.proximity:
                 # Without proximity the near slots are filled like random ones: plain HyParView.
                 peer = choice(self.rng, pool)

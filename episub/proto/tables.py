@@ -29,6 +29,9 @@ class Link:
     # A NEAR link we asked for: one of our own C_near. A NEAR link a peer asked us for is
     # its choice and does not count against ours (proximity.py).
     chosen: bool = False
+    # A link between a contact and a node that joined through it (MembershipConfig
+    # hub_links): held beside A at both ends, never dropped by stabilisation.
+    hub: bool = False
     pinged_at: float = float("-inf")  # when the peer last pinged us over this link
 
 
