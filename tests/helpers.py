@@ -104,6 +104,7 @@ def broadcast_config(**overrides: object) -> BroadcastConfig:
         "eager_repair_grafts": 2,
         "lazy_start": True,
         "hub_parent": False,
+        "ihave_spread": 0.0,
         "cache_ttl": 120.0,
         "cache_max_messages": 1000,
         "cache_max_bytes": 1 << 20,

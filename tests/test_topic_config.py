@@ -20,26 +20,44 @@ CONFIG = config_topic("default")
 def test_a_config_topic_takes_the_config_broadcast_changes_and_keeps_every_other_field():
     cfg = node_config(broadcast=broadcast_config(max_message_size=4096))
     topic_cfg = cfg.for_topic(CONFIG)
-    assert topic_cfg.broadcast.ihave_interval == 0.5
-    assert topic_cfg.broadcast.graft_grace == 0.9
+    assert topic_cfg.broadcast.ihave_interval == 1.0
+    assert topic_cfg.broadcast.ihave_spread == 1.0
+    assert topic_cfg.broadcast.graft_timeout == 0.5
+    assert topic_cfg.broadcast.graft_grace == 1.4
     assert topic_cfg.broadcast.max_message_size == 4096  # the node's own setting stays
     assert topic_cfg.broadcast.hub_parent
     b = cfg.broadcast
     unchanged_b = replace(
         topic_cfg.broadcast,
         ihave_interval=b.ihave_interval,
+        ihave_spread=b.ihave_spread,
         graft_grace=b.graft_grace,
         graft_timeout=b.graft_timeout,
-        hub_parent=False,
+        hub_parent=b.hub_parent,
     )
     assert unchanged_b == b
-    assert not topic_cfg.membership.proximity
-    assert topic_cfg.membership.hub_links == 64
-    assert topic_cfg.membership.c_near == 0
+
+
+def test_a_config_topic_takes_the_config_membership_changes_and_keeps_every_other_field():
+    cfg = node_config()
+    m = cfg.for_topic(CONFIG).membership
+    assert not m.proximity
+    assert m.hub_links == 64
+    assert (m.c_rand, m.c_near) == (3, 0)
+    assert m.passive_probe_interval == m.passive_probe_interval_unmeasured == 12.0
+    assert m.passive_probes_per_tick_unmeasured == 1
+    c = cfg.membership
     unchanged = replace(
-        topic_cfg.membership, proximity=True, hub_links=0, c_near=cfg.membership.c_near
+        m,
+        proximity=c.proximity,
+        hub_links=c.hub_links,
+        c_rand=c.c_rand,
+        c_near=c.c_near,
+        passive_probe_interval=c.passive_probe_interval,
+        passive_probe_interval_unmeasured=c.passive_probe_interval_unmeasured,
+        passive_probes_per_tick_unmeasured=c.passive_probes_per_tick_unmeasured,
     )
-    assert unchanged == cfg.membership
+    assert unchanged == c
 
 
 def test_a_config_topic_overlay_makes_no_near_links_and_runs_no_optimisation():
@@ -76,9 +94,23 @@ def test_no_topic_changes_leave_config_topics_as_data_topics():
     assert cfg.for_topic(CONFIG) is cfg
 
 
-@pytest.mark.parametrize(("topic", "interval"), [(CONFIG, 0.5), ("prices", 0.125)])
-def test_a_publish_arms_the_ihave_flush_at_its_topics_interval(topic: str, interval: float):
+@pytest.mark.parametrize(("topic", "low", "high"), [(CONFIG, 0.5, 1.5), ("prices", 0.125, 0.125)])
+def test_a_publish_arms_the_ihave_flush_at_its_topics_interval(topic: str, low: float, high: float):
     node = make_node(active=(1, 2), topic=topic)
     out = node.handle(Publish(topic, b"v"), 1.0)
     timers = [o for o in out if isinstance(o, ScheduleTimer)]
-    assert timers == [ScheduleTimer(interval, token("ihave", topic=topic))]
+    assert timers == [ScheduleTimer(timers[0].delay, token("ihave", topic=topic))]
+    assert low <= timers[0].delay <= high
+
+
+def test_config_topic_nodes_flush_their_ihaves_at_periods_of_their_own():
+    """ihave_spread: nodes fed the same writes at once flush at different times (all at
+    the same one, each ~20th write of the config benchmark met every reader's flush)."""
+    periods = set()
+    for me in range(20):
+        node = make_node(me=me, active=(100, 101), topic=CONFIG)
+        out = node.handle(Publish(CONFIG, b"v"), 1.0)
+        (timer,) = [o for o in out if isinstance(o, ScheduleTimer)]
+        periods.add(timer.delay)
+    assert len(periods) == 20
+    assert 0.5 <= min(periods) and max(periods) <= 1.5

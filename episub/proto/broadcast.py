@@ -68,6 +68,7 @@ Rules from the draft (and Plumtree):
 from __future__ import annotations
 
 import math
+import zlib
 from collections import OrderedDict, deque
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
@@ -137,6 +138,8 @@ class Broadcast:
         self.rtts = rtts
         self.topic = topic
         self.config = config
+        # This node's IHAVE flush period, ihave_interval spread by ihave_spread around it.
+        self.ihave_period = config.ihave_interval * _spread_share(me, config.ihave_spread)
         self.id_key = id_key
         self.signer = signer
         self._message_id = IdHasher(topic, id_key)
@@ -883,7 +886,7 @@ class Broadcast:
         self.holders[mid] = [] if exclude is None else [exclude]
         if not self._ihave_armed:
             self._ihave_armed = True
-            interval = self.config.ihave_interval
+            interval = self.ihave_period
             token = (*self._timer_prefix, "ihave")
             out.append(ScheduleTimer(interval, token, early=interval * IHAVE_EARLY))
 
@@ -964,6 +967,15 @@ class Broadcast:
         self, mid: MessageId, envelope: Envelope, *, hops: int, sender: PeerId | None, now: float
     ) -> None:
         self.messages.remember(mid, envelope, hops, now, sender)
+
+
+def _spread_share(me: PeerId, spread: float) -> float:
+    """A node's own multiple of ihave_interval, 1 - spread/2 .. 1 + spread/2, fixed by its id
+    (crc32: nodes differ, and a node's period stays put)."""
+    if not spread:
+        return 1.0
+    key = me if isinstance(me, bytes) else repr(me).encode()
+    return 1.0 - spread / 2 + spread * (zlib.crc32(key) / 2**32)
 
 
 def _runs(places: list[tuple[PeerId, int, int]]) -> list[m.StreamRange]:

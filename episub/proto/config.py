@@ -160,6 +160,12 @@ class MembershipConfig:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BroadcastConfig:
     ihave_interval: float = 0.1  # draft: "a period in the order of 0.1s"
+    # Each node flushes every ihave_interval times its own share of 1 - spread/2 ..
+    # 1 + spread/2 (fixed by its id). 0: every node flushes ihave_interval after the first
+    # id it queued, so nodes fed the same messages at the same time flush together: on a
+    # config topic (32 readers fed by one writer) every ~20th write met 32 flushes and
+    # their ~150 IHAVE frames at once, 10-20 ms late (the benchmark's p99).
+    ihave_spread: float = 0.0
     # A place announced by IHAVE and not received is GRAFTed this long after its first
     # announcement (Plumtree's per-message timer), then every missing_check_interval from
     # the next announcer. An IHAVE can trail its announcer's copy by one flush interval,
@@ -230,6 +236,8 @@ class BroadcastConfig:
             "gap_retry_interval",
         ):
             _positive(name, getattr(self, name))
+        if not 0.0 <= self.ihave_spread < 2.0:
+            raise ValueError(f"ihave_spread must be in [0, 2), not {self.ihave_spread!r}")
         if self.stream_settle < 0:
             raise ValueError(
                 f"stream_settle must be >= 0 (0: no settling), not {self.stream_settle}"
@@ -266,12 +274,19 @@ CONFIG_TOPIC_PREFIX = "_episub.config."
 # A configuration topic carries a few small writes that every node gets eagerly, each on a
 # one-message stream of its own (episub/config/replica.py), so its IHAVEs only ever repair
 # a loss. At 0.1 s they were a third of what a config benchmark node received and sent at
-# 50 writes/s (one frame per lazy neighbour per flush, each range a stream of its own);
-# at 0.5 s a lost write is grafted within ~0.9 s (the replica waits GAP_GRACE for it).
+# 50 writes/s (one frame per lazy neighbour per flush, each range a stream of its own); at
+# 0.5 s, every reader fed by the one writer at the same moment flushed at the same moment,
+# and each ~20th write met ~150 IHAVE frames at once on a 2-core host (10-20 ms late: the
+# benchmark's p99). Now each node flushes at a period of its own, 0.5-1.5 s: a lost write
+# is grafted within ~2 s (its announcer's flush, then graft_timeout), and a reader reads
+# ~0.1 IHAVE frames per write at 50 writes/s (0.26 at 0.5 s).
 CONFIG_TOPIC_BROADCAST: tuple[tuple[str, float], ...] = (
-    ("ihave_interval", 0.5),  # guess: repair within a second is live enough for configuration
-    ("graft_grace", 0.9),  # ihave_interval + 2 * 200 ms, as the default's
-    ("graft_timeout", 0.5),  # = ihave_interval, as the default's
+    ("ihave_interval", 1.0),  # guess: repair within ~2 s is live enough for configuration
+    ("ihave_spread", 1.0),  # every node its own period, 0.5-1.5 s: the flushes spread
+    ("graft_grace", 1.4),  # ihave_interval + 2 * 200 ms, as the default's
+    # An announcer got its copy from the hub when we did ours (hub_parent), so an IHAVE of
+    # a place we lack names a loss, not a copy on its way: grafted after half a period.
+    ("graft_timeout", 0.5),
     ("hub_parent", True),  # the star of CONFIG_TOPIC_MEMBERSHIP's hub links
 )
 
@@ -283,10 +298,22 @@ CONFIG_TOPIC_BROADCAST: tuple[tuple[str, float], ...] = (
 # while writes flowed, and the writes in flight while a subtree lost its parent reached it
 # by IHAVE + GRAFT, 0.2-0.8 s late (the benchmark's p99). A configuration's few small writes
 # gain nothing from near links; its links are random ones (plain HyParView).
+# Its contact (the writer, the Spark driver) holds a hub link to every node that joins
+# through it (up to 64) and pushes each write over them: every reader one hop from it. A
+# random tree was 3-4 hops deep, and each hop waited for its process to be scheduled on a
+# busy host (a relay costs up to 40% more CPU than a leaf). The readers' own links (3: the
+# lazy repair paths, and the overlay when the contact is gone) announce, they do not push.
+# Without proximity no RTT is wanted, but passive peers never get one (the runtime reads
+# RTTs of connections only), so probing stayed at its unmeasured pace: 4 PINGs every 2 s on
+# the shared 2 s tick, every reader at once (a write met them every 2 s, 10-15 ms late).
 CONFIG_TOPIC_MEMBERSHIP: tuple[tuple[str, float], ...] = (
     ("proximity", False),
-    ("hub_links", 64),
+    ("hub_links", 64),  # guess: "a small config group"; larger groups relay through readers
     ("c_near", 0),
+    ("c_rand", 3),  # guess: A = 3 own links, with a hub link beside them
+    ("passive_probe_interval", 12.0),  # a settled node's pace (settled_upkeep 6 x 2 s)
+    ("passive_probe_interval_unmeasured", 12.0),
+    ("passive_probes_per_tick_unmeasured", 1),
 )
 
 
