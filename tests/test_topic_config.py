@@ -113,4 +113,4 @@ def test_config_topic_nodes_flush_their_ihaves_at_periods_of_their_own():
         (timer,) = [o for o in out if isinstance(o, ScheduleTimer)]
         periods.add(timer.delay)
     assert len(periods) == 20
-    assert 0.5 <= min(periods) and max(periods) <= 1.5
+    assert min(periods) >= 0.5 and max(periods) <= 1.5

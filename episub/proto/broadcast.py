@@ -231,8 +231,10 @@ class Broadcast:
                 self._make_lazy(other)
                 self._prune(other, now, out)
             self.hubs[peer] = None
-        if self.config.lazy_start and kind is not LinkKind.NEAR and (
-            self._has_parent() or (hub_parent and bool(self.hubs))
+        if (
+            self.config.lazy_start
+            and kind is not LinkKind.NEAR
+            and (self._has_parent() or (hub_parent and bool(self.hubs)))
         ):
             self.lazy[peer] = None
             self._prune(peer, now, out)

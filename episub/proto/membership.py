@@ -192,7 +192,8 @@ class Membership:
 
     def rand_count(self) -> int:
         """Our random links, hub links aside."""
-        return sum(1 for link in self.active.values() if link.kind is LinkKind.RAND and not link.hub)
+        rand = LinkKind.RAND
+        return sum(1 for link in self.active.values() if link.kind is rand and not link.hub)
 
     def near_count(self) -> int:
         return self.own_count() - self.rand_count()
