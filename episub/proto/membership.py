@@ -604,13 +604,16 @@ class Membership:
         asked = sum(1 for p in self.pending if p in self.joiners)
         return self.hub_count() + asked < limit
 
-    def _is_hub(self, peer: PeerId) -> bool:
-        """Is a link to `peer` that comes up now a hub link? To our contact, or to a
-        joiner that asked us for peers, while we hold fewer than hub_links."""
+    def _is_hub(self, peer: PeerId, asked: LinkKind) -> bool:
+        """Is a link `peer` asks for (`asked`: the kind it asks) a hub link? The contact
+        decides: a joiner that asked us for peers, while we hold fewer than hub_links; its
+        joiner takes the kind its contact asks for."""
         limit = self.config.hub_links
-        return bool(limit) and (
-            peer in self.bootstrap or (peer in self.joiners and self.hub_count() < limit)
-        )
+        if not limit:
+            return False
+        if peer in self.joiners and self.hub_count() < limit:
+            return True
+        return asked is LinkKind.NEAR and peer in self.bootstrap
 
     def _on_forward_join(
         self, sender: PeerId, joiner: PeerId, ttl: int, out: list[OutEvent]
@@ -706,7 +709,7 @@ class Membership:
         hub_links, a link between a contact and its joiner is NEAR (a hub link), any
         other RAND."""
         c = self.config
-        if c.hub_links and self._is_hub(peer):
+        if self._is_hub(peer, req.kind):
             return LinkKind.NEAR
         if self.own_count() >= c.max_active:
             return None
