@@ -102,3 +102,13 @@ def test_past_hub_links_joiners_join_as_in_hyparview():
     ]
     assert late, "every joiner got a hub link past the bound"
     assert all(membership(net.nodes[p], CONFIG).active for p in late)
+
+
+def test_a_contact_holding_only_hub_links_is_settled_and_its_upkeep_slows_down():
+    """Settled (MembershipConfig.settled_upkeep, the runtime's): pings every minute, one end
+    of a link only. With its hub links not counted as held, the contact looked short of
+    links for good and pinged all of them every 10 s, on the tick all nodes share."""
+    net = star(12)
+    hub = membership(net.nodes[HUB], CONFIG)
+    assert hub.link_count() == 0 and not hub.passive
+    assert hub.settled()

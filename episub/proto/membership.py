@@ -360,9 +360,12 @@ class Membership:
         nothing), no link changing kind, and the last optimisation round asked for
         nothing. (A query: settled_upkeep stretches the periods while it holds; probes and
         optimisation also wait for every known peer to be measured.)"""
+        # Hub links (hub_links) count as held only while there is no passive peer to grow
+        # our own links from: a contact holding joiners' links alone has nothing to do.
+        held = self.own_count() if self.passive else len(self.active)
         return (
             not self.improving
-            and self.link_count() <= self.active_size <= len(self.active)
+            and self.link_count() <= self.active_size <= held
             and not any(link.relabel is not None for link in self.active.values())
         )
 
