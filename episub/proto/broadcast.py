@@ -59,6 +59,11 @@ Rules from the draft (and Plumtree):
 - a new link starts eager, except a RAND link at a node with a parent (an eager
   neighbour that has sent it a message first): that starts lazy, and a PRUNE at link-up
   makes it lazy at the other end too (`neighbor_up`). NEAR links start eager.
+- hub links (ours, `hub_parent`: configuration topics): a NEAR link is a hub link
+  (membership.py); it starts eager and is never pruned for a duplicate, and while one
+  stands every RAND link starts lazy; one coming up makes our eager RAND links lazy.
+- IHAVE flush period (ours, `ihave_spread`): ihave_interval times a share of the node's
+  own, fixed by its id, so that nodes fed at the same moment do not flush together.
 - optional eager repair when an eager neighbour goes down (empty GRAFT to at most
   `eager_repair_grafts` lazy peers, those that fed us most lately first), unless a
   remaining eager neighbour has sent us a message first since it did.

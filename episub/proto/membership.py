@@ -55,6 +55,13 @@ Rules from the draft, in the order a node meets them:
   backoff (recovery_retry doubling to recovery_max_retry) until a neighbour comes.
   With no neighbour, a failed request is followed by the next at once, and a peer that
   probes us becomes a passive peer.
+- hub links (ours, `hub_links` > 0: configuration topics, proximity off): a JOIN sent by
+  the joiner itself after it asked us for peers (GETNODES: we are its contact) is taken
+  in with a NEAR link whatever our view holds, while we hold fewer than hub_links such
+  links; the joiner always sends its contact a JOIN and takes the kind its contact asks.
+  Both ends hold a hub link beside A (never shed by stabilisation, left out of the view
+  sizes we advertise), every other link is RAND; broadcast.py keeps NEAR links eager
+  (`hub_parent`), so the contact feeds every joiner in one hop.
 """
 
 from __future__ import annotations
