@@ -13,6 +13,11 @@ receives the frame and throws it away, in one of these ways:
   trio-stream    `await trio.SocketStream.receive_some` (what most trio code does)
   trio-handoff   trio-stream in one task, which wakes a second task (an Event per frame):
                  the least a node runtime and an application waiting on it can do
+  thread-handoff a blocking `recv` in a thread, which wakes the main thread waiting on a
+                 `threading.Condition`: a reader off any event loop, the application
+                 waiting in plain blocking code
+  thread-to-trio a blocking `recv` in a thread, which wakes a trio task through
+                 `trio.from_thread.run_sync` (the event loop woken from outside)
 
 Frames that arrive together are read in one go (the counts are of bytes), so a reader
 wakes at most once per frame. A reader's CPU per frame is its user+system CPU over the
@@ -38,7 +43,15 @@ from typing import Any
 
 from _common import percentile
 
-MODES = ("block", "asyncio", "trio-raw", "trio-stream", "trio-handoff")
+MODES = (
+    "block",
+    "thread-handoff",
+    "asyncio",
+    "trio-raw",
+    "trio-stream",
+    "trio-handoff",
+    "thread-to-trio",
+)
 FRAME = b"y" * 200
 
 
@@ -63,6 +76,32 @@ def read_block(sock: socket.socket, frames: int) -> None:
     report(frames, before)
 
 
+def read_thread_handoff(sock: socket.socket, frames: int) -> None:
+    import threading
+
+    sock.recv(1)
+    before, left, arrived = cpu(), frames * len(FRAME), threading.Condition()
+    received = 0
+
+    def read() -> None:
+        nonlocal received
+        got = 0
+        while got < left:
+            got += len(sock.recv(65536))
+            with arrived:
+                received = got
+                arrived.notify()
+
+    threading.Thread(target=read, daemon=True).start()
+    seen = 0
+    while seen < left:
+        with arrived:
+            while received == seen:
+                arrived.wait()
+            seen = received
+    report(frames, before)
+
+
 def read_asyncio(sock: socket.socket, frames: int) -> None:
     import asyncio
 
@@ -84,7 +123,22 @@ def read_trio(sock: socket.socket, frames: int, mode: str) -> None:
         stream = trio.SocketStream(trio.socket.from_stdlib_socket(sock))
         await stream.receive_some(1)
         before, left = cpu(), frames * len(FRAME)
-        if mode == "trio-raw":
+        if mode == "thread-to-trio":
+            sock.setblocking(True)
+            arrived = trio.Event()
+
+            def read_blocking() -> None:
+                nonlocal left
+                while left > 0:
+                    left -= len(sock.recv(65536))
+                    trio.from_thread.run_sync(arrived.set)
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(trio.to_thread.run_sync, read_blocking)
+                while left > 0:
+                    await arrived.wait()
+                    arrived = trio.Event()
+        elif mode == "trio-raw":
             while left > 0:
                 await trio.lowlevel.wait_readable(sock)
                 left -= len(sock.recv(65536))
@@ -114,6 +168,8 @@ def reader(mode: str, port: int, frames: int) -> None:
     sock = socket.create_connection(("127.0.0.1", port))
     if mode == "block":
         read_block(sock, frames)
+    elif mode == "thread-handoff":
+        read_thread_handoff(sock, frames)
     elif mode == "asyncio":
         read_asyncio(sock, frames)
     else:
