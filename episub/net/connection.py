@@ -266,6 +266,12 @@ class Connection:
                     self._check_clean_end()
                     break
                 self._received(data)
+                if len(data) < READ_CHUNK:
+                    # A short read took what the socket held: wait for more rather than
+                    # read again for an EAGAIN (an exception and a system call per frame).
+                    turn = 0
+                    await trio.lowlevel.wait_readable(self._socket)
+                    continue
                 turn += 1
                 if turn >= READS_PER_TURN:
                     turn = 0
