@@ -307,6 +307,10 @@ class Connection:
             if not data:
                 return
         decoder = self._decoder
+        items = decoder.whole_frame(data)
+        if items is not None:  # the usual read: one whole frame, nothing buffered
+            self._hand_over([items])
+            return
         decoder.feed(data)
         frames: list[FrameItems] = []
         try:

@@ -611,6 +611,19 @@ class FrameDecoder:
         """Buffer `data`; a bad frame header in it is reported by a later `next_frame()`."""
         self._frames.feed(data)
 
+    def whole_frame(self, data: bytes) -> list[tuple[str | None, PeerMessage]] | None:
+        """The items of `data` when it is exactly one frame and nothing is buffered (the
+        usual read: decoded straight from it, never buffered); None when `data` is anything
+        else, for `feed()`. Raises FrameError as `next_frame()` does."""
+        body = self._frames.whole_body(data)
+        if body is None:
+            return None
+        try:
+            return self._decode(body)
+        except FrameError:
+            self._frames.fail()
+            raise
+
     def next_frame(self) -> list[tuple[str | None, PeerMessage]] | None:
         """The next whole frame's items, or None when more bytes are needed.
 
