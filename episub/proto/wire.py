@@ -507,7 +507,11 @@ def _gossip_item(topic: str, message: Gossip) -> bytes:
 
 
 def _read_topic(body: bytes, pos: int, end: int) -> tuple[str, int]:
-    size, pos = read_varint(body, pos)
+    size = body[pos]  # a one-byte varint in line: the usual case
+    if size < 0x80:
+        pos += 1
+    else:
+        size, pos = read_varint(body, pos)
     stop = pos + size
     if stop > end:
         raise ValueError("topic cut short")
@@ -532,21 +536,33 @@ def _read_fast(body: bytes, pos: int, end: int) -> tuple[str, PeerMessage] | Non
         return None
     if body[pos] != 0x12:
         return None
-    size, pos = read_varint(body, pos + 1)
+    size = body[pos + 1]  # a one-byte varint in line: the usual case
+    if size < 0x80:
+        pos += 2
+    else:
+        size, pos = read_varint(body, pos + 1)
     if pos + size != end or body[pos : pos + 2] != _GOSSIP_ID_FIELD:
         return None
     message_id = body[pos + 2 : pos + 34]
     pos += 34
     if pos >= end or body[pos] != 0x12 or len(message_id) != MESSAGE_ID_SIZE:
         return None
-    size, pos = read_varint(body, pos + 1)
+    size = body[pos + 1]  # a one-byte varint in line: the usual case
+    if size < 0x80:
+        pos += 2
+    else:
+        size, pos = read_varint(body, pos + 1)
     raw = body[pos : pos + size]
     pos += size
     hops = 0
     if pos < end:
         if body[pos] != 0x18:
             return None
-        hops, pos = read_varint(body, pos + 1)
+        hops = body[pos + 1]  # a one-byte varint in line: the usual case
+        if hops < 0x80:
+            pos += 2
+        else:
+            hops, pos = read_varint(body, pos + 1)
         if hops > MAX_HOPS:
             raise FrameError(f"GOSSIP hops must be in 0..{MAX_HOPS}, not {hops}")
     if pos != end:
@@ -648,7 +664,11 @@ class FrameDecoder:
             while pos < end:
                 if body[pos] != 0x0A:
                     return self._decode_pb(body)  # not the items field: protobuf sorts it out
-                size, pos = read_varint(body, pos + 1)
+                size = body[pos + 1]  # a one-byte varint in line: the usual case
+                if size < 0x80:
+                    pos += 2
+                else:
+                    size, pos = read_varint(body, pos + 1)
                 stop = pos + size
                 if stop > end:
                     raise FrameError(f"malformed protobuf frame: an item overruns its {end} bytes")
