@@ -503,7 +503,8 @@ class Node:
         self, topic: str, publisher: bytes, first_seq: int, last_seq: int
     ) -> list[Delivery]:
         """Stored messages of `publisher` on `topic`, first_seq..last_seq, in order; what
-        was never delivered here, or has aged out of retention, is absent."""
+        was never delivered here, or has aged out of retention, is absent (and so is every
+        message of a configuration topic: its replicas catch up by snapshot)."""
         self._running()
         now = trio.current_time()
         return retained(self._retention, topic, publisher, first_seq, last_seq, now)
