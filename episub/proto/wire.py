@@ -246,8 +246,11 @@ def _check_gossip(message_id: bytes, hops: int) -> None:
 
 
 def _ranges_to_pb(m: IHave | Graft, out: pb.IHave | pb.Graft) -> None:
+    add = out.ranges.add
     for publisher, first, last, hops in m.ranges:
-        out.ranges.add(publisher=_peer_to_pb(publisher), first_seq=first, last_seq=last, hops=hops)
+        if type(publisher) is not bytes or not 0 < len(publisher) <= MAX_PEER_ID_SIZE:
+            _peer_to_pb(publisher)  # raises for a bad id: only then a call per range
+        add(publisher=publisher, first_seq=first, last_seq=last, hops=hops)
 
 
 def _ranges_from_pb(p: pb.IHave | pb.Graft) -> tuple[StreamRange, ...]:
