@@ -19,7 +19,13 @@ from episub.net.framing import (
     take_frames,
 )
 from episub.proto.messages import GetTopics, Ping, Prune, Topics
-from episub.proto.wire import FrameDecoder, FrameError, encode_frame, encode_item
+from episub.proto.wire import (
+    FrameDecoder,
+    FrameError,
+    encode_frame,
+    encode_item,
+    frame_from_items,
+)
 
 ITEMS = [
     ("t", Ping(nonce=7, want_view=True)),
@@ -155,6 +161,14 @@ def test_take_frames_drains_a_queue_bigger_than_a_frame_into_one_write_in_order(
     while (frame := decoder.next_frame()) is not None:
         got += frame
     assert got == [("t", Ping(nonce=1))] * many
+
+
+def test_take_frames_of_one_queued_item_is_that_items_frame() -> None:
+    # The one-item shortcut (a flush per input) writes what the general path writes.
+    item = encode_item("t", Ping(nonce=7))
+    queue = deque([item])
+    assert take_frames(queue) == (frame_from_items([item]), 1, 1)
+    assert not queue
 
 
 def test_take_frames_stops_at_its_budget_and_leaves_the_rest_queued() -> None:

@@ -706,3 +706,63 @@ def test_a_gossip_item_written_by_hand_is_what_protobuf_writes(
     assert encode_item("t", gossip) == expected
     [[(topic, decoded)]] = decode_all(frame_from_items([expected]))
     assert (topic, decoded) == ("t", gossip) and decoded.envelope == envelope
+
+
+def _reads_the_slow_way(chunks: list[bytes]) -> list[object]:
+    decoder = FrameDecoder(max_frame_size=4096, max_items_per_frame=16)
+    out: list[object] = []
+    try:
+        for chunk in chunks:
+            decoder.feed(chunk)
+            while (frame := decoder.next_frame()) is not None:
+                out.append(frame)
+    except FrameError:
+        out.append("FrameError")
+    return out
+
+
+def _reads_as_a_connection_does(chunks: list[bytes]) -> list[object]:
+    decoder = FrameDecoder(max_frame_size=4096, max_items_per_frame=16)
+    out: list[object] = []
+    try:
+        for chunk in chunks:
+            frame = decoder.whole_frame(chunk)
+            if frame is not None:
+                out.append(frame)
+                continue
+            decoder.feed(chunk)
+            while (frame := decoder.next_frame()) is not None:
+                out.append(frame)
+    except FrameError:
+        out.append("FrameError")
+    return out
+
+
+@settings(max_examples=300)
+@given(
+    chunks=st.lists(
+        st.sampled_from([VALID_FRAME[:4096], encode_frame([(None, GetTopics())])])
+        | st.binary(max_size=64)
+        | st.binary(max_size=60).map(lambda b: struct.pack(">I", len(b)) + b),
+        max_size=8,
+    )
+)
+def test_a_read_that_is_one_whole_frame_decodes_as_if_fed(chunks: list[bytes]) -> None:
+    # Connection._received takes a read that is exactly one frame straight (whole_frame);
+    # the frames and the first error must be those of feeding every read.
+    assert _reads_as_a_connection_does(chunks) == _reads_the_slow_way(chunks)
+
+
+def test_a_whole_frame_is_not_taken_behind_buffered_bytes_or_after_an_error() -> None:
+    one = encode_frame([(None, GetTopics())])
+    decoder = FrameDecoder(max_frame_size=1024)
+    decoder.feed(one[:3])
+    assert decoder.whole_frame(one) is None  # bytes of an earlier frame come first
+    decoder.feed(one[3:])
+    assert decoder.next_frame() == [(None, GetTopics())]
+    assert decoder.whole_frame(one) == [(None, GetTopics())]  # nothing buffered now
+    broken = FrameDecoder(max_frame_size=1024)
+    broken.feed(struct.pack(">I", 0))
+    assert broken.whole_frame(one) is None
+    with pytest.raises(FrameError):
+        broken.next_frame()

@@ -266,6 +266,12 @@ class Connection:
                     self._check_clean_end()
                     break
                 self._received(data)
+                if len(data) < READ_CHUNK:
+                    # A short read took what the socket held: wait for more rather than
+                    # read again for an EAGAIN (an exception and a system call per frame).
+                    turn = 0
+                    await trio.lowlevel.wait_readable(self._socket)
+                    continue
                 turn += 1
                 if turn >= READS_PER_TURN:
                     turn = 0
@@ -301,6 +307,10 @@ class Connection:
             if not data:
                 return
         decoder = self._decoder
+        items = decoder.whole_frame(data)
+        if items is not None:  # the usual read: one whole frame, nothing buffered
+            self._hand_over([items])
+            return
         decoder.feed(data)
         frames: list[FrameItems] = []
         try:

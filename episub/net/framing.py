@@ -17,6 +17,7 @@ from collections import deque
 
 import trio
 
+from episub.proto.framing import LENGTH_PREFIX
 from episub.proto.messages import PeerMessage
 from episub.proto.wire import (
     MAX_ITEMS_PER_FRAME,
@@ -111,6 +112,9 @@ class FrameReader:
 def take_frames(queue: deque[bytes], *, budget: int = WRITE_BUDGET) -> tuple[bytes, int, int]:
     """Pop queued items into back-to-back frames, up to `budget` bytes in all (the first
     frame always goes): (their bytes, number of items, number of frames)."""
+    if len(queue) == 1:  # one item waiting (a flush per input): its frame, in line
+        item = queue.popleft()
+        return LENGTH_PREFIX.pack(len(item)) + item, 1, 1
     frame, count = take_frame(queue, budget=min(PIGGYBACK_BUDGET, budget))
     if not queue or len(frame) >= budget:
         return frame, count, 1

@@ -174,6 +174,13 @@ class Network:
         self._dial_timeout = dial_timeout
         self._queue_cap = send_queue_cap
         self._queue_max_bytes = max(send_queue_max_bytes, 2 * max_frame_size)
+        # A peer is crowded over half its queue bounds (wait_uncrowded). Its queued items
+        # (in flight included) and bytes grow only in send(), so a send that leaves its peer
+        # over half marks the network suspect, and only a suspect network is looked over
+        # peer by peer: a publish costs O(1), not O(peers), while nobody is crowded.
+        self._half_items = send_queue_cap // 2
+        self._half_bytes = self._queue_max_bytes // 2
+        self._crowd_suspect = False
         self._idle_timeout = idle_timeout
         self.peers: dict[bytes, Peer] = {}
         self._unflushed: dict[bytes, Peer] = {}  # peers sent to since the last flush()
@@ -232,6 +239,12 @@ class Network:
             return
         peer.queue.append(item)
         peer.queued_bytes += len(item)
+        if (
+            peer.queued_bytes > self._half_bytes
+            or len(peer.queue) + (0 if peer.conn is None else peer.conn.in_flight)
+            > self._half_items
+        ):
+            self._crowd_suspect = True
         peer.close_requested = False
         self._unflushed[peer_id] = peer
         if peer.conn is None and peer.dial_scope is None:
@@ -292,14 +305,19 @@ class Network:
             await progress.wait()
 
     def _crowded(self) -> list[Peer]:
-        items, size = self._queue_cap // 2, self._queue_max_bytes // 2
+        if not self._crowd_suspect:
+            return []
+        items, size = self._half_items, self._half_bytes
         # Items taken into a write that has not completed count: they still wait on the peer.
-        return [
+        crowded = [
             p
             for p in self.peers.values()
             if len(p.queue) + (p.conn.in_flight if p.conn is not None else 0) > items
             or p.queued_bytes > size
         ]
+        if not crowded:
+            self._crowd_suspect = False  # until a send leaves a peer over half again
+        return crowded
 
     def _overflow(self, peer: Peer, how: str = "overflowed") -> None:
         self.counters.queue_overflows += 1

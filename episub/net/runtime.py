@@ -218,6 +218,7 @@ class Runtime:
         # Timers that may fire early while the node is awake (ScheduleTimer.early):
         # heap entry -> when it may. A few at a time (one IHAVE flush per topic).
         self._early: dict[tuple[float, int, Hashable], float] = {}
+        self._early_from = math.inf  # no early timer may fire before (a lower bound)
         self._sleep: trio.CancelScope | None = None  # the timer task's, until the head
         # The phase of this node's own upkeep ticks: spread over the tick by its id, so
         # that nodes' upkeep decisions do not line up.
@@ -418,7 +419,8 @@ class Runtime:
         counters.messages_in += len(items)
         counters.bytes_in += conn.take_bytes_in()
         peer_id = conn.peer.id
-        if self._kernel_rtt and conn.rtt_due <= conn.last_received:
+        received = conn.last_received  # trio.current_time() as the read handed them over
+        if self._kernel_rtt and conn.rtt_due <= received:
             # First, so that a PONG from a peer measured nowhere else finds it measured.
             conn.rtt_due = conn.last_received + KERNEL_RTT_INTERVAL
             rtt = conn.kernel_rtt()
@@ -437,14 +439,14 @@ class Runtime:
             try:
                 # Outputs are appended as they arise: after a failure, what the items before
                 # it (and the failing one, up to where it stopped) changed still goes out.
-                self.state.handle_received(peer_id, items, self.now(), outputs)
+                self.state.handle_received(peer_id, items, received + self._epoch, outputs)
             except Exception as exc:
                 # A core bug met by a peer's input: the peer is cut off, the node carries on.
                 self._core_error(cause, exc)
                 conn.abort("core error")
             self._carry_out_contained(outputs, cause)
             self._feed_deferred()
-            if self._early:
+            if self._early_from <= received:
                 self._fire_early()
         finally:
             self._pumping = False
@@ -455,6 +457,7 @@ class Runtime:
         the node is awake for a message: what they send goes out with what it sent."""
         now = trio.current_time()
         due = [entry for entry, at in self._early.items() if at <= now]
+        self._early_from = min((at for at in self._early.values() if at > now), default=math.inf)
         if not due:
             return
         timers = self._timers
@@ -497,6 +500,7 @@ class Runtime:
         heapq.heappush(self._timers, entry)
         if early > 0:
             self._early[entry] = deadline - early
+            self._early_from = min(self._early_from, deadline - early)
         sleep = self._sleep
         if sleep is not None and deadline < sleep.deadline:
             sleep.deadline = deadline  # the sleeper wakes for the new head, not now

@@ -55,7 +55,7 @@ from episub.node.lifetime import running
 from episub.node.publishing import Receipt, publish_checked
 from episub.node.queries import VIEW_TIMEOUT, Queries, neighbors
 from episub.node.retained import delivery_of, held_page, retained
-from episub.proto.config import NodeConfig
+from episub.proto.config import CONFIG_TOPIC_PREFIX, NodeConfig
 from episub.proto.envelope import Record
 from episub.proto.errors import LocalProtocolError
 from episub.proto.events import (
@@ -135,6 +135,10 @@ class Node:
         # Retention keeps each message's envelope bytes: the very bytes object the core's
         # cache holds (one copy of a payload on this node), decoded again when read.
         self._retention = RetentionStore[bytes](retention or RetentionConfig())
+        # Joined topics whose messages retention does not keep: configuration topics, whose
+        # replicas catch up by snapshot (episub.config.replica), never from history; their
+        # updates would only cost a retention entry each and a catch-up on every link.
+        self._unretained: set[str] = set()
         self._handshake_timeout = handshake_timeout
         self._dial_timeout = dial_timeout
         self._encrypt = encrypt
@@ -247,6 +251,8 @@ class Node:
             await trio.lowlevel.checkpoint()
         up, who = self._bootstraps.joining(topic)
         self._catch_up.joined(topic)
+        if topic.startswith(CONFIG_TOPIC_PREFIX):
+            self._unretained.add(topic)
         runtime.input(JoinTopic(topic, tuple(dict.fromkeys(contacts))))
         self._bootstraps.joined(topic, addresses)
         if not contacts:
@@ -269,6 +275,7 @@ class Node:
         runtime.input(LeaveTopic(topic))
         self._bootstraps.left(topic)
         self._catch_up.left(topic)
+        self._unretained.discard(topic)
 
     async def publish(
         self,
@@ -371,6 +378,7 @@ class Node:
         from peers are answered from retention."""
         now = trio.current_time()
         retain = self._retention.add_item
+        unretained = self._unretained
         fetching = self._fetcher.waiting
         subscriptions = self._fanout.subscriptions
         listeners = self._fanout.listeners
@@ -380,16 +388,17 @@ class Node:
             if kind is Deliver or kind is Published or kind is Recovered:
                 envelope = event.envelope  # type: ignore[union-attr]
                 topic, publisher, seq = event.topic, envelope.publisher, envelope.seq  # type: ignore[union-attr]
-                retain(
-                    envelope.raw,
-                    topic=topic,
-                    publisher=publisher,
-                    seq=seq,
-                    timestamp_ms=envelope.timestamp_ms,
-                    size=envelope.size,
-                    id=event.id,  # type: ignore[union-attr]
-                    now=now,
-                )
+                if topic not in unretained:
+                    retain(
+                        envelope.raw,
+                        topic=topic,
+                        publisher=publisher,
+                        seq=seq,
+                        timestamp_ms=envelope.timestamp_ms,
+                        size=envelope.size,
+                        id=event.id,  # type: ignore[union-attr]
+                        now=now,
+                    )
                 if fetching:
                     self._fetcher.arrived(topic, publisher, seq)
                 # History is for retention, and control streams are bookkeeping: neither
@@ -494,7 +503,8 @@ class Node:
         self, topic: str, publisher: bytes, first_seq: int, last_seq: int
     ) -> list[Delivery]:
         """Stored messages of `publisher` on `topic`, first_seq..last_seq, in order; what
-        was never delivered here, or has aged out of retention, is absent."""
+        was never delivered here, or has aged out of retention, is absent (and so is every
+        message of a configuration topic: its replicas catch up by snapshot)."""
         self._running()
         now = trio.current_time()
         return retained(self._retention, topic, publisher, first_seq, last_seq, now)

@@ -295,7 +295,11 @@ class Envelope:
         end = len(raw)
         if not end or raw[0] != _PUBLISHER:
             raise ValueError("envelope does not start with its publisher")
-        size, pos = read_varint(raw, 1)
+        size = raw[1]  # a one-byte varint in line: the usual case
+        if size < 0x80:
+            pos = 2
+        else:
+            size, pos = read_varint(raw, 1)
         if not size or pos + size > end:
             raise ValueError("envelope's publisher is empty or cut short")
         publisher = raw[pos : pos + size]
@@ -306,7 +310,11 @@ class Envelope:
         span = (pos, pos)
         tag = raw[pos] if pos < end else -1
         if tag == _SEQ:
-            seq, pos = read_varint(raw, pos + 1)
+            seq = raw[pos + 1]  # a one-byte varint in line: the usual case
+            if seq < 0x80:
+                pos += 2
+            else:
+                seq, pos = read_varint(raw, pos + 1)
             if not 0 < seq < MAX_SEQ:
                 raise ValueError(f"seq must be 1..2**63-1 when present, not {seq}")
             tag = raw[pos] if pos < end else -1
@@ -317,7 +325,11 @@ class Envelope:
             tag = raw[pos] if pos < end else -1
         app_size = 0
         if tag == _PAYLOAD:
-            size, pos = read_varint(raw, pos + 1)
+            size = raw[pos + 1]  # a one-byte varint in line: the usual case
+            if size < 0x80:
+                pos += 2
+            else:
+                size, pos = read_varint(raw, pos + 1)
             if not size or pos + size > end:
                 raise ValueError("envelope's payload is empty or cut short")
             span = (pos, pos + size)
@@ -325,7 +337,11 @@ class Envelope:
             pos += size
             tag = raw[pos] if pos < end else -1
         if tag == _KEY:
-            size, pos = read_varint(raw, pos + 1)
+            size = raw[pos + 1]  # a one-byte varint in line: the usual case
+            if size < 0x80:
+                pos += 2
+            else:
+                size, pos = read_varint(raw, pos + 1)
             if pos + size > end:
                 raise ValueError("envelope's key is cut short")
             key = raw[pos : pos + size]

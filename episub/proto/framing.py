@@ -79,6 +79,17 @@ class FrameSplitter:
         self._buffer += data
         self._scan()
 
+    def whole_body(self, data: bytes) -> bytes | None:
+        """The body of `data` when nothing is buffered and `data` is exactly one frame with
+        a valid header (the usual read: taken without buffering it); else None, and `data`
+        is for `feed()`."""
+        if self._buffer or self._broken or self._pending_error or len(data) < LENGTH_PREFIX_SIZE:
+            return None
+        (length,) = LENGTH_PREFIX.unpack_from(data)
+        if len(data) - LENGTH_PREFIX_SIZE != length or not self.min_size <= length <= self.max_size:
+            return None
+        return data[LENGTH_PREFIX_SIZE:]
+
     def next_body(self) -> bytes | None:
         """The next whole frame's body, or None when more bytes are needed."""
         if self._broken:  # check_usable(), inline: this runs per frame

@@ -246,8 +246,11 @@ def _check_gossip(message_id: bytes, hops: int) -> None:
 
 
 def _ranges_to_pb(m: IHave | Graft, out: pb.IHave | pb.Graft) -> None:
+    add = out.ranges.add
     for publisher, first, last, hops in m.ranges:
-        out.ranges.add(publisher=_peer_to_pb(publisher), first_seq=first, last_seq=last, hops=hops)
+        if type(publisher) is not bytes or not 0 < len(publisher) <= MAX_PEER_ID_SIZE:
+            _peer_to_pb(publisher)  # raises for a bad id: only then a call per range
+        add(publisher=publisher, first_seq=first, last_seq=last, hops=hops)
 
 
 def _ranges_from_pb(p: pb.IHave | pb.Graft) -> tuple[StreamRange, ...]:
@@ -507,7 +510,11 @@ def _gossip_item(topic: str, message: Gossip) -> bytes:
 
 
 def _read_topic(body: bytes, pos: int, end: int) -> tuple[str, int]:
-    size, pos = read_varint(body, pos)
+    size = body[pos]  # a one-byte varint in line: the usual case
+    if size < 0x80:
+        pos += 1
+    else:
+        size, pos = read_varint(body, pos)
     stop = pos + size
     if stop > end:
         raise ValueError("topic cut short")
@@ -532,21 +539,33 @@ def _read_fast(body: bytes, pos: int, end: int) -> tuple[str, PeerMessage] | Non
         return None
     if body[pos] != 0x12:
         return None
-    size, pos = read_varint(body, pos + 1)
+    size = body[pos + 1]  # a one-byte varint in line: the usual case
+    if size < 0x80:
+        pos += 2
+    else:
+        size, pos = read_varint(body, pos + 1)
     if pos + size != end or body[pos : pos + 2] != _GOSSIP_ID_FIELD:
         return None
     message_id = body[pos + 2 : pos + 34]
     pos += 34
     if pos >= end or body[pos] != 0x12 or len(message_id) != MESSAGE_ID_SIZE:
         return None
-    size, pos = read_varint(body, pos + 1)
+    size = body[pos + 1]  # a one-byte varint in line: the usual case
+    if size < 0x80:
+        pos += 2
+    else:
+        size, pos = read_varint(body, pos + 1)
     raw = body[pos : pos + size]
     pos += size
     hops = 0
     if pos < end:
         if body[pos] != 0x18:
             return None
-        hops, pos = read_varint(body, pos + 1)
+        hops = body[pos + 1]  # a one-byte varint in line: the usual case
+        if hops < 0x80:
+            pos += 2
+        else:
+            hops, pos = read_varint(body, pos + 1)
         if hops > MAX_HOPS:
             raise FrameError(f"GOSSIP hops must be in 0..{MAX_HOPS}, not {hops}")
     if pos != end:
@@ -611,6 +630,19 @@ class FrameDecoder:
         """Buffer `data`; a bad frame header in it is reported by a later `next_frame()`."""
         self._frames.feed(data)
 
+    def whole_frame(self, data: bytes) -> list[tuple[str | None, PeerMessage]] | None:
+        """The items of `data` when it is exactly one frame and nothing is buffered (the
+        usual read: decoded straight from it, never buffered); None when `data` is anything
+        else, for `feed()`. Raises FrameError as `next_frame()` does."""
+        body = self._frames.whole_body(data)
+        if body is None:
+            return None
+        try:
+            return self._decode(body)
+        except FrameError:
+            self._frames.fail()
+            raise
+
     def next_frame(self) -> list[tuple[str | None, PeerMessage]] | None:
         """The next whole frame's items, or None when more bytes are needed.
 
@@ -635,7 +667,11 @@ class FrameDecoder:
             while pos < end:
                 if body[pos] != 0x0A:
                     return self._decode_pb(body)  # not the items field: protobuf sorts it out
-                size, pos = read_varint(body, pos + 1)
+                size = body[pos + 1]  # a one-byte varint in line: the usual case
+                if size < 0x80:
+                    pos += 2
+                else:
+                    size, pos = read_varint(body, pos + 1)
                 stop = pos + size
                 if stop > end:
                     raise FrameError(f"malformed protobuf frame: an item overruns its {end} bytes")
