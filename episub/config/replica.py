@@ -79,9 +79,9 @@ SEED_GRACE = 1.0  # guess: a few RTTs and a shuffle of a busy Python node
 SNAPSHOT_INTERVAL = 0.2  # s between two snapshot answers; guess: 5/s stays cheap at 512 KiB
 # How long versions skipped by an update may stay missing before a snapshot is asked for:
 # a write that overtook another on its way comes from a separate stream, and the late one
-# is repaired by IHAVE + GRAFT within ihave_interval + 2 * missing_check_interval (0.9 s
-# with a config topic's ihave_interval, episub/proto/config.py CONFIG_TOPIC_BROADCAST).
-GAP_GRACE = 2.0  # guess: about twice that repair
+# is repaired by IHAVE + GRAFT within the announcer's flush period plus graft_timeout (up to
+# 1.5 + 0.5 s on a config topic, episub/proto/config.py CONFIG_TOPIC_BROADCAST).
+GAP_GRACE = 4.0  # guess: about twice that repair
 MAX_MISSING_VERSIONS = 4096  # versions tracked as skipped; past it, a snapshot is asked at once
 
 
