@@ -79,8 +79,20 @@ def check_node(node: NodeState) -> None:
     mc, bcfg = mem.config, bc.config
     me = node.me
     active, passive = set(mem.active), set(mem.passive)
-    if len(active) > mc.max_active:
-        raise InvariantBroken(f"{me}: active view {len(active)} > max_active {mc.max_active}")
+    # Hub links (configuration topics, MembershipConfig.hub_links) are held beside A.
+    hub = sum(1 for link in mem.active.values() if link.hub)
+    if len(active) - hub > mc.max_active:
+        raise InvariantBroken(
+            f"{me}: active view {len(active) - hub} (hub links aside) > max_active {mc.max_active}"
+        )
+    # A contact takes in at most hub_links joiners; a joiner holds one to each of its own
+    # contacts (a list its application gave, not its peers) that took it in.
+    if hub > mc.hub_links + len(mem.bootstrap):
+        raise InvariantBroken(
+            f"{me}: {hub} hub links > hub_links {mc.hub_links} + {len(mem.bootstrap)} contacts"
+        )
+    if len(mem.joiners) > 2 * mc.hub_links:
+        raise InvariantBroken(f"{me}: {len(mem.joiners)} joiners > 2 x hub_links {mc.hub_links}")
     if len(passive) > mc.passive_size:
         raise InvariantBroken(f"{me}: passive view {len(passive)} > {mc.passive_size}")
     if active & passive or me in active or me in passive:

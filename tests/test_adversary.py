@@ -29,6 +29,7 @@ examples instead:
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from typing import Any
 
 from hypothesis import HealthCheck, settings
@@ -329,3 +330,31 @@ Adversary.TestCase.settings = settings(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
 TestAdversary = Adversary.TestCase
+
+# The same attack on a topic run as configuration topics are (episub/proto/config.py
+# CONFIG_TOPIC_MEMBERSHIP and CONFIG_TOPIC_BROADCAST): proximity off, a contact holding hub
+# links to the nodes that joined through it (a bound of 2, which the hostile node's
+# GETNODES + JOIN reach in a few messages), hub links kept eager, IHAVEs at a period of
+# each node's own.
+HUB_CONFIG = replace(
+    CONFIG,
+    topic_membership=(
+        (TOPIC, (("proximity", False), ("hub_links", 2), ("c_near", 0), ("c_rand", 2))),
+    ),
+    topic_broadcast=((TOPIC, (("hub_parent", True), ("ihave_spread", 1.0))),),
+)
+
+
+class HubAdversary(Adversary):
+    """The adversarial model on a topic with hub links."""
+
+    def _node(self, peer: int, rng: Any) -> Any:
+        if peer == HOSTILE:
+            return Silent()
+        return CheckedNode(peer, rng, self.checks, HUB_CONFIG)
+
+
+HubAdversary.TestCase.settings = settings(
+    Adversary.TestCase.settings, max_examples=max(1, EXAMPLES // 4)
+)
+TestHubAdversary = HubAdversary.TestCase
