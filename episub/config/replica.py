@@ -158,7 +158,8 @@ class ConfigReplica:
         with self.node.deliver_to(self.topic, self._on_item):
             async with trio.open_nursery() as nursery:
                 try:
-                    await self.node.join(self.topic, self.bootstrap)
+                    # Not retained: a replica catches up by snapshot, never from history.
+                    await self.node.join(self.topic, self.bootstrap, retain=False)
                 except TimeoutError as exc:  # joined; the node keeps looking for neighbours
                     log.warning("config %r: %s", self.name, exc)
                 nursery.start_soon(self._syncer)

@@ -55,7 +55,7 @@ from episub.node.lifetime import running
 from episub.node.publishing import Receipt, publish_checked
 from episub.node.queries import VIEW_TIMEOUT, Queries, neighbors
 from episub.node.retained import delivery_of, held_page, retained
-from episub.proto.config import CONFIG_TOPIC_PREFIX, NodeConfig
+from episub.proto.config import NodeConfig
 from episub.proto.envelope import Record
 from episub.proto.errors import LocalProtocolError
 from episub.proto.events import (
@@ -135,9 +135,9 @@ class Node:
         # Retention keeps each message's envelope bytes: the very bytes object the core's
         # cache holds (one copy of a payload on this node), decoded again when read.
         self._retention = RetentionStore[bytes](retention or RetentionConfig())
-        # Joined topics whose messages retention does not keep: configuration topics, whose
-        # replicas catch up by snapshot (episub.config.replica), never from history; their
-        # updates would only cost a retention entry each and a catch-up on every link.
+        # Joined topics whose messages retention does not keep (`join(retain=False)`: the
+        # configuration replicas, which catch up by snapshot, never from history; their
+        # updates would only cost a retention entry each and a catch-up on every link).
         self._unretained: set[str] = set()
         self._handshake_timeout = handshake_timeout
         self._dial_timeout = dial_timeout
@@ -227,9 +227,19 @@ class Node:
     # -- topics -----------------------------------------------------------------------------
 
     async def join(
-        self, topic: str, bootstrap: Iterable[str] = (), *, timeout: float = JOIN_TIMEOUT
+        self,
+        topic: str,
+        bootstrap: Iterable[str] = (),
+        *,
+        timeout: float = JOIN_TIMEOUT,
+        retain: bool = True,
     ) -> None:
         """Join `topic` through any of the `bootstrap` addresses ("host:port").
+
+        `retain=False`: the topic's messages are delivered but not kept in retention, so
+        `retained` and `fetch` find none of them and a new link starts no comparison of
+        holdings from this end (for state that catches up otherwise, as episub.config's
+        snapshots do).
 
         An empty list (or one naming only this node) starts the topic's overlay here.
         Otherwise this returns once the topic has its first neighbour, so that a publish
@@ -251,7 +261,7 @@ class Node:
             await trio.lowlevel.checkpoint()
         up, who = self._bootstraps.joining(topic)
         self._catch_up.joined(topic)
-        if topic.startswith(CONFIG_TOPIC_PREFIX):
+        if not retain:
             self._unretained.add(topic)
         runtime.input(JoinTopic(topic, tuple(dict.fromkeys(contacts))))
         self._bootstraps.joined(topic, addresses)
@@ -504,7 +514,7 @@ class Node:
     ) -> list[Delivery]:
         """Stored messages of `publisher` on `topic`, first_seq..last_seq, in order; what
         was never delivered here, or has aged out of retention, is absent (and so is every
-        message of a configuration topic: its replicas catch up by snapshot)."""
+        message of a topic joined with `retain=False`, as configuration topics are)."""
         self._running()
         now = trio.current_time()
         return retained(self._retention, topic, publisher, first_seq, last_seq, now)
