@@ -180,3 +180,23 @@ def test_config_with_a_long_cache_still_answers_pulls_from_the_cache() -> None:
             assert [m.id for m in got] == ids
 
     run(main)
+
+
+def test_a_topic_joined_with_retain_false_is_delivered_but_not_held() -> None:
+    async def main() -> None:
+        async with AsyncExitStack() as stack:
+            a, b = await node(stack), await node(stack)
+            await a.join(TOPIC)
+            await b.join(TOPIC, bootstrap=[a.address], retain=False)
+            await wait_until(lambda: a.neighbors(TOPIC) and b.neighbors(TOPIC), what="a link")
+            got: list[bytes] = []
+            with b.deliver_to(TOPIC, lambda d: got.append(d.value)):  # type: ignore[union-attr]
+                for i in range(3):
+                    await a.publish(TOPIC, b"%d" % i)
+                await wait_until(lambda: len(got) == 3, what="b got all three")
+            assert got == [b"0", b"1", b"2"]
+            assert len(a.retained(TOPIC, a.id, 0, 2)) == 3  # the publisher retains its own
+            assert b.retained(TOPIC, a.id, 0, 2) == []
+            assert await a.held_by(TOPIC, b.id) == []
+
+    run(main)
