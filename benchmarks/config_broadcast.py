@@ -21,6 +21,9 @@ Systems (every process on this host; `--nodes` readers, plus one writer):
                    UDF on each executor follows versions with `config.wait_for`.
   spark-broadcast  local-cluster[N,1,1024]; per update the driver makes a new broadcast
                    variable and runs a job with one task per executor reading `bv.value`.
+  episub-blocking  a design measurement, not the product: the episub writer, and N readers
+                   of benchmarks/blocking_follower.py, the same core and codec pumped by
+                   one thread over epoll instead of trio (what the runtime costs a reader).
 
 Clock: every process reads time.monotonic_ns() (CLOCK_MONOTONIC, one clock for the whole
 host on Linux). Per update: latency = max over readers of (the first time that reader held
@@ -47,6 +50,7 @@ import os
 import platform
 import queue
 import resource
+import select
 import shlex
 import socket
 import subprocess
@@ -62,8 +66,9 @@ from _common import free_port, percentile, process_cpu_s, wakeups
 from _common import self_cpu_s as cpu_s
 
 ROOT = Path(__file__).resolve().parent.parent
-SYSTEMS = ("episub", "redis", "spark-episub", "spark-broadcast")
-ROLES = ("episub-writer", "episub-reader", "redis-writer", "redis-reader")
+SYSTEMS = ("episub", "redis", "spark-episub", "spark-broadcast", "episub-blocking")
+ROLES = ("episub-writer", "episub-reader", "redis-writer", "redis-reader",
+         "episub-blocking-reader")  # fmt: skip
 KEY = bytes(range(32))  # the run's shared episub key
 CONFIG_NAME = "default"  # the configuration every system's writer updates
 REDIS_CHANNEL = "config.default"
@@ -194,12 +199,15 @@ def run_processes(args: argparse.Namespace, logdir: str) -> dict[str, Any]:
             wait_for_port(port, deadline)
             extra["redis_version"] = redis_server_version()
             contact = str(port)
-        writer = Child(base + ["--role", f"{args.system}-writer"]
+        writer_role = (
+            "episub-writer" if args.system == "episub-blocking" else f"{args.system}-writer"
+        )
+        writer = Child(base + ["--role", writer_role]
                        + (["--contact", contact] if args.system == "redis" else []),
                        "writer", logdir, child_env())  # fmt: skip
         children.append(writer)
         ready = writer.expect("READY", deadline)
-        if args.system == "episub":
+        if args.system in ("episub", "episub-blocking"):
             contact = ready  # the writer's node address: every reader joins through it
         for i in range(args.nodes):
             argv = [*base, "--role", f"{args.system}-reader", "--contact", contact]
@@ -397,6 +405,50 @@ def stop_profile(profiler: cProfile.Profile | None, role: str) -> None:
 def _since(woken: int | None) -> int | None:
     now = wakeups()
     return None if now is None or woken is None else now - woken
+
+
+def blocking_reader(args: argparse.Namespace) -> None:
+    """A reader of the prototype without trio (blocking_follower.py): the same core and
+    codec, one thread over selectors; it follows versions as `episub` readers do."""
+    from blocking_follower import BlockingFollower
+
+    from episub.config.replica import config_topic
+
+    follower = BlockingFollower(KEY, config_topic(CONFIG_NAME), args.contact)
+    deadline = time.monotonic() + args.deadline
+    while not follower.neighbors:  # joined: a neighbour accepted us
+        if time.monotonic() > deadline:
+            raise SystemExit("no neighbour before the deadline")
+        follower.step(0.1)
+    say("READY", follower.me.decode())
+    cpu_warm, woken, kernel = cpu_s(), wakeups(), sys_cpu_s()
+    if args.warmup == 0:
+        say("WARM")
+    seen: list[tuple[int, int]] = []
+    version = 0
+    state = follower.state
+    profiler = None
+    while version < args.final and time.monotonic() < deadline:
+        follower.step(1.0)
+        if state.version > version:
+            seen.append((state.version, time.monotonic_ns()))
+            if version < args.warmup <= state.version:
+                say("WARM")
+                profiler = start_profile()
+                cpu_warm, woken, kernel = cpu_s(), wakeups(), sys_cpu_s()
+            version = state.version
+    stop_profile(profiler, "blocking-reader")
+    say("RESULT", json.dumps({"seen": seen, "cpu_s": cpu_s() - cpu_warm,
+                              "sys_cpu_s": sys_cpu_s() - kernel,
+                              "wakeups": _since(woken),
+                              "malformed": follower.malformed}))  # fmt: skip
+    stop = time.monotonic() + args.deadline
+    stdin = sys.stdin.fileno()
+    while time.monotonic() < stop:  # keep forwarding until STOP (or EOF)
+        follower.step(0.05)
+        if select.select([stdin], [], [], 0)[0]:
+            break
+    follower.close()
 
 
 def redis_writer(args: argparse.Namespace) -> None:
@@ -753,6 +805,8 @@ def main(argv: list[str] | None = None) -> None:
 
         trio.run(episub_node, args, args.role == "episub-writer")
         return
+    if args.role == "episub-blocking-reader":
+        return blocking_reader(args)
     if args.role == "redis-writer":
         return redis_writer(args)
     if args.role == "redis-reader":
