@@ -184,7 +184,9 @@ class Network:
         self._idle_timeout = idle_timeout
         self.peers: dict[bytes, Peer] = {}
         self._unflushed: dict[bytes, Peer] = {}  # peers sent to since the last flush()
-        self._progress = trio.Event()  # set whenever bytes go out or a connection ends
+        # Set whenever bytes go out or a connection ends; made when someone waits for it
+        # (`_progress_event`): most writes have no one waiting, and an Event each costs.
+        self._progress: trio.Event | None = None
         self._nursery: trio.Nursery | None = None
         self._listener_scope = trio.CancelScope()
         self._handshakes = HandshakeSlots(timeout=handshake_timeout)
@@ -286,7 +288,7 @@ class Network:
         self.counters.publish_waits += 1
         with trio.move_on_after(max_wait):
             while crowded:
-                await self._progress.wait()
+                await self._progress_event().wait()
                 crowded = self._crowded()
             return
         for peer in crowded:
@@ -296,7 +298,7 @@ class Network:
         """Return once nothing is queued or being written for `peer_id` (at once when it
         is not connected); bound it from outside."""
         while True:
-            progress = self._progress
+            progress = self._progress_event()
             peer = self.peers.get(peer_id)
             conn = None if peer is None else peer.conn
             if conn is None or (not peer.queue and conn.in_flight == 0):  # type: ignore[union-attr]
@@ -576,8 +578,16 @@ class Network:
         self._notify_progress()
 
     def _notify_progress(self) -> None:
-        self._progress.set()
-        self._progress = trio.Event()
+        progress = self._progress
+        if progress is not None:
+            self._progress = None
+            progress.set()
+
+    def _progress_event(self) -> trio.Event:
+        """The Event the next progress sets: take it before checking what it waits for."""
+        if self._progress is None:
+            self._progress = trio.Event()
+        return self._progress
 
     def sweep(self) -> None:
         """Close idle connections nobody uses; declare silent neighbours lost."""
@@ -612,7 +622,7 @@ class Network:
             peer.close_requested = True
             peer.notify()
         while True:
-            progress = self._progress
+            progress = self._progress_event()
             if not any(peer.conns or peer.dial_scope for peer in self.peers.values()):
                 return
             await progress.wait()
