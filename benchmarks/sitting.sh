@@ -26,6 +26,9 @@ done
 for run in 1 2 3; do
     $PY benchmarks/config_broadcast.py --system episub --nodes 32 --out $R/config_episub_n32_run$run.json
     $PY benchmarks/config_broadcast.py --system redis --nodes 32 --out $R/config_redis_n32_run$run.json
+    # A design measurement, not the product: the same readers' core without trio.
+    $PY benchmarks/config_broadcast.py --system episub-blocking --nodes 32 \
+        --out $R/config_episub-blocking_n32_run$run.json
 done
 $PY benchmarks/wakeup_floor.py --readers 32 --out $R/wakeup_floor.json
 $PY benchmarks/idle_cpu.py --nodes 16 --out $R/idle_cpu_n16.json
