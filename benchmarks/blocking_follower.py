@@ -12,10 +12,16 @@ sweeping, retention, catch-up or snapshot sync. It is not part of the package an
 not become one as it stands; it answers "how much of a reader's CPU is the runtime's?".
 
     from blocking_follower import BlockingFollower
-    follower = BlockingFollower(key, topic, contact_id)
+    follower = BlockingFollower(key, topic, contact)
     while ...:
-        follower.step(timeout)        # one select: reads, timers, sends
+        follower.step(timeout)        # one epoll wait: reads, timers, sends
         follower.state.version        # the configuration's version
+
+or, the node in a thread of its own and the application waiting on a lock (what a
+product would do, so that the node serves its peers whatever the application does):
+
+    threading.Thread(target=follower.serve, daemon=True).start()
+    follower.wait_for(version, timeout)
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ import os
 import secrets
 import select
 import socket
+import threading
 import time
 from collections.abc import Hashable
 from random import Random
@@ -97,6 +104,9 @@ class BlockingFollower:
         self._unflushed: dict[_Conn, list[bytes]] = {}
         self.neighbors = 0
         self.malformed = 0
+        self._moved = threading.Condition()  # the version rose (wait_for)
+        self._waiting = 0  # wait_for callers
+        self._stopped = False
         contact_id = self._connect(contact)
         self._carry_out(self.core.handle(JoinTopic(topic, (contact_id,)), self._now()))
         self._flush()
@@ -188,8 +198,30 @@ class BlockingFollower:
         except ConfigCodecError:
             self.malformed += 1
             return
-        if type(message) is Update:
-            self.state.apply(message.changes.items())
+        changed = type(message) is Update and self.state.apply(message.changes.items())
+        if changed and self._waiting:  # after the version rose: see wait_for
+            with self._moved:
+                self._moved.notify_all()
+
+    # -- the node in a thread of its own -----------------------------------------------------
+
+    def serve(self) -> None:
+        """Pump until `stop()`: the node's own thread."""
+        while not self._stopped:
+            self.step(0.5)
+
+    def stop(self) -> None:
+        self._stopped = True
+
+    def wait_for(self, version: int, timeout: float) -> bool:
+        """From another thread than serve()'s: wait until the version is at least
+        `version`; False after `timeout` s."""
+        with self._moved:
+            self._waiting += 1
+            try:
+                return self._moved.wait_for(lambda: self.state.version >= version, timeout)
+            finally:
+                self._waiting -= 1
 
     # -- connections ----------------------------------------------------------------------
 

@@ -24,6 +24,8 @@ Systems (every process on this host; `--nodes` readers, plus one writer):
   episub-blocking  a design measurement, not the product: the episub writer, and N readers
                    of benchmarks/blocking_follower.py, the same core and codec pumped by
                    one thread over epoll instead of trio (what the runtime costs a reader).
+  episub-thread    the same, with the reader's node in a thread of its own and its
+                   application waiting on a lock (a product's shape of that design).
 
 Clock: every process reads time.monotonic_ns() (CLOCK_MONOTONIC, one clock for the whole
 host on Linux). Per update: latency = max over readers of (the first time that reader held
@@ -66,9 +68,11 @@ from _common import free_port, percentile, process_cpu_s, wakeups
 from _common import self_cpu_s as cpu_s
 
 ROOT = Path(__file__).resolve().parent.parent
-SYSTEMS = ("episub", "redis", "spark-episub", "spark-broadcast", "episub-blocking")
+SYSTEMS = ("episub", "redis", "spark-episub", "spark-broadcast", "episub-blocking",
+           "episub-thread")  # fmt: skip
 ROLES = ("episub-writer", "episub-reader", "redis-writer", "redis-reader",
-         "episub-blocking-reader")  # fmt: skip
+         "episub-blocking-reader", "episub-thread-reader")  # fmt: skip
+PROTOTYPES = ("episub-blocking", "episub-thread")  # readers of benchmarks/blocking_follower.py
 KEY = bytes(range(32))  # the run's shared episub key
 CONFIG_NAME = "default"  # the configuration every system's writer updates
 REDIS_CHANNEL = "config.default"
@@ -199,15 +203,13 @@ def run_processes(args: argparse.Namespace, logdir: str) -> dict[str, Any]:
             wait_for_port(port, deadline)
             extra["redis_version"] = redis_server_version()
             contact = str(port)
-        writer_role = (
-            "episub-writer" if args.system == "episub-blocking" else f"{args.system}-writer"
-        )
+        writer_role = "episub-writer" if args.system in PROTOTYPES else f"{args.system}-writer"
         writer = Child(base + ["--role", writer_role]
                        + (["--contact", contact] if args.system == "redis" else []),
                        "writer", logdir, child_env())  # fmt: skip
         children.append(writer)
         ready = writer.expect("READY", deadline)
-        if args.system in ("episub", "episub-blocking"):
+        if args.system in ("episub", *PROTOTYPES):
             contact = ready  # the writer's node address: every reader joins through it
         for i in range(args.nodes):
             argv = [*base, "--role", f"{args.system}-reader", "--contact", contact]
@@ -407,9 +409,10 @@ def _since(woken: int | None) -> int | None:
     return None if now is None or woken is None else now - woken
 
 
-def blocking_reader(args: argparse.Namespace) -> None:
+def blocking_reader(args: argparse.Namespace, threaded: bool) -> None:
     """A reader of the prototype without trio (blocking_follower.py): the same core and
-    codec, one thread over selectors; it follows versions as `episub` readers do."""
+    codec pumped by one thread over epoll; it follows versions as `episub` readers do.
+    `threaded`: the node pumps in a thread of its own, this one waits on a lock."""
     from blocking_follower import BlockingFollower
 
     from episub.config.replica import config_topic
@@ -428,8 +431,13 @@ def blocking_reader(args: argparse.Namespace) -> None:
     version = 0
     state = follower.state
     profiler = None
+    if threaded:
+        threading.Thread(target=follower.serve, daemon=True).start()
     while version < args.final and time.monotonic() < deadline:
-        follower.step(1.0)
+        if threaded:
+            follower.wait_for(version + 1, 1.0)
+        else:
+            follower.step(1.0)
         if state.version > version:
             seen.append((state.version, time.monotonic_ns()))
             if version < args.warmup <= state.version:
@@ -444,7 +452,10 @@ def blocking_reader(args: argparse.Namespace) -> None:
                               "malformed": follower.malformed}))  # fmt: skip
     stop = time.monotonic() + args.deadline
     stdin = sys.stdin.fileno()
-    while time.monotonic() < stop:  # keep forwarding until STOP (or EOF)
+    if threaded:  # the node's thread forwards until STOP (or EOF)
+        select.select([stdin], [], [], args.deadline)
+        follower.stop()
+    while not threaded and time.monotonic() < stop:  # keep forwarding until STOP (or EOF)
         follower.step(0.05)
         if select.select([stdin], [], [], 0)[0]:
             break
@@ -805,8 +816,8 @@ def main(argv: list[str] | None = None) -> None:
 
         trio.run(episub_node, args, args.role == "episub-writer")
         return
-    if args.role == "episub-blocking-reader":
-        return blocking_reader(args)
+    if args.role in ("episub-blocking-reader", "episub-thread-reader"):
+        return blocking_reader(args, threaded=args.role == "episub-thread-reader")
     if args.role == "redis-writer":
         return redis_writer(args)
     if args.role == "redis-reader":
