@@ -26,9 +26,12 @@ done
 for run in 1 2 3; do
     $PY benchmarks/config_broadcast.py --system episub --nodes 32 --out $R/config_episub_n32_run$run.json
     $PY benchmarks/config_broadcast.py --system redis --nodes 32 --out $R/config_redis_n32_run$run.json
-    # A design measurement, not the product: the same readers' core without trio.
-    $PY benchmarks/config_broadcast.py --system episub-blocking --nodes 32 \
-        --out $R/config_episub-blocking_n32_run$run.json
+    # Design measurements, not the product: the same readers' core without trio, pumped
+    # by the application's thread, then by a thread of its own.
+    for proto in episub-blocking episub-thread; do
+        $PY benchmarks/config_broadcast.py --system $proto --nodes 32 \
+            --out $R/config_${proto}_n32_run$run.json
+    done
 done
 $PY benchmarks/wakeup_floor.py --readers 32 --out $R/wakeup_floor.json
 $PY benchmarks/idle_cpu.py --nodes 16 --out $R/idle_cpu_n16.json
