@@ -337,7 +337,8 @@ class BlockingFollower:
         self._carry_out(self.core.handle(ConnectionLost(peer), self._now()))
 
     def close(self) -> None:
-        for conn in list(self._conns.values()):
+        """Close every socket (after `stop()` and the end of `serve()`'s thread)."""
+        for conn in list(self._by_fd.values()):
             conn.sock.close()
         self._listener.close()
         self._epoll.close()

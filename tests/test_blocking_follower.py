@@ -1,0 +1,58 @@
+"""benchmarks/blocking_follower.py, the prototype follower without trio that
+config_broadcast.py measures: it must follow a real writer, or its figures mean nothing."""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from pathlib import Path
+
+import trio
+
+from episub import Node
+from episub.config import ConfigReplica, config_topic
+from episub.config.codec import value_of
+from tests.net_helpers import KEY
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+from blocking_follower import BlockingFollower
+
+WRITES = 20
+
+
+def joined(follower: BlockingFollower, limit: float = 10.0) -> BlockingFollower:
+    """Pump `follower` until a neighbour accepted it (its NeighborUp), at most `limit` s."""
+    deadline = time.monotonic() + limit
+    while not follower.neighbors:
+        assert time.monotonic() < deadline, "the writer never accepted the follower"
+        follower.step(0.1)
+    return follower
+
+
+def test_the_prototype_follows_every_write_of_a_trio_writer_over_tcp() -> None:
+    async def main() -> None:
+        async with Node(key=KEY, listen="127.0.0.1:0") as node, trio.open_nursery() as nursery:
+            writer = ConfigReplica(node, "default")
+            await nursery.start(writer.run)
+            follower = await trio.to_thread.run_sync(
+                lambda: joined(BlockingFollower(KEY, config_topic("default"), node.address))
+            )
+            serving = threading.Thread(target=follower.serve, daemon=True)
+            serving.start()
+            try:
+                for i in range(1, WRITES + 1):
+                    await writer.write({"n": i, "name": f"v{i}"})
+                reached = await trio.to_thread.run_sync(follower.wait_for, WRITES, 10.0)
+                assert reached, f"the follower stopped at version {follower.state.version}"
+                entry = follower.state.get("n")
+                assert entry is not None and value_of(entry) == WRITES
+                assert follower.malformed == 0
+            finally:
+                follower.stop()
+                await trio.to_thread.run_sync(serving.join, 5.0)
+                follower.close()
+            assert not serving.is_alive()
+            nursery.cancel_scope.cancel()
+
+    trio.run(main)
