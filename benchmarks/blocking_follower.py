@@ -38,7 +38,8 @@ import time
 from collections.abc import Hashable
 from random import Random
 
-from episub.config.codec import ConfigCodecError, Update, decode
+from episub.config.codec import ConfigCodecError, Update, decode, encode_update, entry_for
+from episub.config.replica import write_stream
 from episub.config.state import ConfigState
 from episub.net.framing import max_frame_size
 from episub.net.handshake import NONCE_SIZE, Handshake, HandshakeError
@@ -54,6 +55,7 @@ from episub.proto.events import (
     NeighborDown,
     NeighborUp,
     OutEvent,
+    Publish,
     ScheduleTimer,
     Send,
     TimerFired,
@@ -83,8 +85,11 @@ class _Conn:
 class BlockingFollower:
     """A node of one topic, driven by `step()` from the caller's thread."""
 
-    def __init__(self, key: bytes, topic: str, contact: str, host: str = "127.0.0.1") -> None:
-        """Join `topic` through the node listening at `contact` ("host:port")."""
+    def __init__(
+        self, key: bytes, topic: str, contact: str | None, host: str = "127.0.0.1"
+    ) -> None:
+        """Join `topic` through the node listening at `contact` ("host:port"); None: be
+        the topic's first node, which the others join through (a writer)."""
         self._key = key
         self.topic = topic
         self._listener = socket.create_server((host, 0))
@@ -107,9 +112,26 @@ class BlockingFollower:
         self._moved = threading.Condition()  # the version rose (wait_for)
         self._waiting = 0  # wait_for callers
         self._stopped = False
-        contact_id = self._connect(contact)
-        self._carry_out(self.core.handle(JoinTopic(topic, (contact_id,)), self._now()))
+        bootstrap = () if contact is None else (self._connect(contact),)
+        self._carry_out(self.core.handle(JoinTopic(topic, bootstrap), self._now()))
         self._flush()
+
+    @property
+    def address(self) -> str:
+        host, port = self._listener.getsockname()[:2]
+        return f"{host}:{port}"
+
+    def write(self, values: dict[str, object]) -> int:
+        """Publish one configuration write, as ConfigReplica.write does (a stream of its
+        own, the codec's update); returns its version. Its sends go out at once."""
+        version, writer = self.state.stamp_for_write(self.me)
+        entries = {k: entry_for(v, version, writer) for k, v in values.items()}
+        publish = Publish(self.topic, encode_update(version, writer, entries),
+                          stream=(write_stream(writer, version), 0))  # fmt: skip
+        self._carry_out(self.core.handle(publish, self._now()))
+        self._flush()
+        self.state.apply(entries.items())
+        return version
 
     def _now(self) -> float:
         return time.monotonic() + self._epoch

@@ -21,10 +21,11 @@ Systems (every process on this host; `--nodes` readers, plus one writer):
                    UDF on each executor follows versions with `config.wait_for`.
   spark-broadcast  local-cluster[N,1,1024]; per update the driver makes a new broadcast
                    variable and runs a job with one task per executor reading `bv.value`.
-  episub-blocking  a design measurement, not the product: the episub writer, and N readers
+  episub-blocking  a design measurement, not the product: writer and N readers are nodes
                    of benchmarks/blocking_follower.py, the same core and codec pumped by
-                   one thread over epoll instead of trio (what the runtime costs a reader).
-  episub-thread    the same, with the reader's node in a thread of its own and its
+                   the application's thread over epoll instead of trio (what the runtime
+                   costs).
+  episub-thread    the same, with each reader's node in a thread of its own and its
                    application waiting on a lock (a product's shape of that design).
 
 Clock: every process reads time.monotonic_ns() (CLOCK_MONOTONIC, one clock for the whole
@@ -71,7 +72,8 @@ ROOT = Path(__file__).resolve().parent.parent
 SYSTEMS = ("episub", "redis", "spark-episub", "spark-broadcast", "episub-blocking",
            "episub-thread")  # fmt: skip
 ROLES = ("episub-writer", "episub-reader", "redis-writer", "redis-reader",
-         "episub-blocking-reader", "episub-thread-reader")  # fmt: skip
+         "episub-blocking-reader", "episub-thread-reader",
+         "episub-blocking-writer")  # fmt: skip
 PROTOTYPES = ("episub-blocking", "episub-thread")  # readers of benchmarks/blocking_follower.py
 KEY = bytes(range(32))  # the run's shared episub key
 CONFIG_NAME = "default"  # the configuration every system's writer updates
@@ -203,7 +205,9 @@ def run_processes(args: argparse.Namespace, logdir: str) -> dict[str, Any]:
             wait_for_port(port, deadline)
             extra["redis_version"] = redis_server_version()
             contact = str(port)
-        writer_role = "episub-writer" if args.system in PROTOTYPES else f"{args.system}-writer"
+        writer_role = (
+            "episub-blocking-writer" if args.system in PROTOTYPES else f"{args.system}-writer"
+        )
         writer = Child(base + ["--role", writer_role]
                        + (["--contact", contact] if args.system == "redis" else []),
                        "writer", logdir, child_env())  # fmt: skip
@@ -460,6 +464,50 @@ def blocking_reader(args: argparse.Namespace, threaded: bool) -> None:
         if select.select([stdin], [], [], 0)[0]:
             break
     follower.close()
+
+
+def blocking_writer(args: argparse.Namespace) -> None:
+    """The prototype's writer (blocking_follower.py): the topic's first node, every reader
+    joins through it; it pumps between its paced writes and while it waits for a line."""
+    from blocking_follower import BlockingFollower
+
+    from episub.config.replica import config_topic
+
+    node = BlockingFollower(KEY, config_topic(CONFIG_NAME), None)
+    say("READY", node.address)
+    stdin = sys.stdin.fileno()
+    deadline = time.monotonic() + args.deadline
+
+    def next_line() -> str:
+        while time.monotonic() < deadline:
+            node.step(0.02)
+            if select.select([stdin], [], [], 0)[0]:
+                return sys.stdin.readline()
+        raise SystemExit("no line on stdin before the deadline")
+
+    sets: list[tuple[int, int]] = []
+
+    def write(first: int, last: int) -> None:
+        start = time.monotonic()
+        for i in range(first, last + 1):
+            due = start + (i - first) * args.interval_ms / 1000
+            while (now := time.monotonic()) < due:
+                node.step(due - now)
+            if now > deadline:
+                return
+            t0 = time.monotonic_ns()
+            sets.append((node.write(value_for(i)), t0))
+
+    expect_line("START", next_line())
+    write(1, args.warmup)
+    expect_line("GO", next_line())
+    cpu_go, woken, kernel = cpu_s(), wakeups(), sys_cpu_s()
+    write(args.warmup + 1, args.final)
+    say("RESULT", json.dumps({"sets": sets, "cpu_s": cpu_s() - cpu_go,
+                              "sys_cpu_s": sys_cpu_s() - kernel,
+                              "wakeups": _since(woken)}))  # fmt: skip
+    next_line()  # STOP, or EOF: keep forwarding until then
+    node.close()
 
 
 def redis_writer(args: argparse.Namespace) -> None:
@@ -816,6 +864,8 @@ def main(argv: list[str] | None = None) -> None:
 
         trio.run(episub_node, args, args.role == "episub-writer")
         return
+    if args.role == "episub-blocking-writer":
+        return blocking_writer(args)
     if args.role in ("episub-blocking-reader", "episub-thread-reader"):
         return blocking_reader(args, threaded=args.role == "episub-thread-reader")
     if args.role == "redis-writer":

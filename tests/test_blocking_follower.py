@@ -56,3 +56,31 @@ def test_the_prototype_follows_every_write_of_a_trio_writer_over_tcp() -> None:
             nursery.cancel_scope.cancel()
 
     trio.run(main)
+
+
+def test_a_trio_replica_applies_every_write_of_the_prototype_writer() -> None:
+    async def main() -> None:
+        writer = BlockingFollower(KEY, config_topic("default"), None)
+        serving = threading.Thread(target=writer.serve, daemon=True)
+        try:
+            async with Node(key=KEY, listen="127.0.0.1:0") as node, trio.open_nursery() as nursery:
+                reader = ConfigReplica(node, "default", bootstrap=[writer.address])
+                nursery.start_soon(reader.run)
+                # One thread at a time pumps the writer: a worker until the reader is its
+                # neighbour and through the writes, then a thread of its own.
+                await trio.to_thread.run_sync(joined, writer)
+                for i in range(1, WRITES + 1):
+                    await trio.to_thread.run_sync(writer.write, {"n": i})
+                serving.start()
+                assert await reader.wait_for(WRITES, timeout=10.0), reader.state.version
+                entry = reader.state.get("n")
+                assert entry is not None and value_of(entry) == WRITES
+                assert reader.counters["malformed"] == 0
+                nursery.cancel_scope.cancel()
+        finally:
+            writer.stop()
+            if serving.is_alive():
+                serving.join(5.0)
+            writer.close()
+
+    trio.run(main)
