@@ -1,8 +1,8 @@
-"""A prototype: a configuration follower with episub's core and no trio.
+"""A prototype: a configuration node (a reader, or the writer) with episub's core, no trio.
 
-What a reader of `config_broadcast.py` would cost if the runtime were not trio's scheduler
-but one thread over epoll and plain socket calls (the design the fast-path issue
-names next for followers; benchmarks/wakeup_floor.py measures the two wakeups). Everything
+What the readers and the writer of `config_broadcast.py` would cost if the runtime were
+not trio's scheduler but one thread over epoll and plain socket calls (the design named
+next for followers; benchmarks/wakeup_floor.py measures the two wakeups). Everything
 a reader does to a message is the product's own code: the handshake and sealed records
 (episub.net), frame decoding and the sans-IO core (episub.proto: membership, broadcast,
 ordering, every check at entry), the configuration codec and state (episub.config). Only
