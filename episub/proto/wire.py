@@ -635,13 +635,7 @@ class FrameDecoder:
         usual read: decoded straight from it, never buffered); None when `data` is anything
         else, for `feed()`. Raises FrameError as `next_frame()` does."""
         body = self._frames.whole_body(data)
-        if body is None:
-            return None
-        try:
-            return self._decode(body)
-        except FrameError:
-            self._frames.fail()
-            raise
+        return None if body is None else self._decode_or_fail(body)
 
     def next_frame(self) -> list[tuple[str | None, PeerMessage]] | None:
         """The next whole frame's items, or None when more bytes are needed.
@@ -650,8 +644,10 @@ class FrameDecoder:
         only raises.
         """
         body = self._frames.next_body()
-        if body is None:
-            return None
+        return None if body is None else self._decode_or_fail(body)
+
+    def _decode_or_fail(self, body: bytes) -> list[tuple[str | None, PeerMessage]]:
+        """`_decode`, and a frame that is not valid ends the stream (only raises after)."""
         try:
             return self._decode(body)
         except FrameError:
