@@ -708,25 +708,15 @@ def test_a_gossip_item_written_by_hand_is_what_protobuf_writes(
     assert (topic, decoded) == ("t", gossip) and decoded.envelope == envelope
 
 
-def _reads_the_slow_way(chunks: list[bytes]) -> list[object]:
+def _reads(chunks: list[bytes], *, whole_frames: bool) -> list[object]:
+    """The frames of `chunks` fed one by one (then "FrameError" if one raised);
+    `whole_frames`: a chunk that is one whole frame is taken by whole_frame(), as a
+    connection does, instead of feed() + next_frame()."""
     decoder = FrameDecoder(max_frame_size=4096, max_items_per_frame=16)
     out: list[object] = []
     try:
         for chunk in chunks:
-            decoder.feed(chunk)
-            while (frame := decoder.next_frame()) is not None:
-                out.append(frame)
-    except FrameError:
-        out.append("FrameError")
-    return out
-
-
-def _reads_as_a_connection_does(chunks: list[bytes]) -> list[object]:
-    decoder = FrameDecoder(max_frame_size=4096, max_items_per_frame=16)
-    out: list[object] = []
-    try:
-        for chunk in chunks:
-            frame = decoder.whole_frame(chunk)
+            frame = decoder.whole_frame(chunk) if whole_frames else None
             if frame is not None:
                 out.append(frame)
                 continue
@@ -750,7 +740,7 @@ def _reads_as_a_connection_does(chunks: list[bytes]) -> list[object]:
 def test_a_read_that_is_one_whole_frame_decodes_as_if_fed(chunks: list[bytes]) -> None:
     # Connection._received takes a read that is exactly one frame straight (whole_frame);
     # the frames and the first error must be those of feeding every read.
-    assert _reads_as_a_connection_does(chunks) == _reads_the_slow_way(chunks)
+    assert _reads(chunks, whole_frames=True) == _reads(chunks, whole_frames=False)
 
 
 def test_a_whole_frame_is_not_taken_behind_buffered_bytes_or_after_an_error() -> None:
