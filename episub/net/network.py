@@ -241,11 +241,7 @@ class Network:
             return
         peer.queue.append(item)
         peer.queued_bytes += len(item)
-        if (
-            peer.queued_bytes > self._half_bytes
-            or len(peer.queue) + (0 if peer.conn is None else peer.conn.in_flight)
-            > self._half_items
-        ):
+        if self._over_half(peer):
             self._crowd_suspect = True
         peer.close_requested = False
         self._unflushed[peer_id] = peer
@@ -309,17 +305,19 @@ class Network:
     def _crowded(self) -> list[Peer]:
         if not self._crowd_suspect:
             return []
-        items, size = self._half_items, self._half_bytes
-        # Items taken into a write that has not completed count: they still wait on the peer.
-        crowded = [
-            p
-            for p in self.peers.values()
-            if len(p.queue) + (p.conn.in_flight if p.conn is not None else 0) > items
-            or p.queued_bytes > size
-        ]
+        crowded = [p for p in self.peers.values() if self._over_half(p)]
         if not crowded:
             self._crowd_suspect = False  # until a send leaves a peer over half again
         return crowded
+
+    def _over_half(self, peer: Peer) -> bool:
+        """Is `peer` over half its queue bounds? Items taken into a write that has not
+        completed count: they still wait on the peer."""
+        conn = peer.conn
+        return (
+            peer.queued_bytes > self._half_bytes
+            or len(peer.queue) + (0 if conn is None else conn.in_flight) > self._half_items
+        )
 
     def _overflow(self, peer: Peer, how: str = "overflowed") -> None:
         self.counters.queue_overflows += 1
