@@ -38,8 +38,8 @@ import time
 from collections.abc import Hashable
 from random import Random
 
-from episub.config.codec import ConfigCodecError, Update, decode, encode_update, entry_for
-from episub.config.replica import write_stream
+from episub.config.codec import ConfigCodecError, Update, decode
+from episub.config.replica import write_message
 from episub.config.state import ConfigState
 from episub.net.framing import max_frame_size
 from episub.net.handshake import NONCE_SIZE, Handshake, HandshakeError
@@ -125,9 +125,8 @@ class BlockingFollower:
         """Publish one configuration write, as ConfigReplica.write does (a stream of its
         own, the codec's update); returns its version. Its sends go out at once."""
         version, writer = self.state.stamp_for_write(self.me)
-        entries = {k: entry_for(v, version, writer) for k, v in values.items()}
-        publish = Publish(self.topic, encode_update(version, writer, entries),
-                          stream=(write_stream(writer, version), 0))  # fmt: skip
+        entries, payload, stream = write_message(values, version, writer)
+        publish = Publish(self.topic, payload, stream=stream)
         self._carry_out(self.core.handle(publish, self._now()))
         self._flush()
         self.state.apply(entries.items())

@@ -28,8 +28,8 @@ from collections import deque
 from pathlib import Path
 from random import Random
 
-from episub.config.codec import Update, decode, encode_update, entry_for
-from episub.config.replica import config_topic, write_stream
+from episub.config.codec import Update, decode
+from episub.config.replica import config_topic, write_message
 from episub.config.state import ConfigState
 from episub.net.framing import max_frame_size
 from episub.net.peer_id import make_peer_id
@@ -84,10 +84,8 @@ def prepare(updates: int) -> tuple[NodeState, bytes, list[bytes], int, float]:
     sealed: list[bytes] = []
     for version in range(1, updates + 1):
         values = {"threshold": version / 1000, "n": version}
-        entries = {k: entry_for(v, version, writer_id) for k, v in values.items()}
-        publish = Publish(TOPIC, encode_update(version, writer_id, entries),
-                          stream=(write_stream(writer_id, version), 0))  # fmt: skip
-        out = writer.handle(publish, now + version * 0.02)
+        _, payload, stream = write_message(values, version, writer_id)
+        out = writer.handle(Publish(TOPIC, payload, stream=stream), now + version * 0.02)
         items = [encode_item(o.topic, o.message) for o in out
                  if type(o) is Send and o.peer == reader_id]  # fmt: skip
         if len(items) != 1:

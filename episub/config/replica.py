@@ -65,6 +65,7 @@ __all__ = [
     "SYNC_TIMEOUT",
     "ConfigReplica",
     "config_topic",
+    "write_message",
     "write_stream",
 ]
 
@@ -99,6 +100,20 @@ DELETE = _Delete()  # a write's value that deletes its key
 def write_stream(writer: bytes, version: int) -> bytes:
     """The one-message stream a write travels on: unique per (writer, version), <= 64 bytes."""
     return _write_streams_of(writer) + b"%d" % version
+
+
+def write_message(
+    changes: Mapping[str, object], version: int, writer: bytes
+) -> tuple[dict[str, Entry], bytes, tuple[bytes, int]]:
+    """One write as it goes on the topic: its entries (keys checked, DELETE a tombstone),
+    the update's bytes, and the place it takes (a one-message stream of its own)."""
+    entries = {
+        check_key(k): Entry(version, writer, "deleted", b"")
+        if v is DELETE
+        else entry_for(v, version, writer)
+        for k, v in changes.items()
+    }
+    return entries, encode_update(version, writer, entries), (write_stream(writer, version), 0)
 
 
 def _write_streams_of(writer: bytes) -> bytes:
@@ -326,18 +341,10 @@ class ConfigReplica:
         if not changes:
             raise ValueError("a config write needs at least one key")
         version, writer = self.state.stamp_for_write(self.node.id)
-        entries = {
-            check_key(k): Entry(version, writer, "deleted", b"")
-            if v is DELETE
-            else entry_for(v, version, writer)
-            for k, v in changes.items()
-        }
+        entries, payload, stream = write_message(changes, version, writer)
         self.state.check_write(entries)
         # Published first: if the node refuses it (size), nothing was applied here either.
-        stream = (write_stream(writer, version), 0)
-        await self.node.publish_record(
-            self.topic, encode_update(version, writer, entries), stream=stream
-        )
+        await self.node.publish_record(self.topic, payload, stream=stream)
         self._apply(entries.items())
         return version
 
