@@ -61,7 +61,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -259,16 +259,23 @@ def redis_server_version() -> str:
     return out.stdout.strip()
 
 
-def paced(first: int, last: int, interval_s: float, deadline: float) -> Any:
-    """Yields first..last, i at start + (i - first) * interval (no burst after a late one)."""
+def paced(
+    first: int,
+    last: int,
+    interval_s: float,
+    deadline: float,
+    wait: Callable[[float], object] = time.sleep,
+) -> Any:
+    """Yields first..last, i at start + (i - first) * interval (no burst after a late one);
+    `wait(s)` spends the time until the next is due (a sleep, or a node's pump, which may
+    return sooner)."""
     start = time.monotonic()
     for i in range(first, last + 1):
         due = start + (i - first) * interval_s
-        now = time.monotonic()
+        while (now := time.monotonic()) < due and now <= deadline:
+            wait(due - now)
         if now > deadline:
             return
-        if due > now:
-            time.sleep(due - now)
         yield i
 
 
@@ -488,13 +495,7 @@ def blocking_writer(args: argparse.Namespace) -> None:
     sets: list[tuple[int, int]] = []
 
     def write(first: int, last: int) -> None:
-        start = time.monotonic()
-        for i in range(first, last + 1):
-            due = start + (i - first) * args.interval_ms / 1000
-            while (now := time.monotonic()) < due:
-                node.step(due - now)
-            if now > deadline:
-                return
+        for i in paced(first, last, args.interval_ms / 1000, deadline, node.step):
             t0 = time.monotonic_ns()
             sets.append((node.write(value_for(i)), t0))
 
