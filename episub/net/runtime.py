@@ -422,7 +422,7 @@ class Runtime:
         received = conn.last_received  # trio.current_time() as the read handed them over
         if self._kernel_rtt and conn.rtt_due <= received:
             # First, so that a PONG from a peer measured nowhere else finds it measured.
-            conn.rtt_due = conn.last_received + KERNEL_RTT_INTERVAL
+            conn.rtt_due = received + KERNEL_RTT_INTERVAL
             rtt = conn.kernel_rtt()
             if rtt is not None:
                 if self._pumping:
