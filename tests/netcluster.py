@@ -309,11 +309,28 @@ def remove_leftovers() -> None:
             pids = _ip("netns", "pids", name, check=False).stdout.split()
             _kill_and_reap([int(p) for p in pids])
             _ip("netns", "del", name, check=False)
+    _kill_and_reap(_masters_left())
     links = json.loads(_ip("-j", "link", "show", check=False).stdout or "[]")
     for link in links:
         name = link.get("ifname", "")
         if name == BRIDGE or name.startswith(VETH_PREFIX):
             _ip("link", "del", name, check=False)
+
+
+def _masters_left() -> list[int]:
+    """Spark masters a killed run left on the bridge's address (this run's is gone)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                args = f.read().decode(errors="replace").split("\0")
+        except OSError:
+            continue
+        if MASTER_CLASS in args and DRIVER_ADDRESS in args:
+            found.append(int(entry))
+    return found
 
 
 def leftovers() -> list[str]:
