@@ -85,6 +85,18 @@ class ClusterSession:
             self.spark.stop()
             self.spark = None
 
+    def end_driver_agent(self) -> None:
+        """The driver's agent: its owner, this test process, lives on past the module."""
+        if self.deployment is None:
+            return
+        try:
+            with AgentClient(self.deployment.driver_socket, timeout=10.0) as client:
+                pid = client.inspect().pid
+        except OSError:
+            return  # already gone
+        os.kill(pid, signal.SIGTERM)
+        wait_process_gone(pid)
+
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[NetCluster]:
@@ -119,6 +131,7 @@ def session(cluster: NetCluster) -> Iterator[ClusterSession]:
             yield started
         finally:
             started.stop()
+            started.end_driver_agent()
 
 
 # -- helpers ----------------------------------------------------------------------------------
