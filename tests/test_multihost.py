@@ -473,12 +473,11 @@ def test_a_session_stopped_mid_stream_restarts_in_the_same_process(
         )
         return w, r
 
+    def written() -> Any:  # the sink's committed files (its _spark_metadata log)
+        return session.spark.read.schema("value string").parquet(str(out))
+
     def parquet_count() -> int:
-        return (
-            session.spark.read.parquet(str(out)).count()
-            if (out / "_spark_metadata").exists()
-            else 0
-        )
+        return written().count() if (out / "_spark_metadata").exists() else 0
 
     try:
         writer, reader = start_both()
@@ -495,5 +494,5 @@ def test_a_session_stopped_mid_stream_restarts_in_the_same_process(
     finally:
         if session.spark is not None:
             stop_all(writer, reader)
-    values = [r.value for r in session.spark.read.parquet(str(out)).collect()]
+    values = [r.value for r in written().collect()]
     assert ids_of(values) == list(range(feeder.written))
