@@ -26,6 +26,7 @@ import pytest
 pytest.importorskip("pyspark", reason="the Spark connector needs the spark extra")
 
 from episub.agent import AgentClient, AgentError
+from tests.connect_server import agent_processes, argument
 from tests.netcluster import DRIVER_ADDRESS, Host, NetCluster, leftovers, unavailable
 from tests.proc_helpers import KEY, wait_process_gone, wait_until
 
@@ -111,7 +112,22 @@ def cluster() -> Iterator[NetCluster]:
         assert not leftovers(), leftovers()
         assert not built.stragglers, f"processes left in the hosts: {built.stragglers}"
     finally:
+        # A Spark planner process that outlived the session may have started the driver's
+        # agent again after the session's teardown ended it: it goes with the directory.
+        for pid in agents_under(directory):
+            os.kill(pid, signal.SIGTERM)
+            wait_process_gone(pid)
         shutil.rmtree(directory, ignore_errors=True)
+
+
+def agents_under(directory: Path) -> list[int]:
+    """The episub agents whose sockets are under `directory`."""
+    prefix = str(directory) + os.sep
+    return [
+        pid
+        for pid, args in agent_processes().items()
+        if (argument(args, "--socket") or "").startswith(prefix)
+    ]
 
 
 @pytest.fixture(scope="module")
