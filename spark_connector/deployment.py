@@ -126,7 +126,10 @@ class Deployment:
     @classmethod
     def from_json(cls, text: str) -> Deployment:
         fields: dict[str, Any] = json.loads(text)
-        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in fields.items()})
+        values: dict[str, Any] = {
+            k: tuple(v) if isinstance(v, list) else v for k, v in fields.items()
+        }
+        return cls(**values)
 
 
 def agent_dir() -> str:

@@ -240,7 +240,7 @@ class AgentClient:
         chunk: list[pb.Record] = []
         size = 0
         for record in records:
-            if type(record) is Record:
+            if isinstance(record, Record):
                 encoded = checked_record_to_pb(record)
             else:
                 encoded = record_to_pb(record)
@@ -281,7 +281,7 @@ class AgentClient:
         publishes nothing (so a retry with the same arguments publishes each row once)."""
         if not 1 <= batch_rows <= MAX_BATCH_ROWS:
             raise ValueError(f"batch_rows must be in 1..{MAX_BATCH_ROWS}, not {batch_rows!r}")
-        records = []
+        records: list[Record] = []
         for low in range(0, len(rows), batch_rows):
             part = rows[low : low + batch_rows]
             records.append(

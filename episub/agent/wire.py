@@ -11,6 +11,7 @@ decoder and its one bound (a header announcing more than the splitter's `max_siz
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from typing import Literal
 
 from google.protobuf.message import DecodeError
 
@@ -185,8 +186,8 @@ def neighbor_to_pb(neighbor: Neighbor) -> pb.Neighbor:
 
 
 def neighbor_from_pb(neighbor: pb.Neighbor) -> Neighbor:
-    kind = "near" if neighbor.kind == "near" else "rand"
-    role = "eager" if neighbor.role == "eager" else "lazy"
+    kind: Literal["rand", "near"] = "near" if neighbor.kind == "near" else "rand"
+    role: Literal["eager", "lazy"] = "eager" if neighbor.role == "eager" else "lazy"
     return Neighbor(
         peer_id=neighbor.peer_id,
         address=neighbor.address,
