@@ -35,6 +35,11 @@ def rel(path: Path) -> str:
     return path.relative_to(ROOT).as_posix()
 
 
+def json_name(path: Path) -> str:
+    """A table's JSON cell: the file's name, its directory said once above the tables."""
+    return f"`{path.name}`" if path.parent == SITTING else f"`{path.parent.name}/{path.name}`"
+
+
 def fmt(value: float | None, digits: int = 1) -> str:
     return "-" if value is None else f"{value:,.{digits}f}"
 
@@ -48,7 +53,7 @@ def loopback_row(name: str, path: Path) -> tuple[str, dict[str, Any]] | None:
         f"| {name} | {fmt(s['msgs_per_s_per_receiver_median'], 0)} | {s['delivery_ratio']:.4f} | "
         f"{fmt(s['latency_p50_ms'])} / {fmt(s['latency_p99_ms'])} | "
         f"{fmt(1000 * s['cpu_s_per_delivered'], 3) if s.get('cpu_s_per_delivered') else '-'} | "
-        f"{fmt(run['machine'].get('other_cpu_s'))} | `{rel(path)}` |"
+        f"{fmt(run['machine'].get('other_cpu_s'))} | {json_name(path)} |"
     )
     return row, s
 
@@ -180,8 +185,8 @@ FIGURES = {  # picture -> (title, what it shows, the command that gives its data
     "bench_burst.png": (
         "Throughput, one publisher",
         "Throughput of one publisher publishing back to back, on loopback: messages per "
-        "second each receiver gets (left) and the CPU all nodes spend per delivered message "
-        "(right), today against the same run before the fast path.",
+        "second each receiver gets (top) and the CPU all nodes spend per delivered message "
+        "(bottom), today against the same run before the fast path.",
         "benchmarks/loopback.py --system episub --nodes 8 --size 256 --messages 20000",
     ),
     "bench_latency_cdf.png": (
@@ -230,7 +235,7 @@ def draw() -> list[str]:
     drawn = []
     burst = burst_bars()
     if any(burst.values()):
-        fig, axes = plt.subplots(1, 2, figsize=(10, 3.4), sharey=True)
+        fig, axes = plt.subplots(2, 1, figsize=(7, 5))
         for ax, (panel, bars) in zip(axes, burst.items(), strict=True):
             ys = list(range(len(bars)))[::-1]  # the first run on top
             ax.barh(ys, [b.value for b in bars], color=[GROUP_COLORS[b.group] for b in bars])
@@ -268,7 +273,7 @@ def draw() -> list[str]:
         drawn.append("bench_latency_cdf.png")
     config = config_bars()
     if any(config.values()):
-        fig, axes = plt.subplots(1, 2, figsize=(10, 3.4))
+        fig, axes = plt.subplots(1, 2, figsize=(8, 3.6))
         for ax, (panel, bars) in zip(axes, config.items(), strict=True):
             xs = list(range(len(bars)))
             ax.bar(xs, [b.value for b in bars], color=[GROUP_COLORS[b.group] for b in bars])
@@ -295,6 +300,8 @@ def picture_lines(drawn: list[str]) -> list[str]:
 def main() -> None:
     drawn = draw()
     lines: list[str] = picture_lines(drawn)
+    lines += [f"The JSON files named in the tables are in `{rel(SITTING)}/` unless another "
+              "directory of `benchmarks/results/` is named.", ""]  # fmt: skip
     lines += ["### Throughput: one publisher, back to back (burst)", "",
               "| run | msgs/s per receiver (median) | delivery | p50 / p99 ms | "
               "CPU ms per delivered | other processes' CPU s | JSON |",
@@ -323,7 +330,7 @@ def main() -> None:
                 lines.append(
                     f"| {system} | {run_index + 1} | {fmt(lat['p50_ms'])} | {fmt(lat['p99_ms'])} | "
                     f"{fmt(lat['max_ms'])} | {fmt(r['cpu_ms_per_update'])} | "
-                    f"{r['machine']['loadavg_before_after'][0][0]:.1f} | `{rel(r['_path'])}` |"
+                    f"{r['machine']['loadavg_before_after'][0][0]:.1f} | {json_name(r['_path'])} |"
                 )
     for system, runs in config.items():
         if runs:
