@@ -17,9 +17,9 @@ a gap aside until the gap fills, and its version means "every write up to here i
 Rules this replica keeps:
 - A replica that knows of a version it does not hold is *behind* (`behind`, `lag()`) and
   says so; a gap the overlay's own repair (IHAVE + GRAFT) has not filled within GAP_GRACE
-  is repaired by snapshots: asked of every node that may hold one, one after another, in
-  rounds with a growing pause between them (REPAIR_PAUSE up to REPAIR_PAUSE_MAX), until
-  the replica holds every version it knows of. It logs once when it starts repairing and
+  is repaired by snapshots: asked of the nodes that may hold one, one after another (at
+  most MAX_ASKED_PER_ROUND), in rounds with a growing pause between them (REPAIR_PAUSE up
+  to REPAIR_PAUSE_MAX), until the replica holds every version it knows of. It logs once when it starts repairing and
   once when it has caught up, not per request.
 - Who is asked: the nodes that reported holding a version above ours (writers, snapshot
   senders, other replicas' sync requests) first, then neighbours nearest by RTT, and the
@@ -99,6 +99,9 @@ REPAIR_PAUSE_MAX = 8.0  # guess: a healed partition is noticed within this much
 NEIGHBOUR_POLL = 0.5  # s between looks at the topic's links (a relink after a partition)
 MAX_HOLDERS = 64  # nodes remembered with the version they reported; as MAX_REQUESTERS
 MAX_LOST_NEIGHBOURS = 64  # links remembered after they went, to see them come back
+# Nodes asked in one round at most (the bootstrap nodes kept): a round costs a sync request
+# and an answer per node asked, and the next round asks again. Guess: a view and a half.
+MAX_ASKED_PER_ROUND = 12
 
 
 _Waiter = list  # [version, task, deadline]: a wait_for caller's, parked
@@ -359,7 +362,8 @@ class ConfigReplica:
             pause = min(2 * pause, REPAIR_PAUSE_MAX)
 
     def _candidates(self, first: bool) -> list[tuple[bytes, str]]:
-        """Whom to ask, in order (see the module's rules): (node id, address)."""
+        """Whom to ask, in order (see the module's rules), at most MAX_ASKED_PER_ROUND:
+        (node id, address)."""
         seeds = set(self.bootstrap)
         neighbours = {n.peer_id: n for n in self.node.neighbors(self.topic)}
         relinked = [p for p in self._relinked if p in neighbours]
@@ -376,8 +380,8 @@ class ConfigReplica:
             if peer not in out and peer != self._me:
                 out[peer] = neighbours[peer].address if peer in neighbours else _address_of(peer)
         # The bootstrap nodes: first on the first catch-up, else last.
-        seeded = [p for p, a in out.items() if a in seeds]
-        rest = [p for p in out if p not in seeded]
+        seeded = [p for p, a in out.items() if a in seeds][:MAX_ASKED_PER_ROUND]
+        rest = [p for p in out if p not in seeded][: MAX_ASKED_PER_ROUND - len(seeded)]
         order = [*seeded, *rest] if first else [*rest, *seeded]
         return [(p, out[p]) for p in order]
 
