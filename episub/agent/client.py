@@ -89,12 +89,23 @@ _BATCH_OVERHEAD = 1024
 
 @dataclass(frozen=True, slots=True)
 class ConfigView:
-    """A configuration as one replica held it: its version and live values."""
+    """A configuration as one replica held it: its version (every write up to it held) and
+    live values, and the highest version it knew exists (above `version` while behind)."""
 
     name: str
     version: int
     values: dict[str, object]
     stamps: dict[str, tuple[int, bytes]]  # key -> (version, writer) that set it
+    known_version: int = 0
+
+    @property
+    def lag(self) -> int:
+        """Versions the replica knew of but did not hold yet (0: caught up)."""
+        return max(0, self.known_version - self.version)
+
+    @property
+    def behind(self) -> bool:
+        return self.lag > 0
 
 
 def config_view_from_pb(body: pb.ConfigSnapshot) -> ConfigView:
@@ -102,7 +113,7 @@ def config_view_from_pb(body: pb.ConfigSnapshot) -> ConfigView:
     for e in body.entries:
         values[e.key] = value_of(Entry(e.version, e.writer, e.kind, e.data))  # type: ignore[arg-type]
         stamps[e.key] = (e.version, e.writer)
-    return ConfigView(body.name, body.version, values, stamps)
+    return ConfigView(body.name, body.version, values, stamps, body.known_version)
 
 
 class AgentUnavailable(ConnectionError):

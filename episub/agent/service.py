@@ -421,7 +421,8 @@ class AgentService:
             raise AgentRequestError(
                 "timeout",
                 f"configuration {body.name!r} is at version {replica.state.version}, not yet "
-                f"{body.min_version}, after {body.timeout} s",
+                f"{body.min_version}, after {body.timeout} s"
+                + (f" (behind: it knows of version {replica.state.top})" if replica.behind else ""),
             )
         return config_snapshot_to_pb(replica)
 
@@ -496,8 +497,9 @@ def _address_of(peer: bytes) -> str:
 
 
 def config_snapshot_to_pb(replica: ConfigReplica) -> pb.ConfigSnapshot:
-    out = pb.ConfigSnapshot(name=replica.name, version=replica.state.version)
-    for key, entry in sorted(replica.state.values().items()):
+    state = replica.state
+    out = pb.ConfigSnapshot(name=replica.name, version=state.version, known_version=state.top)
+    for key, entry in sorted(state.values().items()):
         out.entries.add(
             key=key, version=entry.version, writer=entry.writer, kind=entry.kind, data=entry.data
         )
