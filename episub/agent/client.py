@@ -34,6 +34,7 @@ from episub.agent.wire import (
     MAX_BATCH_RECORDS,
     MAX_REQUEST_SIZE,
     MAX_RESPONSE_SIZE,
+    READ_FETCH_BUDGET,
     FrameError,
     FrameSplitter,
     Record,
@@ -361,7 +362,10 @@ class AgentClient:
                 holders=list(holders),
                 value_prefix=value_prefix,
             )
-            page = self._call(wait=fetch_timeout, read_range=body).messages
+            # The agent answers within fetch_timeout of a pause, or READ_FETCH_BUDGET of
+            # progress (then with part of the page), plus its own work.
+            wait = fetch_timeout + READ_FETCH_BUDGET if fetch_timeout > 0 else 0.0
+            page = self._call(wait=wait, read_range=body).messages
             out += (delivery_from_pb(m) for m in page.messages)
             if page.next_seq <= seq:
                 raise AgentError("internal", f"read_range made no progress at seq {seq}")

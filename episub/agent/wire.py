@@ -53,6 +53,10 @@ MAX_REQUEST_SIZE = 32 * 1024 * 1024
 MAX_RESPONSE_SIZE = 64 * 1024 * 1024
 # Records in one PublishBatch. Guess: a Spark partition's rows go in a few requests.
 MAX_BATCH_RECORDS = 10_000
+# A ReadRange whose fetch is still progressing is answered after this many seconds with
+# what it has (the client asks again from there): a reply's wait stays fetch_timeout plus
+# this, however long the range. Guess: a few pages' worth at LAN rates.
+READ_FETCH_BUDGET = 2.0
 
 
 def encode_frame(message: pb.Request | pb.Response) -> bytes:
