@@ -328,6 +328,16 @@ class RetentionStore(Generic[M]):
         rows = self._rows(topic, publisher, first_seq, last_seq)
         return [(id_of(i), items[i]) for i in rows]  # type: ignore[misc]
 
+    def seqs(
+        self, topic: str, publisher: bytes, first_seq: int, last_seq: int, now: float
+    ) -> list[int]:
+        """The seqs `get` would return messages of, without the messages (what a fetch
+        still lacks is found from these)."""
+        _check_range(first_seq, last_seq)
+        self.expire(now)
+        stream = self._topics.get(topic, {}).get(publisher)
+        return [] if stream is None else [seq for seq, _ in stream.rows_in(first_seq, last_seq)]
+
     def holds(self, topic: str) -> bool:
         """Does anything of `topic` stay held (a stream goes with its last row)?"""
         return topic in self._topics

@@ -2,7 +2,8 @@
 
 One node runs beside the driver and one in each executor, each in an agent process
 (episub.agent) started on first use under a file lock and found over a Unix socket
-(DESIGN.md, "Spark facts": Python workers are short-lived, so a node cannot live in one).
+(docs/how-it-works.md, "Why an agent": Python workers are short-lived, so a node cannot
+live in one).
 
 - The driver's agent, classic Spark: started by `register()` in the user's driver process
   and exits when that process is gone. Spark's driver-side Python planners (the streaming
@@ -127,7 +128,10 @@ class Deployment:
     @classmethod
     def from_json(cls, text: str) -> Deployment:
         fields: dict[str, Any] = json.loads(text)
-        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in fields.items()})
+        values: dict[str, Any] = {
+            k: tuple(v) if isinstance(v, list) else v for k, v in fields.items()
+        }
+        return cls(**values)
 
 
 def agent_dir() -> str:

@@ -214,7 +214,10 @@ class Network:
         return min(self._idle_timeout, self._liveness_timeout) / 4
 
     async def _listen(
-        self, listeners: list[trio.SocketListener], *, task_status: trio.TaskStatus[None]
+        self,
+        listeners: list[trio.SocketListener],
+        *,
+        task_status: trio.TaskStatus[list[trio.SocketListener]],
     ) -> None:
         # Handlers run in our nursery, not the listener's: when the listener stops at
         # shutdown, the connections it accepted still close gracefully.

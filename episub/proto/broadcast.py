@@ -210,8 +210,8 @@ class Broadcast:
         return self.ordering.streams
 
     @property
-    def fetches(self) -> OrderedDict[PeerId, tuple[int, int]]:
-        """publisher -> the last span we fetched of it, oldest first."""
+    def fetches(self) -> OrderedDict[PeerId, list[tuple[int, int]]]:
+        """publisher -> the last spans we fetched of it, publishers oldest first."""
         return self.ordering.fetches
 
     # -- neighbours ---------------------------------------------------------------------

@@ -10,7 +10,7 @@ Sources: "draft" = libp2p's Episub draft (pubsub/gossipsub/episub.md, 2018);
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from episub.proto import messages as m
 
@@ -280,7 +280,7 @@ CONFIG_TOPIC_PREFIX = "_episub.config."
 # benchmark's p99). Now each node flushes at a period of its own, 0.5-1.5 s: a lost write
 # is grafted within ~2 s (its announcer's flush, then graft_timeout), and a reader reads
 # ~0.1 IHAVE frames per write at 50 writes/s (0.26 at 0.5 s).
-CONFIG_TOPIC_BROADCAST: tuple[tuple[str, float], ...] = (
+CONFIG_TOPIC_BROADCAST: tuple[tuple[str, Any], ...] = (
     ("ihave_interval", 1.0),  # guess: repair within ~2 s is live enough for configuration
     ("ihave_spread", 1.0),  # every node its own period, 0.5-1.5 s: the flushes spread
     ("graft_grace", 1.4),  # ihave_interval + 2 * 200 ms, as the default's
@@ -306,7 +306,7 @@ CONFIG_TOPIC_BROADCAST: tuple[tuple[str, float], ...] = (
 # Without proximity no RTT is wanted, but passive peers never get one (the runtime reads
 # RTTs of connections only), so probing stayed at its unmeasured pace: 4 PINGs every 2 s on
 # the shared 2 s tick, every reader at once (a write met them every 2 s, 10-15 ms late).
-CONFIG_TOPIC_MEMBERSHIP: tuple[tuple[str, float], ...] = (
+CONFIG_TOPIC_MEMBERSHIP: tuple[tuple[str, Any], ...] = (
     ("proximity", False),
     ("hub_links", 64),  # guess: "a small config group"; larger groups relay through readers
     ("c_near", 0),
@@ -323,11 +323,11 @@ class NodeConfig:
     broadcast: BroadcastConfig = field(default_factory=BroadcastConfig)
     # Per topic-name prefix, `broadcast` fields a topic of that prefix changes (the first
     # prefix that matches); other topics use `broadcast` as it is.
-    topic_broadcast: tuple[tuple[str, tuple[tuple[str, float], ...]], ...] = (
+    topic_broadcast: tuple[tuple[str, tuple[tuple[str, Any], ...]], ...] = (
         (CONFIG_TOPIC_PREFIX, CONFIG_TOPIC_BROADCAST),
     )
     # ... and `membership` fields, the same way.
-    topic_membership: tuple[tuple[str, tuple[tuple[str, float], ...]], ...] = (
+    topic_membership: tuple[tuple[str, tuple[tuple[str, Any], ...]], ...] = (
         (CONFIG_TOPIC_PREFIX, CONFIG_TOPIC_MEMBERSHIP),
     )
     max_topics: int = 1024  # guess: per node
@@ -360,7 +360,7 @@ class NodeConfig:
 
 
 def _changed(
-    part: _Part, by_prefix: tuple[tuple[str, tuple[tuple[str, float], ...]], ...], topic: str
+    part: _Part, by_prefix: tuple[tuple[str, tuple[tuple[str, Any], ...]], ...], topic: str
 ) -> _Part:
     """`part` with the changes of the first prefix of `by_prefix` that `topic` starts with."""
     for prefix, changes in by_prefix:

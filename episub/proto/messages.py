@@ -197,11 +197,6 @@ class HeldSpan:
             raise ValueError(f"since_seq {self.since_seq!r} is past the span's end")
 
 
-def _check_nonce(nonce: int) -> None:
-    if not 0 <= nonce < 1 << 64:
-        raise ValueError(f"nonce must fit in 64 bits, not {nonce!r}")
-
-
 def _check_spans(spans: tuple[HeldSpan, ...]) -> None:
     if len(spans) > MAX_HELD_SPANS:
         raise ValueError(f"at most {MAX_HELD_SPANS} spans per message, not {len(spans)}")

@@ -626,7 +626,7 @@ class FrameDecoder:
         """Bytes received and not yet returned as frames."""
         return self._frames.buffered
 
-    def feed(self, data: bytes) -> None:
+    def feed(self, data: bytes | bytearray) -> None:
         """Buffer `data`; a bad frame header in it is reported by a later `next_frame()`."""
         self._frames.feed(data)
 

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import math
 from array import array
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 
 from episub.proto.events import (
     ClosePeer,
@@ -263,7 +263,7 @@ def summarize(
     live: list[int],
     departed: Mapping[int, float],
     lifetime: float,
-    active_views: Mapping[int, Iterable[int]],
+    active_views: Mapping[int, Collection[int]],
     passive_sizes: Mapping[int, int],
     heal_since: float | None,
     earlier_asymmetric: Iterable[tuple[int, int]] = (),

@@ -34,6 +34,7 @@ seconds more, so that view symmetry can be judged apart from exchanges in flight
 
 from __future__ import annotations
 
+import functools
 import math
 import random
 import time
@@ -338,7 +339,7 @@ class ScenarioRun:
         steps = round(p.rate * p.nodes * p.duration)
         for k in range(steps):
             graceful = k % 2 == 0
-            sim.call_at(at + k * p.duration / steps, lambda g=graceful: self.churn_step(g))
+            sim.call_at(at + k * p.duration / steps, functools.partial(self.churn_step, graceful))
         last = self.counted(at) - p.interval
         self.drain(max(last, at + p.duration))
 
