@@ -19,8 +19,8 @@ Rules this replica keeps:
   says so; a gap the overlay's own repair (IHAVE + GRAFT) has not filled within GAP_GRACE
   is repaired by snapshots: asked of the nodes that may hold one, one after another (at
   most MAX_ASKED_PER_ROUND), in rounds with a growing pause between them (REPAIR_PAUSE up
-  to REPAIR_PAUSE_MAX), until the replica holds every version it knows of. It logs once when it starts repairing and
-  once when it has caught up, not per request.
+  to REPAIR_PAUSE_MAX), until the replica holds every version it knows of. It logs once
+  when it starts repairing and once when it has caught up, not per request.
 - Who is asked: the nodes that reported holding a version above ours (writers, snapshot
   senders, other replicas' sync requests) first, then neighbours nearest by RTT, and the
   bootstrap nodes (the driver, in Spark) last, so that repair does not load them. A
