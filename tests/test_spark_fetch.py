@@ -83,3 +83,29 @@ def test_many_one_row_messages_held_only_by_a_node_outside_spark_are_read_once(
     result = json.loads((tmp_path / "result.json").read_text())
     for read in ("batch", "stream"):
         assert result[read]["exact"] and result[read]["distinct"] == 30000, result[read]
+
+
+def test_a_data_loss_message_lists_each_node_asked_with_what_it_holds_or_no_answer() -> None:
+    from episub.agent.client import NodeHoldings
+    from episub.proto.messages import HeldSpan
+    from spark_connector.planner import Range
+    from spark_connector.source import _holders_now
+
+    class Agent:  # the executor's agent, answering Holdings as it would
+        def holdings(self, topic: str, **asked: object) -> list[NodeHoldings]:
+            self.asked = (topic, asked)
+            span = HeldSpan(publisher=b"p", first_seq=0, last_seq=49, count=50)
+            return [
+                NodeHoldings(node_id=b"me", address="10.0.0.1:7000", answered=True, spans=[]),
+                NodeHoldings(b"h1", "10.0.0.2:7000", answered=True, spans=[span]),
+                NodeHoldings(b"h2", "10.0.0.3:7000", answered=False, spans=[]),
+            ]
+
+    agent = Agent()
+    text = _holders_now(agent, Range("t", "p", 0, 99, holders=(b"h1", b"h2")), 0, 99)
+    assert text == (
+        "this executor's node: holds none; 10.0.0.2:7000: holds 0..49 (50 seqs); "
+        "10.0.0.3:7000: no answer"
+    )
+    topic, asked = agent.asked
+    assert topic == "t" and asked["neighbors"] is True and list(asked["peers"]) == [b"h1", b"h2"]
