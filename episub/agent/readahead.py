@@ -47,6 +47,11 @@ class _RangeFetch:
     changed: trio.Event = field(default_factory=trio.Event)  # set on progress and at the end
     report: FetchReport | None = None  # set when it ended
 
+    def progressed(self) -> None:
+        """Wake every page waiting on this fetch (each takes `changed` before it looks)."""
+        changed, self.changed = self.changed, trio.Event()
+        changed.set()
+
 
 class ReadAhead:
     """The fetches running ahead of ReadRange pages, on `node`, in `nursery`."""
@@ -83,6 +88,7 @@ class ReadAhead:
                 await self._fetch(fetch, timeout, holders)
         started = trio.current_time()
         while True:
+            changed = fetch.changed  # taken before looking: progress after the look sets it
             held = self.node.held_seqs(topic, publisher, first, upto)
             prefix = _prefix(held, first)
             if prefix == upto - first + 1 or fetch.report is not None:
@@ -92,10 +98,9 @@ class ReadAhead:
                 return first + prefix - 1
             if waited >= READ_FETCH_BUDGET + timeout:
                 return upto
-            fetch.changed = trio.Event()
             limit = READ_FETCH_BUDGET if prefix else READ_FETCH_BUDGET + timeout
             with trio.move_on_after(limit - waited):
-                await fetch.changed.wait()
+                await changed.wait()
 
     def _covering(self, topic: str, publisher: bytes, first: int, upto: int) -> _RangeFetch | None:
         for fetch in self._running:
@@ -112,7 +117,7 @@ class ReadAhead:
         try:
             fetch.report = await self.node.fetch_range(
                 fetch.topic, fetch.publisher, fetch.first, fetch.last, timeout=timeout,
-                holders=holders, on_progress=lambda: fetch.changed.set(),
+                holders=holders, on_progress=fetch.progressed,
             )  # fmt: skip
             if fetch.report.lacking:
                 answers = "; ".join(_answer_text(a) for a in fetch.report.asked)
@@ -124,7 +129,7 @@ class ReadAhead:
         finally:
             if fetch.report is None:
                 fetch.report = FetchReport(-1, "stopped")
-            fetch.changed.set()
+            fetch.progressed()
             if fetch in self._running:
                 self._running.remove(fetch)
 
