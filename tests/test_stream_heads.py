@@ -77,11 +77,30 @@ def test_our_own_streams_head_is_named_to_every_neighbour():
 
 def test_heads_gone_quiet_together_go_in_one_message_per_link():
     node = node_with(1, 2)
-    other = envelope(8, 0, b"y")
     node.handle(received(1, gossip(env(4), hops=3)), 1.0)
-    node.handle(received(1, gossip(other, hops=1)), 1.25)
-    # The second is due a quarter period later: it goes with the first (half a period).
+    node.handle(received(1, gossip(envelope(8, 0, b"y"), hops=1)), 1.0)
     assert fire(node, "heads", 2.0) == [send(2, heads(head(4, 3), (8, 0, 0, 1)))]
+
+
+def test_the_heads_timer_fires_at_most_twice_per_quiet_period():
+    node = node_with(1, 2)
+    node.handle(received(1, gossip(env(4))), 1.0)
+    node.handle(received(1, gossip(envelope(8, 0, b"y"))), 1.25)
+    # The second is due a quarter period later: it waits for half a period.
+    assert fire(node, "heads", 2.0) == [
+        send(2, heads(head(4))),
+        ScheduleTimer(QUIET / 2, token("heads")),
+    ]
+    assert fire(node, "heads", 2.5) == [send(2, heads((8, 0, 0, 1)))]
+
+
+def test_a_stream_that_keeps_arriving_sends_no_heads():
+    node = node_with(1, 2)
+    now = 1.0
+    for seq in range(8):  # every 0.6 s: no gap stays hidden for long
+        node.handle(received(1, gossip(env(seq))), now)
+        now += 0.6
+        assert not sends(fire(node, "heads", now), m.Heads)
 
 
 def test_a_neighbour_that_named_the_head_first_is_not_told_it():

@@ -9,10 +9,11 @@ neighbour not known to hold it. A neighbour behind that head GRAFTs what it lack
 would after an IHAVE (broadcast.py `_on_heads`).
 
 Rules this machine keeps:
-- A head is sent once per neighbour, `heads_quiet` after the stream's newest message came
-  (a stream that keeps arriving shows its own gaps), in batches: one timer fires when the
-  oldest pending head is due and takes every head due within half a period more, so a
-  link gets at most two HEADS per `heads_quiet` whatever the number of streams.
+- A head is sent once per neighbour, once nothing newer of its stream has come for
+  `heads_quiet` (a stream that keeps arriving shows its own gaps, and sends none), in
+  batches: one timer fires when the oldest pending head is due, takes every head due by
+  then, and fires again no sooner than half a period later, so a link gets at most two
+  HEADS per `heads_quiet` whatever the number of streams.
 - Not to a neighbour known to hold the head: the one that sent it to us, and those whose
   own HEADS named it (or a later seq) first. Not to a neighbour whose link came up after
   the head's message arrived: it joined after it and would take an old message for news.
@@ -29,6 +30,10 @@ from dataclasses import dataclass, field
 from episub.proto import messages as m
 from episub.proto.config import BroadcastConfig
 from episub.proto.messages import PeerId
+
+# A head due this close after the timer fires goes with its batch: float sums of due
+# times and timer delays differ in the last bits.
+DUE_SLACK = 1e-6
 
 # Neighbours noted as holding one head: an active view is 7 by default (2A = 14 at most
 # while oversubscribed); beyond this a few more HEADS go out, which costs a range each.
@@ -88,8 +93,8 @@ class StreamHeads:
             head.holders.append(peer)
 
     def take_due(self, now: float) -> list[tuple[PeerId, Head]]:
-        """The heads quiet for heads_quiet, with those due within half a period more."""
-        until = now - self.config.heads_quiet / 2
+        """The heads whose stream has had nothing newer for heads_quiet."""
+        until = now - self.config.heads_quiet + DUE_SLACK
         pending = self.pending
         due = []
         while pending:
