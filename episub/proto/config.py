@@ -214,6 +214,9 @@ class BroadcastConfig:
     max_ihave_ids: int = 1024  # guess: ids per IHAVE frame
     max_graft_ids: int = 256  # guess: ids per GRAFT
     gap_timeout: float = 1.0  # guess: let the tree and IHAVE repair a gap before pulling
+    # A stream with nothing newer for this long has its head (last seq) named once to each
+    # neighbour in a HEADS (heads.py): a lost last message shows no gap otherwise.
+    heads_quiet: float = 1.0  # = gap_timeout: IHAVE and GRAFT have had their turn
     gap_retry_interval: float = 0.5  # guess
     gap_max_attempts: int = 6  # guess: then the gap is reported as DataLost
     max_gap: int = 4096  # = messages.MAX_PULL_SPAN; a bigger jump is resynchronised
@@ -234,6 +237,7 @@ class BroadcastConfig:
             "seen_ttl",
             "gap_timeout",
             "gap_retry_interval",
+            "heads_quiet",
         ):
             _positive(name, getattr(self, name))
         if not 0.0 <= self.ihave_spread < 2.0:
@@ -288,6 +292,9 @@ CONFIG_TOPIC_BROADCAST: tuple[tuple[str, Any], ...] = (
     # a place we lack names a loss, not a copy on its way: grafted after half a period.
     ("graft_timeout", 0.5),
     ("hub_parent", True),  # the star of CONFIG_TOPIC_MEMBERSHIP's hub links
+    # Each write is a stream of its own, so each is a head: at 4 s a link carries at most
+    # one HEADS frame every 2 s (heads.py), after IHAVE repair (~2 s) had its turn.
+    ("heads_quiet", 4.0),  # guess
 )
 
 

@@ -478,6 +478,24 @@ class Graft:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Heads:
+    """The last place the sender holds of each stream that went quiet (ours, not in the
+    draft): one range (publisher, seq, seq, hops it came at) per stream. A receiver behind
+    a head GRAFTs what it lacks up to it, as after an IHAVE (heads.py, broadcast.py).
+    Bounded as an IHAVE is: at most MAX_RANGES_PER_MESSAGE heads."""
+
+    ranges: tuple[StreamRange, ...]
+
+    def __post_init__(self) -> None:
+        if not self.ranges:
+            raise ValueError("HEADS carries at least one head")
+        _check_ranges(self.ranges, "HEADS")
+        for _, first, last, _ in self.ranges:
+            if first != last:
+                raise ValueError(f"a head names one seq, not {first!r}..{last!r}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Prune:
     """Move me to your lazy set."""
 
@@ -510,7 +528,7 @@ MembershipMessage: TypeAlias = (
     | Ping
     | Pong
 )
-BroadcastMessage: TypeAlias = Gossip | IHave | Prune | Graft | Pull
+BroadcastMessage: TypeAlias = Gossip | IHave | Prune | Graft | Pull | Heads
 TopicMessage: TypeAlias = MembershipMessage | BroadcastMessage
 NodeMessage: TypeAlias = GetTopics | Topics
 ViewMessage: TypeAlias = GetView | View  # topic-level, answered by the node (node.py)

@@ -266,6 +266,7 @@ class NodeState:
                 | m.IHave()
                 | m.Prune()
                 | m.Pull()
+                | m.Heads()
             ):
                 pass  # answers, news or repairs of a topic we are not in: nothing to say
             case _:

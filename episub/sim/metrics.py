@@ -51,7 +51,7 @@ from episub.proto.events import (
     PeerMisbehaved,
     Published,
 )
-from episub.proto.messages import Gossip, Graft, IHave, Pull
+from episub.proto.messages import Gossip, Graft, Heads, IHave, Pull
 
 COUNTED = "c"
 WARMUP = "w"
@@ -59,7 +59,7 @@ PROBE = "p"
 
 # Message classes whose traffic means the broadcast layer is still at work; the drain
 # phase stops once none of them has been sent for a while.
-BROADCAST_CLASSES = (Gossip, IHave, Graft, Pull)
+BROADCAST_CLASSES = (Gossip, IHave, Graft, Pull, Heads)
 
 _OUTPUT_NAMES = {
     NeighborUp: "neighbor_up",

@@ -27,7 +27,7 @@ Then, per scenario:
   on and off (default latency model `coords`; `zones` when `--zones` is given).
 
 Finally a drain: the simulation runs until every live node holds every counted message,
-or broadcast traffic (GOSSIP, IHAVE, GRAFT, PULL) has stood still for `QUIET_SECONDS`,
+or broadcast traffic (GOSSIP, IHAVE, GRAFT, PULL, HEADS) has stood still for `QUIET_SECONDS`,
 or `max_drain` seconds have passed since the last publish; then `SYMMETRY_RECHECK`
 seconds more, so that view symmetry can be judged apart from exchanges in flight.
 """
@@ -65,7 +65,9 @@ SYMMETRY_RECHECK = _membership.ping_interval + _membership.neighbor_request_time
 # Twice the longest wait the broadcast layer takes before acting on a gap or an IHAVE:
 # if nothing moved for that long, nothing will.
 QUIET_SECONDS = 2 * max(
-    _broadcast.gap_timeout, _broadcast.ihave_interval + _broadcast.missing_check_interval
+    _broadcast.gap_timeout,
+    _broadcast.ihave_interval + _broadcast.missing_check_interval,
+    _broadcast.heads_quiet,
 )
 
 
