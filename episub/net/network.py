@@ -655,6 +655,8 @@ class Network:
         conn = peer.conn
         counters = self.counters.answers
         now = trio.current_time()
+        if conn is not None and lane.items:
+            peer.notify()  # a writer parked on an empty queue (a delay line's) takes them
         while lane.items and conn is not None:
             if (
                 peer.queued_bytes >= self._fill_bytes
