@@ -125,6 +125,7 @@ def test_the_pull_amplification_sequence_keeps_the_target_within_its_memory_boun
     subs = {name: subscribe(overlay.socket(name)) for name in ("b", "c")}
     start = rss_bytes(pid)
     bound = int(1.1 * (start + RetentionConfig().max_bytes + 3 * SEND_QUEUE_MAX_BYTES))
+    seeded: dict[str, int] = {}
 
     async def attack() -> None:
         raw = await RawPeer.connect(overlay.address["b"])
@@ -137,6 +138,7 @@ def test_the_pull_amplification_sequence_keeps_the_target_within_its_memory_boun
                 what="b to retain the peer's messages",
             )
         )
+        seeded.update(await trio.to_thread.run_sync(stats, overlay, "b"))
         pull = (TOPIC, Pull(publisher=raw.id, first_seq=0, last_seq=SEEDED - 1))
         for _ in range(10):
             await raw.send_items([pull] * 10)
@@ -153,7 +155,9 @@ def test_the_pull_amplification_sequence_keeps_the_target_within_its_memory_boun
     assert probe.latencies and not probe.failures, probe.failures[:3]
     assert peak <= bound, (peak, bound)
     b = stats(overlay, "b")
-    assert b["core_errors"] == 0 and b["queue_overflows"] == 0, b
+    # The 48 MB relayed on at once may overflow a relay's queue to a or c (that is flow
+    # control's business); answering the PULLs overflowed none.
+    assert b["core_errors"] == 0 and b["queue_overflows"] == seeded["queue_overflows"], b
     # What it asked 100 times over was answered at most once a message, and what was
     # still waiting went with its connection.
     assert b["answers_sent"] <= SEEDED, b
