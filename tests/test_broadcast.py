@@ -872,7 +872,7 @@ def test_pull_is_answered_from_cache_by_publisher_and_seq():
 def test_retention_answers_a_pull_as_one_hop_gossip_without_touching_core_state():
     node = node_with(1, 2)
     old = envelope(b"sink/q/0/0", 7, b"old row", timestamp_ms=5)
-    out = node.handle(ServeHistory(TOPIC, 2, ((mid(old), old),)), 3.0)
+    out = node.handle(ServeHistory(TOPIC, 2, ((mid(old), old.raw),)), 3.0)
     assert out == [send(2, m.Gossip(id=mid(old), envelope=old, hops=1))]
     assert node.stats()["delivered"] == 0
 

@@ -909,10 +909,12 @@ class Broadcast:
             out.append(HistoryAsked(self.topic, peer, publisher, tuple(lacking)))
 
     def _send_cached(self, peer: PeerId, mid: MessageId, out: list[OutEvent]) -> None:
-        """Answer a GRAFT or PULL from the cache; an id we no longer hold is skipped."""
+        """Answer a GRAFT or PULL from the cache; an id we no longer hold is skipped. An
+        answer: the runtime streams it within the peer's budget (Send.answer)."""
         cached = self.cache.get(mid)
         if cached is not None:
-            out.append(Send(peer, self.topic, cached.gossip(min(cached.hops + 1, m.MAX_HOPS))))
+            gossip = cached.gossip(min(cached.hops + 1, m.MAX_HOPS))
+            out.append(Send(peer, self.topic, gossip, answer=True))
 
     # -- timers -------------------------------------------------------------------------
 
