@@ -164,7 +164,7 @@ class ConfigState:
 
     def missing(self, limit: int = 8) -> list[int]:
         """The lowest versions (at most `limit`) under `top` that nothing here holds."""
-        out = []
+        out: list[int] = []
         version = self.version + 1
         while version <= self.top and len(out) < limit:
             if version not in self._pending:
