@@ -275,3 +275,29 @@ def test_wait_for_wakes_each_caller_at_its_version_or_deadline_and_drops_cancell
                 nursery.cancel_scope.cancel()
 
     run(main)
+
+
+def test_a_sync_request_from_a_node_ahead_starts_a_catch_up_at_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """After a partition heals, the nodes that had lost a link to the cut-off one ask it
+    for a sync, naming their version: that is how it learns of writes nobody will
+    announce again. It asks for a snapshot at once, not after GAP_GRACE (made an hour
+    here: only the request can have started the catch-up)."""
+    monkeypatch.setattr(replica_module, "GAP_GRACE", 3600.0)
+
+    async def main() -> None:
+        async with AsyncExitStack() as stack:
+            nodes = await open_nodes(stack, 2)
+            async with trio.open_nursery() as nursery:
+                first, second = await start_replicas(nursery, nodes)
+                for version in (1, 2, 3):
+                    first._on_item(update_item(WRITER, version, version))
+                second._on_item(update_item(WRITER, 1, 1))
+                assert (second.state.version, second.behind) == (1, False)
+                await first._ask(second.node.id, second.node.address, first.state.version)
+                assert await second.wait_for(3, timeout=30)
+                assert snapshot(second) == {"k": 3} and first.node.id in second.asked
+                nursery.cancel_scope.cancel()
+
+    run(main)

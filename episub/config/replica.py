@@ -27,9 +27,11 @@ Rules this replica keeps:
   replica's first catch-up asks the nodes that reported a version and the bootstrap nodes
   first: replicas that start together would otherwise ask each other, and none of them has
   anything yet.
-- A catch-up also starts on a Lost notice from the node (messages given up on), and when
-  the replica links again to the overlay after it had no neighbour, or to a node it had
-  lost (a healed partition: a write made meanwhile announces itself to nobody).
+- A catch-up also starts at once on a Lost notice from the node (messages given up on),
+  on a sync request from a node that holds a version above any this replica knew of, and
+  when the replica links again to the overlay after it had no neighbour, or to a node it
+  had lost (a healed partition: a write made meanwhile announces itself to nobody, but
+  the nodes on the other side ask the relinked one, and so tell it).
 - A sync request names one node; that node publishes its snapshot with its version, which
   every replica behind it merges (the same highest-stamp rule as updates). A replica that
   has not caught up itself answers at once that it is not ready (no entries), so the
@@ -245,6 +247,10 @@ class ConfigReplica:
             self._changed(self.state.apply_update(version, message.changes))  # type: ignore[union-attr]
         elif kind is SyncRequest:
             self._note_holder(message.requester, message.version)  # type: ignore[union-attr]
+            if message.version > self.state.top and self.synced.is_set():  # type: ignore[union-attr]
+                # A node holds writes nothing had announced to us (a healed partition: it
+                # asks us as a link it had lost): no overlay repair will bring them.
+                self._sync_wanted.set()
             self.state.note_version(message.version)  # type: ignore[union-attr]
             self._changed([])
             if message.responder == self._me and len(self._requesters) < MAX_REQUESTERS:  # type: ignore[union-attr]
