@@ -37,14 +37,21 @@ TOPIC = "t"
 PUBLISH_CHUNK = 1_000  # messages per publish request: one row each
 
 
-def start_outside_node(work: Path) -> tuple[subprocess.Popen[str], str, str]:
-    """An `episub node` in topic `t`, its agent socket under `work`; (process, address,
-    socket path) once it listens."""
+def retention(rows: int, size: int) -> dict[str, float]:
+    """Room for every row on every node (the default keeps 100,000 messages)."""
+    return {"max_messages": rows, "max_bytes": rows * (size + 200), "max_age": 3600.0}
+
+
+def start_outside_node(work: Path, rows: int, size: int) -> tuple[subprocess.Popen[str], str, str]:
+    """An `episub node` in topic `t` keeping `rows` messages, its agent socket under
+    `work`; (process, address, socket path) once it listens."""
     socket_path = str(work / "outside.sock")
+    config = work / "outside.json"
+    config.write_text(json.dumps({"retention": retention(rows, size)}))
     with open(work / "outside.log", "wb") as log:  # the child keeps its own descriptor
         proc = subprocess.Popen(
             [sys.executable, "-m", "episub.cli", "node", "--listen", "127.0.0.1:0",
-             "--topic", TOPIC, "--socket", socket_path],
+             "--topic", TOPIC, "--socket", socket_path, "--config", str(config)],
             stdout=subprocess.PIPE, stderr=log, text=True,
             env={**os.environ, "EPISUB_KEY": KEY.hex()},
         )  # fmt: skip
@@ -78,10 +85,11 @@ def check(seqs: list[int], rows: int) -> dict[str, int | bool]:
     }
 
 
-def read(master: str, address: str, rows: int, work: Path) -> dict[str, object]:
+def read(master: str, address: str, rows: int, size: int, work: Path) -> dict[str, object]:
     from pyspark.sql import SparkSession
 
     import spark_connector
+    from episub.retention import RetentionConfig
 
     spark = (
         SparkSession.builder.master(master)
@@ -92,7 +100,12 @@ def read(master: str, address: str, rows: int, work: Path) -> dict[str, object]:
     spark.sparkContext.setLogLevel("ERROR")
     out: dict[str, object] = {}
     try:
-        spark_connector.register(spark, key=KEY, bootstrap=[address])
+        spark_connector.register(
+            spark,
+            key=KEY,
+            bootstrap=[address],
+            retention=RetentionConfig(**retention(rows, size)),  # type: ignore[arg-type]
+        )
         started = time.monotonic()
         try:
             frame = spark.read.format("episub").option("topic", TOPIC).load()
@@ -136,11 +149,11 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="episub-outside-") as directory:
         work = Path(directory)
-        node, address, socket_path = start_outside_node(work)
+        node, address, socket_path = start_outside_node(work, args.rows, args.size)
         try:
             result: dict[str, object] = {"rows": args.rows, "size": args.size}
             result["publish_rows_per_s"] = round(publish(socket_path, args.rows, args.size))
-            result.update(read(args.master, address, args.rows, work))
+            result.update(read(args.master, address, args.rows, args.size, work))
         finally:
             node.terminate()
             node.wait(timeout=30)

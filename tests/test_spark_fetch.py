@@ -41,7 +41,7 @@ def session_restart(work: Path) -> dict[str, object]:
 
 
 def check_every_row_once(result: dict[str, object]) -> None:
-    assert result["error"] is None, result["error"]
+    assert result["error"] is None, result["error"]  # a query's exception, with its message
     assert result["rows"] == result["distinct"] == result["values"] == RESTART_ROWS, result
     assert result["in_range"]
 

@@ -7,8 +7,8 @@ written to topic `t` (the episub sink) and an episub reader of `t` written to pa
 The first session runs until the reader has written some rows; `spark.stop()` then ends
 both queries mid-stream. The second session calls `register` with the same key and restarts
 both; once the rate source has produced ROWS rows it stops, and the reader drains. Prints
-one JSON line: {"read": [[publisher, seq, value], ...] summary, "error": ...}:
-{"rows": n, "distinct": n, "values": n, "written": n, "error": str | null}.
+one JSON line: {"rows": n, "distinct": (publisher, seq) pairs, "values": distinct values,
+"in_range": bool, "error": str | null}, or {"error": ...} when the run broke off.
 """
 
 from __future__ import annotations
@@ -87,7 +87,14 @@ def wait(condition, queries, what: str) -> None:  # type: ignore[no-untyped-def]
 
 
 def main() -> None:
-    key_hex, work, rows_text = sys.argv[1:4]
+    try:
+        result = restart_and_read(*sys.argv[1:4])
+    except Exception as exc:  # reported in the JSON line: the test shows it
+        result = {"error": f"{type(exc).__name__}: {exc}"[-4000:]}
+    print(json.dumps(result), flush=True)
+
+
+def restart_and_read(key_hex: str, work: str, rows_text: str) -> dict[str, object]:
     key, rows = bytes.fromhex(key_hex), int(rows_text)
     error = None
     spark = session()
@@ -117,18 +124,13 @@ def main() -> None:
     writer.stop()
     reader.stop()
     spark.stop()
-    print(
-        json.dumps(
-            {
-                "rows": len(values),
-                "distinct": keys,
-                "values": len(set(values)),
-                "in_range": all(0 <= v < rows for v in values),
-                "error": error,
-            }
-        ),
-        flush=True,
-    )
+    return {
+        "rows": len(values),
+        "distinct": keys,
+        "values": len(set(values)),
+        "in_range": all(0 <= v < rows for v in values),
+        "error": error,
+    }
 
 
 if __name__ == "__main__":
