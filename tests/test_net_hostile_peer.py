@@ -12,7 +12,7 @@ import trio
 from episub import Delivery, Lost, Node, Subscription
 from episub.net.network import SEND_QUEUE_CAP
 from episub.proto.config import BroadcastConfig
-from episub.proto.messages import Pull
+from episub.proto.messages import GetHeld, Pull
 from tests import hostile_peer
 from tests.net_helpers import KEY, TOPIC, WAIT, RawPeer, run, wait_until
 from tests.test_net_hostile import assert_still_serving, honest_pair
@@ -192,5 +192,27 @@ def test_a_forged_far_seq_under_a_real_publisher_does_not_silence_it() -> None:
                     expected = [(i, b"real %d" % i) for i in range(10, 30)]
                     assert [(m.seq, m.value) for m in got] == expected
             await raw.aclose()
+
+    run(main)
+
+
+def test_a_peer_asking_past_its_work_budget_is_refused_then_dropped() -> None:
+    """GETHELDs of every publisher, 50 a frame, as fast as the socket takes them: past
+    the burst they are refused, and once the peer owes a whole burst it is cut off."""
+
+    async def main() -> None:
+        async with honest_pair() as (a, b):
+            raw = await RawPeer.connect(a.address)
+            ask = [(TOPIC, GetHeld(nonce=i)) for i in range(50)]
+            with trio.fail_after(WAIT):
+                try:
+                    for _ in range(200):
+                        await raw.send_items(ask)
+                except trio.BrokenResourceError:
+                    pass  # cut off while still asking
+                await raw.wait_closed()
+            stats = a.stats()
+            assert stats["peers_over_budget"] == 1 and stats["requests_throttled"] > 0, stats
+            await assert_still_serving(a, b)
 
     run(main)
