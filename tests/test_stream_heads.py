@@ -144,6 +144,15 @@ def test_several_lost_tail_messages_are_grafted_in_one_range():
     ]
 
 
+def test_a_gap_below_a_held_message_is_left_to_the_gap_pull():
+    # Seqs 1..2 are ordering's gap (pulled after gap_timeout); the head asks 4..5 only.
+    node = node_with(1, 2)
+    node.handle(received(1, gossip(env(0))), 1.0)
+    node.handle(received(1, gossip(env(3))), 1.0)
+    node.handle(received(2, heads(head(5))), 2.5)
+    assert list(broadcast(node).missing) == [(PUBLISHER, 4), (PUBLISHER, 5)]
+
+
 def test_a_head_of_a_stream_never_seen_is_grafted_alone():
     # Where the stream starts for us is not the head's business: only its last is asked.
     node = node_with(1, 2)

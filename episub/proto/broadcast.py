@@ -851,22 +851,28 @@ class Broadcast:
     def _on_heads(
         self, peer: PeerId, ranges: tuple[m.StreamRange, ...], now: float, out: list[OutEvent]
     ) -> None:
-        """A neighbour's stream heads: the places from our stream's position up to each
-        head (the head alone for a stream we have not seen) are announced to us, as by an
-        IHAVE. Bounded: MAX_TAIL_PLACES per head, MAX_IDS_PER_MESSAGE in all, so a HEADS
-        costs what an IHAVE may; a lying head costs GRAFTs to its sender until given up."""
+        """A neighbour's stream heads: the places above what our stream holds, up to each
+        head (the head alone for a stream we have not seen), are announced to us, as by an
+        IHAVE. Below our highest held message a gap is ordering's to pull: announcing it
+        too fetched it twice. Bounded: MAX_TAIL_PLACES per head, MAX_IDS_PER_MESSAGE in
+        all, so a HEADS costs what an IHAVE may; a lying head costs GRAFTs to its sender
+        until given up."""
         if not self._is_neighbor(peer):
             return
         streams = self.ordering.streams
         budget = m.MAX_IDS_PER_MESSAGE
         announced: list[m.StreamRange] = []
+        tails: dict[PeerId, int] = {}  # publisher -> the first seq above what we hold
         for publisher, _, head, hops in ranges:
             self.heads.held_by(publisher, head, peer)
             if publisher == self.me:
                 continue
-            stream = streams.get(publisher)
-            first = head if stream is None else max(stream.next_seq, head - MAX_TAIL_PLACES + 1)
-            first = max(first, head - budget + 1)
+            tail = tails.get(publisher)
+            if tail is None:
+                stream = streams.get(publisher)
+                tail = head if stream is None else max(stream.held, default=stream.next_seq - 1) + 1
+                tails[publisher] = tail
+            first = max(tail, head - MAX_TAIL_PLACES + 1, head - budget + 1)
             if first > head:
                 continue  # wholly behind our stream's position
             budget -= head - first + 1
