@@ -104,7 +104,11 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="broadcast's near parent rule: RTT factor (0: off, the default)",
     )
     add("--join-rate", type=POSITIVE, help="joins per second (default N/20 within 100..500)")
-    add("--senders", type=COUNT, default=d.senders, help="multi-sender: publishers")
+    add(
+        "--senders",
+        type=COUNT,
+        help="publishers, round-robin (default: multi-sender 4, the other scenarios 1)",
+    )
     add("--fraction", type=SHARE, default=d.fraction, help="crash: share of nodes that crash")
     add("--settle-after", type=SECONDS, default=d.settle_after, help="crash/partition: probing")
     add("--rate", type=_number(float, 0, 1), default=d.rate, help="churn: share replaced per s")
@@ -274,6 +278,14 @@ def _lines(m: dict[str, Any]) -> list[tuple[str, str]]:
             (
                 "heal",
                 f"{_fmt(m['heal_seconds'], ' s')}  ({m['probes_reached']}/{m['probes']} probes)",
+            )
+        )
+    for sender, s in m.get("per_sender", {}).items():
+        rows.append(
+            (
+                f"sender {sender}",
+                f"rel {_fmt(s['reliability'])}, rmr {_fmt(s['rmr'])}, ldh {_fmt(s['ldh'])}, "
+                f"p50/p99 {_fmt(s['latency_p50_ms'])} / {_fmt(s['latency_p99_ms'], ' ms')}",
             )
         )
     events = f"{m['events']} in {_fmt(m['sim_seconds'], ' sim s')}"
