@@ -195,9 +195,13 @@ class Adversary(RuleBasedStateMachine):
             case "ihave":
                 return TOPIC, m.IHave(ranges=self._ranges(draw, least=1))
             case "graft":
-                return TOPIC, m.Graft(ranges=self._ranges(draw, least=0))
+                streams = tuple(draw(st.lists(publishers, max_size=3), label="streams"))
+                return TOPIC, m.Graft(ranges=self._ranges(draw, least=0), streams=streams)
             case "prune":
-                return TOPIC, m.Prune()
+                # For the streams named (the honest publisher's among them), or, naming
+                # none, for every tree: the whole link.
+                streams = tuple(draw(st.lists(publishers, max_size=3), label="streams"))
+                return TOPIC, m.Prune(streams=streams)
             case "pull":
                 first = self._seq(draw(seqs, label="first"))
                 span = draw(st.integers(0, m.MAX_PULL_SPAN - 1))
