@@ -27,6 +27,7 @@ from episub.proto.events import (
     JoinTopic,
     LeaveTopic,
     NeighborDown,
+    OutEvent,
     PeerMisbehaved,
     Publish,
     Published,
@@ -720,6 +721,76 @@ def test_without_lazy_start_a_link_always_starts_eager():
     node.handle(received(1, gossip(env(0), hops=2)), 1.0)
     assert sends(node.handle(received(4, request(high_priority=True)), 1.1), m.Prune) == []
     assert node.eager_peers(TOPIC) == [1, 4]
+
+
+# -- a delivery tree per publisher stream (trees.py) ----------------------------------------
+
+OTHER = 8  # a second publisher that is not a neighbour
+
+
+def forwarded_to(out: list[OutEvent]) -> list[object]:
+    return [e.peer for e in sends(out, m.Gossip)]
+
+
+def test_a_duplicate_prunes_the_link_for_its_own_stream_only():
+    node = node_with(1, 2, 3)
+    node.handle(received(1, gossip(env(0), hops=2)), 1.0)
+    assert node.handle(received(2, gossip(env(0), hops=4)), 1.0) == [send(2, m.Prune(streams=S))]
+    # Another publisher's messages still go to 2: its tree kept the link eager.
+    out = node.handle(received(1, gossip(envelope(OTHER, 0), hops=2)), 1.1)
+    assert forwarded_to(out) == [2, 3]
+    # And the first stream's do not.
+    assert forwarded_to(node.handle(received(1, gossip(env(1), hops=2)), 1.2)) == [3]
+
+
+def test_a_prune_naming_a_stream_leaves_the_other_streams_eager():
+    node = node_with(1, 2, 3)
+    make_lazy(node, 2, streams=(OTHER,))
+    assert forwarded_to(node.handle(received(1, gossip(env(0), hops=2)), 1.0)) == [2, 3]
+    assert forwarded_to(node.handle(received(1, gossip(envelope(OTHER, 0))), 1.1)) == [3]
+
+
+def test_a_graft_naming_a_stream_makes_the_link_eager_for_that_stream_only():
+    node = node_with(1, 2, 3)
+    make_lazy(node, 2)  # the whole link: every tree, and what new ones start from
+    node.handle(received(2, m.Graft(streams=(OTHER,))), 1.0)
+    assert forwarded_to(node.handle(received(1, gossip(env(0), hops=2)), 1.1)) == [3]
+    assert forwarded_to(node.handle(received(1, gossip(envelope(OTHER, 0))), 1.2)) == [3, 2]
+
+
+def test_past_max_stream_trees_the_least_recently_seen_stream_starts_again_from_the_links():
+    node = node_with(1, 2, 3, max_stream_trees=2)
+    node.handle(received(1, gossip(env(0), hops=2)), 1.0)
+    node.handle(received(2, gossip(env(0), hops=4)), 1.0)  # 2 pruned for PUBLISHER
+    assert forwarded_to(node.handle(received(1, gossip(env(1), hops=2)), 1.1)) == [3]
+    node.handle(received(1, gossip(envelope(OTHER, 0))), 1.2)
+    node.handle(received(1, gossip(envelope(7, 0))), 1.3)  # a third stream: PUBLISHER's goes
+    trees = broadcast(node).trees
+    assert list(trees.by_stream) == [OTHER, 7]
+    # PUBLISHER's next message takes a fresh copy of the links' sets: 2 is eager again
+    # (its first duplicate prunes it once more), and the least recent tree, OTHER's, goes.
+    assert forwarded_to(node.handle(received(1, gossip(env(2), hops=2)), 1.4)) == [2, 3]
+    assert list(trees.by_stream) == [7, PUBLISHER]
+
+
+def test_max_stream_trees_0_is_one_tree_for_every_stream():
+    node = node_with(1, 2, 3, max_stream_trees=0)
+    node.handle(received(1, gossip(env(0), hops=2)), 1.0)
+    node.handle(received(2, gossip(env(0), hops=4)), 1.0)
+    assert len(broadcast(node).trees) == 0
+    assert forwarded_to(node.handle(received(1, gossip(envelope(OTHER, 0))), 1.1)) == [3]
+
+
+def test_a_link_coming_up_or_going_down_changes_every_tree():
+    node = node_with(1, 2)
+    node.handle(received(1, gossip(env(0), hops=2)), 1.0)
+    node.handle(received(1, gossip(envelope(OTHER, 0))), 1.0)
+    node.handle(received(5, request(high_priority=True)), 1.1)
+    for _, tree in broadcast(node).trees:
+        assert set(tree.eager) | set(tree.lazy) == {1, 2, 5}
+    node.handle(received(2, m.Disconnect()), 1.2)
+    for _, tree in broadcast(node).trees:
+        assert set(tree.eager) | set(tree.lazy) == {1, 5}
 
 
 # -- eager repair -------------------------------------------------------------------------
