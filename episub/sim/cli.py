@@ -103,6 +103,12 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         default=d.near_parent_factor,
         help="broadcast's near parent rule: RTT factor (0: off, the default)",
     )
+    add(
+        "--stream-trees",
+        type=NONNEGATIVE_INT,
+        default=d.stream_trees,
+        help="streams with a delivery tree of their own (0: one tree for all, Plumtree's)",
+    )
     add("--join-rate", type=POSITIVE, help="joins per second (default N/20 within 100..500)")
     add(
         "--senders",
@@ -202,6 +208,7 @@ def params_from_args(args: argparse.Namespace) -> SimParams:
         delay=tuple(args.delay),
         one_way_partition=args.one_way_partition,
         near_parent_factor=args.near_parent_factor,
+        stream_trees=args.stream_trees,
     )
 
 

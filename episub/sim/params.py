@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from episub.proto.config import MembershipConfig
+from episub.proto.config import BroadcastConfig, MembershipConfig
 from episub.sim.faults import MESSAGE_KINDS, OneWayPartition, parse_delay, parse_drop
 from episub.sim.latency import MODELS
 
@@ -68,6 +68,9 @@ class SimParams:
     # broadcast.py's near parent rule (BroadcastConfig.near_parent_factor); 0: off, the
     # core's default. On only where proximity is (a near parent is a proximity rule).
     near_parent_factor: float = 0.0
+    # BroadcastConfig.max_stream_trees: publisher streams with a delivery tree of their
+    # own; 0: one tree for every stream (Plumtree's), to compare against.
+    stream_trees: int = BroadcastConfig().max_stream_trees
 
     def __post_init__(self) -> None:
         if self.scenario not in SCENARIOS:
@@ -80,6 +83,8 @@ class SimParams:
             raise ValueError(
                 f"near_parent_factor must be 0 (off) or >= 1, not {self.near_parent_factor}"
             )
+        if self.stream_trees < 0:
+            raise ValueError(f"stream_trees must be >= 0, not {self.stream_trees}")
         if self.nodes < 2:
             raise ValueError(f"nodes must be >= 2, not {self.nodes}")
         if self.messages < 1 or self.warmup < 0:

@@ -116,7 +116,10 @@ class ScenarioRun:
 
             config = NodeConfig(
                 membership=membership_config(proximity),
-                broadcast=BroadcastConfig(near_parent_factor=params.near_parent_factor),
+                broadcast=BroadcastConfig(
+                    near_parent_factor=params.near_parent_factor,
+                    max_stream_trees=params.stream_trees,
+                ),
             )
 
             def node_factory(peer: int, rng: random.Random) -> Any:
@@ -411,6 +414,8 @@ def run(
         header["sender_count"] = params.sender_count
     if params.near_parent_factor:
         header["near_parent_factor"] = params.near_parent_factor
+    if params.stream_trees != _broadcast.max_stream_trees:
+        header["stream_trees"] = params.stream_trees
     if params.drop or params.delay or params.one_way_partition is not None:
         header["faults"] = {
             "drop": {kind: p for kind, p in params.drop},
