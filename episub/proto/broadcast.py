@@ -76,6 +76,7 @@ import zlib
 from collections import OrderedDict, deque
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import Any, TypeAlias, assert_never
 
 from episub.proto import messages as m
@@ -242,11 +243,14 @@ class Broadcast:
                     tree.make_lazy(other)
                 self._prune(other, (), now, out)
             self.hubs[peer] = None
-        lazy_start = self.config.lazy_start and kind is not LinkKind.NEAR
+        lazy_start = self.config.lazy_start
         hubbed = hub_parent and bool(self.hubs)
+        racing = self._racing(kind)
         lazy_in: list[tuple[PeerId | None, Tree]] = []
         for publisher, tree in trees:
-            if lazy_start and (hubbed or tree.has_parent()):
+            if racing is not None and (publisher is None or publisher in racing):
+                tree.eager[peer] = None
+            elif lazy_start and (hubbed or tree.has_parent()):
                 tree.lazy[peer] = None
                 lazy_in.append((publisher, tree))
             else:
@@ -255,6 +259,20 @@ class Broadcast:
             self._prune(peer, (), now, out)  # every tree, `shared` too: the whole link
         elif lazy_in:
             self._prune(peer, lazy_in, now, out)
+
+    def _racing(self, kind: LinkKind) -> dict[PeerId, None] | set[PeerId] | None:
+        """The streams whose trees a new link starts eager in whatever their parents: for
+        a NEAR link the `near_race_trees` seen most lately (every one with hub_parent,
+        where a NEAR link is a hub link); None for a RAND link. Each race costs its
+        tree a duplicate or two, so racing in every tree made a node's link churn cost
+        O(streams) redundant copies: with 32 publishers RMR 0.22 (docs/protocol.md)."""
+        if kind is not LinkKind.NEAR:
+            return None
+        by_stream = self.trees.by_stream
+        budget = self.config.near_race_trees
+        if self.config.hub_parent or len(by_stream) <= budget:
+            return by_stream
+        return set(islice(reversed(by_stream), budget))
 
     def neighbor_down(
         self, peer: PeerId, now: float, out: list[OutEvent], *, repair: bool = True
