@@ -781,6 +781,19 @@ def test_max_stream_trees_0_is_one_tree_for_every_stream():
     assert forwarded_to(node.handle(received(1, gossip(envelope(OTHER, 0))), 1.1)) == [3]
 
 
+def test_a_near_link_races_in_the_near_race_trees_seen_most_lately_only():
+    # Each race costs its tree a duplicate or two: in every tree, a node's link churn cost
+    # O(streams) redundant copies. The others start the link lazy, as for a RAND link.
+    node = node_with(1, 2, near_race_trees=1)
+    node.handle(received(1, gossip(env(0), hops=2)), 1.0)
+    node.handle(received(1, gossip(envelope(OTHER, 0))), 1.0)  # OTHER: seen most lately
+    out = node.handle(received(4, request(NEAR, high_priority=True)), 1.1)
+    assert sends(out, m.Prune) == [send(4, m.Prune(streams=S))]
+    trees = broadcast(node).trees
+    assert 4 in trees.by_stream[OTHER].eager and 4 in trees.by_stream[PUBLISHER].lazy
+    assert 4 in trees.shared.eager  # what a new stream starts from: every link as it came
+
+
 def test_a_link_coming_up_or_going_down_changes_every_tree():
     node = node_with(1, 2)
     node.handle(received(1, gossip(env(0), hops=2)), 1.0)
