@@ -13,8 +13,9 @@ every stream, Plumtree's) beside it:
 - tree bytes: what the trees table holds (tracemalloc, after the streams are seen);
 - RSS: this process's resident set at the end (ru_maxrss; one process per row, so rows
   do not share a high-water mark);
-- CPU per message: process time of `--messages` more first copies and duplicates, after
-  every stream's tree has formed, divided by the first copies;
+- CPU per message: process time of handling `--messages` more first copies and their
+  duplicates (made, ids included, before the clock starts), after every stream's tree
+  has formed, divided by the first copies;
 - link churn: process time of one neighbour going down and another coming up, which
   visits every tree (O(trees)), averaged over `CHURN_ROUNDS` rounds.
 
@@ -52,16 +53,19 @@ def gossip(pub: bytes, seq: int) -> m.Gossip:
     return m.Gossip(id=message_id(TOPIC, envelope), envelope=envelope, hops=2)
 
 
-def feed(core: Broadcast, pubs: list[bytes], seq: int, now: float) -> int:
+def messages_of(pubs: list[bytes], seq: int) -> list[m.Gossip]:
+    return [gossip(pub, seq) for pub in pubs]
+
+
+def feed(core: Broadcast, msgs: list[m.Gossip], seq: int, now: float) -> int:
     """One message of each publisher: a first copy, then a duplicate. Returns the count."""
     out: list[Any] = []
-    for i, pub in enumerate(pubs):
-        msg = gossip(pub, seq)
+    for i, msg in enumerate(msgs):
         first, second = 1 + i % NEIGHBOURS, 1 + (i + 1 + seq) % NEIGHBOURS
         core.on_message(first, msg, now, out)
         core.on_message(second, msg, now, out)
         out.clear()
-    return len(pubs)
+    return len(msgs)
 
 
 def row(streams: int, cap: int, messages: int) -> dict[str, Any]:
@@ -76,7 +80,7 @@ def row(streams: int, cap: int, messages: int) -> dict[str, Any]:
     rounds = max(3, messages // streams)
     seq = 0
     for seq in range(3):  # the trees form: a duplicate prunes a link per stream per round
-        feed(core, pubs, seq, 1.0 + seq)
+        feed(core, messages_of(pubs, seq), seq, 1.0 + seq)
     after = tracemalloc.take_snapshot()
     tracemalloc.stop()
     trees_bytes = sum(
@@ -84,10 +88,11 @@ def row(streams: int, cap: int, messages: int) -> dict[str, Any]:
         for stat in after.compare_to(before, "filename")
         if stat.traceback[0].filename.endswith("trees.py")
     )
+    batches = [messages_of(pubs, seq) for seq in range(3, 3 + rounds)]  # ids made untimed
     started = time.process_time()
     fed = 0
-    for seq in range(3, 3 + rounds):
-        fed += feed(core, pubs, seq, 1.0 + seq)
+    for seq, msgs in enumerate(batches, start=3):
+        fed += feed(core, msgs, seq, 1.0 + seq)
     cpu_us = (time.process_time() - started) / fed * 1e6
     started = time.process_time()
     now = 10.0 + rounds
