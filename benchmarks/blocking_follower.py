@@ -129,7 +129,7 @@ class BlockingFollower:
         publish = Publish(self.topic, payload, stream=stream)
         self._carry_out(self.core.handle(publish, self._now()))
         self._flush()
-        self.state.apply(entries.items())
+        self.state.apply_update(version, entries)
         return version
 
     def _now(self) -> float:
@@ -219,7 +219,9 @@ class BlockingFollower:
         except ConfigCodecError:
             self.malformed += 1
             return
-        changed = type(message) is Update and self.state.apply(message.changes.items())
+        if type(message) is not Update:
+            return
+        changed = self.state.apply_update(message.version, message.changes)
         if changed and self._waiting:  # after the version rose: see wait_for
             with self._moved:
                 self._moved.notify_all()

@@ -13,7 +13,7 @@ the reader's path then runs over all of them in turn, timed in process CPU time:
   frame    the frame's items (wire.FrameDecoder.whole_frame: the GOSSIP read by hand)
   core     NodeState.handle_received: the envelope and its id checked, seen, cached,
            ordered, queued for IHAVE, delivered
-  apply    the configuration codec's decode and ConfigState.apply
+  apply    the configuration codec's decode and ConfigState.apply_update
 
 What a reader pays on top (the wakeup, its runtime, the hand-off to the application) is
 what config_broadcast.py and wakeup_floor.py measure; this is the work itself.
@@ -113,7 +113,7 @@ def warm(updates: int) -> dict[str, float]:
     for payload in delivered:
         message = decode(payload)
         if type(message) is Update:
-            state.apply(message.changes.items())
+            state.apply_update(message.version, message.changes)
     t4 = time.process_time()
     check(updates, len(delivered), state)
     spans = (("open", t1 - t0), ("frame", t2 - t1), ("core", t3 - t2), ("apply", t4 - t3))
@@ -140,7 +140,7 @@ def cold(updates: int, evict_mb: int) -> dict[str, float]:
             if type(o) is Deliver:
                 message = decode(o.envelope.payload)
                 if type(message) is Update:
-                    state.apply(message.changes.items())
+                    state.apply_update(message.version, message.changes)
                 delivered += 1
         spent += time.process_time_ns() - t0
     check(updates, delivered, state)

@@ -4,11 +4,11 @@
 #   flock /tmp/episub-heavy.lock bash benchmarks/sitting.sh [DIR]
 # PACED_RUNS=1 takes one paced run of each system instead of two (development figures).
 # Peers: redis-server (Debian), iroh in its own venv ($IROH_PYTHON, default
-# /work/iroh-venv/bin/python: python3 -m venv DIR && DIR/bin/pip install iroh==0.35.0 trio).
+# iroh-venv/bin/python: python3 -m venv DIR && DIR/bin/pip install iroh==0.35.0 trio).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
-IROH_PYTHON=${IROH_PYTHON:-/work/iroh-venv/bin/python}
+IROH_PYTHON=${IROH_PYTHON:-iroh-venv/bin/python}
 R=${1:-benchmarks/results/sitting}
 mkdir -p "$R"
 export PYTHONPATH=$PWD

@@ -8,8 +8,10 @@ What is exported, read from the node at each scrape (nothing is kept in between)
 - counters, summed over topics (the core's counters): `episub_published_total`,
   `episub_delivered_total`, `episub_duplicates_received_total`, `episub_grafts_sent_total`,
   `episub_prunes_sent_total`, `episub_ihave_ids_sent_total`, `episub_data_lost_total`,
-  `episub_subscriber_dropped_total` (items dropped for slow subscribers) and
-  `episub_core_errors_total` (exceptions out of the core, contained: should stay 0);
+  `episub_subscriber_dropped_total` (items dropped for slow subscribers),
+  `episub_core_errors_total` (exceptions out of the core, contained: should stay 0), and
+  what peers' requests cost: `episub_answers_{sent,merged,dropped,cancelled,throttled}_total`,
+  `episub_requests_throttled_total`, `episub_peers_over_budget_total`;
 - gauges: `episub_subscribers_lagged` (subscriptions that have dropped items),
   `episub_subscriptions`, `episub_active_view_size{topic}`,
   `episub_passive_view_size{topic}`, `episub_neighbor_rtt_seconds{topic,peer,kind,role}`
@@ -52,6 +54,14 @@ COUNTERS = {
     "data_lost": ("data_lost", "Sequence numbers given up as lost"),
     "subscriber_dropped": ("subscriber_dropped", "Items dropped for slow subscribers"),
     "core_errors": ("core_errors", "Exceptions out of the protocol core, contained (a bug)"),
+    # What peers' requests cost (episub/net/answers.py): answers streamed, budgets spent.
+    "answers_sent": ("answers_sent", "Answers to peers' requests handed to a send queue"),
+    "answers_merged": ("answers_merged", "Repeats of a waiting answer, merged with it"),
+    "answers_dropped": ("answers_dropped", "Answers past a peer's lane bounds, not sent"),
+    "answers_cancelled": ("answers_cancelled", "Answers dropped: the asker's connection went"),
+    "answers_throttled": ("answers_throttled", "Times a peer's answers waited for its byte budget"),
+    "requests_throttled": ("requests_throttled", "Peer requests refused past its work budget"),
+    "peers_over_budget": ("peers_over_budget", "Peers dropped for asking on past their budget"),
 }
 
 

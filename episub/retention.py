@@ -19,6 +19,9 @@ Rules this store keeps:
   same one, whatever order they came in. The same message again changes nothing.
 - Per-publisher summaries (first and last seq held, how many) cost O(1) for streams that
   arrive roughly in order and age out oldest first, as publishers' streams do.
+- A page of publishers (`page`: those after a cursor, in byte order) costs O(log P + page),
+  not O(P): each topic keeps its publishers sorted. What a query looks at (streams, rows)
+  is counted in `work`, so that whoever asks on a peer's behalf can charge the peer for it.
 
 Storage: rows in columns (`array`s and lists) in the order stored, and each publisher's
 places in a SeqIndex (an array indexed by seq while the stream is dense). A message costs
@@ -32,6 +35,8 @@ the stored item.
 from __future__ import annotations
 
 from array import array
+from bisect import bisect_right, insort
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -123,6 +128,7 @@ class RetentionStore(Generic[M]):
     def __init__(self, config: RetentionConfig) -> None:
         self.config = config
         self._topics: dict[str, dict[bytes, _Stream]] = {}
+        self._publishers: dict[str, list[bytes]] = {}  # each topic's publishers, sorted
         self._items: list[M | None] = []  # None: spent
         # ids packed, _ID_ROOM bytes a row (row i's at i * _ID_ROOM), their lengths beside:
         # 33 bytes a row, where a list of bytes objects costs 8 + 80 (the object stays
@@ -141,6 +147,7 @@ class RetentionStore(Generic[M]):
         self.evicted = 0
         self.replaced = 0  # held messages another message took the place of (see _wins)
         self.released = 0  # bytes of messages let go (evicted or replaced), from the start
+        self.work = 0  # streams and rows the queries looked at, from the start
 
     def __len__(self) -> int:
         return self._live
@@ -179,9 +186,11 @@ class RetentionStore(Generic[M]):
         streams = self._topics.get(topic)
         if streams is None:
             streams = self._topics[topic] = {}
+            self._publishers[topic] = []
         stream = streams.get(publisher)
         if stream is None:
             stream = streams[publisher] = _Stream(topic, publisher)
+            insort(self._publishers[topic], publisher)
         else:
             held = stream.get(seq)
             if held is not None:
@@ -221,8 +230,11 @@ class RetentionStore(Generic[M]):
         if not stream.count and not keep_stream:
             streams = self._topics[stream.topic]
             del streams[stream.publisher]
+            publishers = self._publishers[stream.topic]
+            del publishers[bisect_right(publishers, stream.publisher) - 1]
             if not streams:
                 del self._topics[stream.topic]
+                del self._publishers[stream.topic]
 
     def expire(self, now: float) -> None:
         """Drop what is past any bound; `add` and the queries call it, callers may too."""
@@ -328,6 +340,34 @@ class RetentionStore(Generic[M]):
         rows = self._rows(topic, publisher, first_seq, last_seq)
         return [(id_of(i), items[i]) for i in rows]  # type: ignore[misc]
 
+    def seqs(
+        self, topic: str, publisher: bytes, first_seq: int, last_seq: int, now: float
+    ) -> list[int]:
+        """The seqs `get` would return messages of, without the messages (what a fetch
+        still lacks is found from these)."""
+        _check_range(first_seq, last_seq)
+        self.expire(now)
+        stream = self._topics.get(topic, {}).get(publisher)
+        return [] if stream is None else [seq for seq, _ in stream.rows_in(first_seq, last_seq)]
+
+    def entries_at(
+        self, topic: str, publisher: bytes, seqs: Iterable[int], now: float
+    ) -> list[tuple[bytes, M]]:
+        """(id, item) of those of `seqs` held, in the order given: a lookup a seq."""
+        self.expire(now)
+        stream = self._topics.get(topic, {}).get(publisher)
+        if stream is None:
+            self.work += 1
+            return []
+        items, id_of, base = self._items, self._id, self._base
+        out = []
+        for seq in seqs:
+            self.work += 1
+            row = stream.get(seq)
+            if row is not None:
+                out.append((id_of(row - base), items[row - base]))
+        return out  # type: ignore[return-value]
+
     def holds(self, topic: str) -> bool:
         """Does anything of `topic` stay held (a stream goes with its last row)?"""
         return topic in self._topics
@@ -338,6 +378,22 @@ class RetentionStore(Generic[M]):
         streams = self._topics.get(topic, {})
         return {p: Span(s.low, s.high, s.count) for p, s in streams.items()}
 
+    def page(
+        self, topic: str, after: bytes, limit: int, now: float
+    ) -> tuple[list[tuple[bytes, Span]], bool]:
+        """What is held of the first `limit` publishers of `topic` after `after` in byte
+        order, and whether more follow: O(log P + limit), a cursor for paging."""
+        self.expire(now)
+        streams = self._topics.get(topic)
+        if streams is None:
+            return [], False
+        publishers = self._publishers[topic]
+        start = bisect_right(publishers, after)
+        chosen = publishers[start : start + limit]
+        self.work += len(chosen) + 1
+        out = [(p, Span((s := streams[p]).low, s.high, s.count)) for p in chosen]
+        return out, start + limit < len(publishers)
+
     def span(
         self, topic: str, publisher: bytes, first_seq: int, last_seq: int, now: float
     ) -> Span | None:
@@ -345,6 +401,7 @@ class RetentionStore(Generic[M]):
         _check_range(first_seq, last_seq)
         self.expire(now)
         stream = self._topics.get(topic, {}).get(publisher)
+        self.work += 1
         if stream is None:
             return None
         low, high = max(first_seq, stream.low), min(last_seq, stream.high)
@@ -353,22 +410,33 @@ class RetentionStore(Generic[M]):
         if low == stream.low and high == stream.high:
             return Span(low, high, stream.count)
         held = stream.rows_in(low, high)
+        self.work += high - low + 1
         return Span(held[0][0], held[-1][0], len(held)) if held else None
 
     def first_since(
         self, topic: str, publisher: bytes, timestamp_ms: int, now: float
     ) -> int | None:
         """The lowest held seq of `publisher` stamped at or after `timestamp_ms`; None when
-        every held one is older. (A publisher's stamps rise with its seqs.)"""
+        every held one is older. A publisher's stamps rise with its seqs: a binary search
+        over its seqs, O(log held) rows looked at (plus the holes skipped)."""
         self.expire(now)
         stream = self._topics.get(topic, {}).get(publisher)
         if stream is None:
             return None
         stamps, base = self._stamps, self._base
-        return min(
-            (seq for seq, row in stream.seqs() if stamps[row - base] >= timestamp_ms),
-            default=None,
-        )
+        low, high = stream.low, stream.high + 1  # the answer is in low..high, high: none
+        while low < high:
+            self.work += 1
+            middle = (low + high) // 2
+            held = stream.next_held(middle)
+            assert held is not None  # stream.high is held
+            seq, row = held
+            if stamps[row - base] >= timestamp_ms:
+                high = middle
+            else:
+                low = seq + 1
+        found = stream.next_held(low)  # low may be a hole: the held seq it stands for
+        return None if found is None else found[0]
 
 
 def _check_range(first_seq: int, last_seq: int) -> None:

@@ -8,7 +8,7 @@ Driver:
 Anywhere (UDFs, mapInPandas/mapInArrow, foreachBatch, the driver itself):
 
     from spark_connector import config
-    config.get("threshold", default=0.5); config.snapshot(); config.version()
+    config.get("threshold", default=0.5); config.snapshot(); config.version(); config.lag()
     config.wait_for(version, timeout=10.0); handle = config.watch(print); handle.stop()
 
 How it works: each node's agent keeps a replica of the configuration (episub.config), a
@@ -68,6 +68,7 @@ __all__ = [
     "Watch",
     "cluster_config",
     "get",
+    "lag",
     "registered_deployment",
     "snapshot",
     "version",
@@ -87,6 +88,12 @@ DEPLOYMENT_PROPERTY = "episub.deployment.secret"
 _SPARK_REDACTION_REGEX = "(?i)secret|password|token|access[.]?key"
 _driver_deployment: Deployment | None = None  # set by register(), for code outside tasks
 _connect_session: Any = None  # the Spark Connect session register() was given, if any
+
+
+_NO_LAG_ON_CONNECT = (
+    "a replica's lag is read from its node, and a Spark Connect client has none: read "
+    "config.lag() in tasks (UDFs, mapInPandas...)"
+)
 
 
 class ConfigError(RuntimeError):
@@ -135,6 +142,13 @@ class ClusterConfig:
 
     def version(self) -> int:
         return self._read().version
+
+    def lag(self) -> int:
+        """Versions the driver's replica knows exist but does not hold yet (0: caught up)."""
+        if self._connect is not None:
+            raise ConfigError(_NO_LAG_ON_CONNECT)
+        with driver_client(self.deployment) as client:
+            return _agent_call(lambda: client.config_read(self.name)).lag
 
     def _read(self) -> ConfigView:
         if self._connect is not None:
@@ -240,8 +254,17 @@ def snapshot(name: str = DEFAULT_NAME) -> dict[str, object]:
 
 
 def version(name: str = DEFAULT_NAME) -> int:
-    """The highest version this node's replica has applied; it never goes backwards."""
+    """The version this node's replica holds every write up to; it never goes backwards."""
     return _current(name).version
+
+
+def lag(name: str = DEFAULT_NAME) -> int:
+    """How many versions this node's replica knows exist but does not hold yet: 0 once it
+    is caught up, above 0 while it repairs a gap (a write it missed while cut off, say).
+    Asks the agent each call: for monitoring, not for every row."""
+    if _on_connect_client():
+        raise ConfigError(_NO_LAG_ON_CONNECT)
+    return _read(name).lag
 
 
 def wait_for(version: int, timeout: float, name: str = DEFAULT_NAME) -> bool:

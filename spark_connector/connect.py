@@ -219,6 +219,7 @@ def node_view(role: str, client: AgentClient) -> dict[str, Any]:
     ]
     return {
         "role": role,
+        "node_id": status.node_id.hex(),
         "pid": status.pid,
         "address": status.address,
         "neighbors": neighbors,
@@ -311,10 +312,11 @@ def reach_nodes(spark: Any, *, driver: bool, config: str = "") -> list[dict[str,
     if given), by probe jobs repeated until each executor Spark reports has answered, or,
     when Spark does not say how many there are, until a job finds no new one; the driver's
     first when asked. Spark places tasks where it likes, so an executor busy with other
-    work may be missed."""
+    work may be missed. Nodes are told apart by node id: pids repeat across hosts and
+    containers."""
     expected = executor_count(spark)
     slices = 4 * (expected or 2)
-    found: dict[int, dict[str, Any]] = {}
+    found: dict[str, dict[str, Any]] = {}  # node id (hex) -> its view
     driver_view: list[dict[str, Any]] = []
     for attempt in range(ATTEMPTS):
         before = len(found)
@@ -325,13 +327,13 @@ def reach_nodes(spark: Any, *, driver: bool, config: str = "") -> list[dict[str,
             if role == "driver":
                 driver_view.append(view)
             else:
-                found[view["pid"]] = view
+                found[view["node_id"]] = view
         if expected is not None:
             if len(found) >= expected:
                 break
         elif attempt > 0 and len(found) == before:
             break
-    return driver_view + sorted(found.values(), key=lambda v: v["pid"])
+    return driver_view + sorted(found.values(), key=lambda v: v["node_id"])
 
 
 def spark_error_line(exc: BaseException) -> str:

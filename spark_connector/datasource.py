@@ -211,7 +211,6 @@ def _register_connect(
         bootstrap=(),
         driver_socket="",
         driver_pid=0,
-        agent_dir="",
         agent_config=agent_config,
         signed=signed,
         id=deployment_id(),

@@ -2,7 +2,8 @@
 
 One node runs beside the driver and one in each executor, each in an agent process
 (episub.agent) started on first use under a file lock and found over a Unix socket
-(DESIGN.md, "Spark facts": Python workers are short-lived, so a node cannot live in one).
+(docs/how-it-works.md, "Why an agent": Python workers are short-lived, so a node cannot
+live in one).
 
 - The driver's agent, classic Spark: started by `register()` in the user's driver process
   and exits when that process is gone. Spark's driver-side Python planners (the streaming
@@ -15,9 +16,11 @@ One node runs beside the driver and one in each executor, each in an agent proce
   `EXECUTOR_IDLE_TIMEOUT` unused, and a later planner starts it again on the same address.
 - An executor's agent is started by the first Python worker of that executor that needs
   it; its owner is the executor's JVM (the nearest `java` ancestor of the worker), so it
-  exits when the executor does. Its socket is named after that JVM's pid and start time,
-  so every worker of one executor finds the same agent, and a reused pid never does; under
-  Connect also after the deployment's id, since one server's JVMs serve many sessions.
+  exits when the executor does. Its socket and log are in that host's own temporary
+  directory (`agent_dir`, resolved on the executor: hosts do not share the driver's), named
+  after that JVM's pid and start time, so every worker of one executor finds the same
+  agent, and a reused pid never does; under Connect also after the deployment's id, since
+  one server's JVMs serve many sessions.
 - Executors join through the driver's node (`Deployment.bootstrap`), the only address
   known before any executor runs; the overlay then links them among themselves, the
   near links by measured RTT.
@@ -92,7 +95,6 @@ class Deployment:
     bootstrap: tuple[str, ...]  # the driver node's "host:port"
     driver_socket: str  # "" until the driver's node is placed (Connect: `place_driver`)
     driver_pid: int  # the driver agent's owner: the user's driver process, or Connect's JVM
-    agent_dir: str  # where executor agents put their sockets and logs
     # Every agent's --config file, as JSON text (episub.agent.options): "" for the defaults.
     agent_config: str = ""
     signed: bool = False  # every agent runs with --signed (signed publishing)
@@ -126,11 +128,17 @@ class Deployment:
     @classmethod
     def from_json(cls, text: str) -> Deployment:
         fields: dict[str, Any] = json.loads(text)
-        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in fields.items()})
+        values: dict[str, Any] = {
+            k: tuple(v) if isinstance(v, list) else v for k, v in fields.items()
+        }
+        return cls(**values)
 
 
 def agent_dir() -> str:
-    """A directory of this user's, for agent sockets (short: a socket path is <108 bytes)."""
+    """This host's directory of this user's for agent sockets and logs, under this process's
+    `$TMPDIR` (short: a socket path is <108 bytes). Each node's code resolves its own: an
+    executor on another host has its own temporary directory, and the driver's path may not
+    exist there."""
     path = os.path.join(tempfile.gettempdir(), f"episub-{os.getuid()}")
     os.makedirs(path, mode=0o700, exist_ok=True)
     return path
@@ -167,7 +175,6 @@ def start_driver_agent(
         bootstrap=(),
         driver_socket=os.path.join(directory, f"driver-{os.getpid()}.sock"),
         driver_pid=os.getpid(),
-        agent_dir=directory,
         agent_config=agent_config,
         signed=signed,
         contacts=contacts,
@@ -193,7 +200,6 @@ def place_driver(deployment: Deployment) -> Deployment:
         deployment,
         driver_socket=_owned_path(directory, "driver", owner, deployment.id, ".sock"),
         driver_pid=owner,
-        agent_dir=directory,
     )
     return _joined_driver(draft)
 
@@ -220,7 +226,8 @@ def driver_client(deployment: Deployment) -> AgentClient:
 def _ensure_driver(deployment: Deployment) -> AgentInfo:
     """The driver's agent, started if it is not running: on its old address if it had one,
     since executors' nodes know it by that address (their bootstrap)."""
-    config_file = agent_config_file(deployment.agent_dir, deployment.agent_config)
+    directory = os.path.dirname(deployment.driver_socket)
+    config_file = agent_config_file(directory, deployment.agent_config)
 
     def ensure(listen: str) -> AgentInfo:
         return ensure_agent(
@@ -283,8 +290,8 @@ def executor_client(deployment: Deployment) -> AgentClient:
     A public deployment (no key: what a Connect session's tasks find in their job
     properties, see connect.py) can start one only from the copy a keyed task left here."""
     owner = executor_owner()
-    socket_path = executor_socket_path(deployment.agent_dir, owner, deployment.id)
-    os.makedirs(deployment.agent_dir, mode=0o700, exist_ok=True)
+    directory = agent_dir()
+    socket_path = executor_socket_path(directory, owner, deployment.id)
     if not deployment.key_hex:
         kept = _kept_deployment(socket_path)
         if kept is None:
@@ -302,7 +309,7 @@ def executor_client(deployment: Deployment) -> AgentClient:
         owner_pid=owner,
         owner_files=(_kept_path(socket_path),) if deployment.id else (),
         idle_timeout=EXECUTOR_IDLE_TIMEOUT,
-        config_file=agent_config_file(deployment.agent_dir, deployment.agent_config),
+        config_file=agent_config_file(directory, deployment.agent_config),
         sign=deployment.signed,
         metrics_port=0 if deployment.metrics else None,
     )
@@ -326,7 +333,7 @@ def shared_executor_client(deployment: Deployment) -> Iterator[AgentClient]:
     """This worker's client of its executor's agent (started if needed), kept open for the
     tasks after this one; on any error it is closed, and the next task connects again."""
     owner = executor_owner()
-    path = executor_socket_path(deployment.agent_dir, owner, deployment.id)
+    path = executor_socket_path(agent_dir(), owner, deployment.id)
     client = _SHARED.pop(path, None)
     if client is not None:
         try:

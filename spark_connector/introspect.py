@@ -22,7 +22,8 @@ __all__ = ["NodeView", "overlay"]
 @dataclass(frozen=True, slots=True)
 class NodeView:
     role: str  # "driver" or "executor"
-    pid: int  # the agent process
+    node_id: str  # hex; what tells nodes apart (pids repeat across hosts and containers)
+    pid: int  # the agent process, in its host's pid namespace
     address: str
     neighbors: list[dict[str, Any]]  # {address, kind, role, rtt_ms} on the cluster topic
     stats: dict[str, int]
@@ -31,7 +32,7 @@ class NodeView:
 
 
 def overlay(spark: Any, deployment: Deployment | None = None) -> list[NodeView]:
-    """The driver's node, then one view per executor node (by agent pid), of the deployment
+    """The driver's node, then one view per executor node (by node id), of the deployment
     `register(spark)` registered last; `deployment`, if given, must be that one."""
     from spark_connector.config import registered_deployment
 

@@ -134,7 +134,7 @@ _KAFKA_ONLY = {
 
 
 def _lower(options: Mapping[str, str], known: set[str], what: str) -> dict[str, str]:
-    out = {}
+    out: dict[str, str] = {}
     for name, value in options.items():
         low = name.lower()
         if low in _SPARK_OWN:

@@ -301,6 +301,14 @@ class OffsetPlanner:
             self._last_batch_at = now
         return end
 
+    def knows(self, topic: str) -> bool:
+        """Has this planner seen what the reachable nodes hold of `topic`?"""
+        return topic in self._held
+
+    def remember(self, topic: str, held: Holdings) -> None:
+        """What the reachable nodes hold of `topic` now: the holders `ranges` names."""
+        self._remember(topic, held)
+
     def _remember(self, topic: str, held: Holdings) -> None:
         self._held[topic] = held
         for publisher, h in held.items():

@@ -527,9 +527,11 @@ class EpisubStreamWriter(DataSourceStreamArrowWriter):
             found = find_index(client, self.deployment, first, short, batch_id)
             index = read_index(client, first, short, found) if found is not None else None
             generation = index.generation if index is not None else batch_id
+            ends = index.ends if index is not None else {}
+            rows = index.rows if index is not None else {}
             bases = {
-                t: (per.get(partition, 0), index.rows.get(t, {}).get(partition, 0))
-                for t, per in (index.ends if index else {}).items()
+                t: (per.get(partition, 0), rows.get(t, {}).get(partition, 0))
+                for t, per in ends.items()
             }
             writer, written = write_rows(
                 iterator,

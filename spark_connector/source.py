@@ -259,6 +259,13 @@ class _Planning:
 
     def _partitions(self, planner: OffsetPlanner, start: Offsets, end: Offsets) -> list[Any]:
         o = self.options
+        if not all(planner.knows(t) for t in end):
+            # A batch planned before a restart, run again by a new reader: its planner has
+            # asked no node yet, and a task told no holder could ask only its neighbours.
+            topics, holdings = self._reach(wanted=start)
+            for topic in topics:
+                if not planner.knows(topic):
+                    planner.remember(topic, holdings[topic])
         tasks = pack(planner.ranges(start, end), o.max_rows_per_partition, o.min_partitions)
         return [
             RangePartition(
@@ -396,6 +403,32 @@ def _is_node_id(publisher: bytes) -> bool:
     return True
 
 
+def _holders_now(client: Any, rng: Range, first: int, last: int) -> str:
+    """What the nodes a task's fetch asks hold of first..last now, one clause each, for a
+    DataLossError: which nodes were asked, and what each answered."""
+    from episub.agent import AgentError, AgentUnavailable
+    from episub.proto.messages import HeldSpan
+
+    span = HeldSpan(publisher=publisher_bytes(rng.publisher), first_seq=first, last_seq=last)
+    try:
+        nodes = client.holdings(
+            rng.topic, spans=[span], neighbors=True, peers=rng.holders[:MAX_KNOWN]
+        )
+    except (AgentError, AgentUnavailable) as exc:
+        return f"the executor's agent could not ask ({exc})"
+    clauses = []
+    for i, node in enumerate(nodes):
+        name = "this executor's node" if i == 0 else node.address or node.node_id.hex()[:16]
+        if not node.answered:
+            clauses.append(f"{name}: no answer")
+        elif not node.spans:
+            clauses.append(f"{name}: holds none")
+        else:
+            held = ", ".join(f"{s.first_seq}..{s.last_seq} ({s.count} seqs)" for s in node.spans)
+            clauses.append(f"{name}: holds {held}")
+    return "; ".join(clauses)
+
+
 def read_ranges(partition: RangePartition) -> Iterator[Any]:
     """The rows of `partition`'s ranges, from this executor's node, as Arrow record
     batches: one per record-batch message (its rows in the range, over its own bytes), and
@@ -457,7 +490,9 @@ def read_ranges(partition: RangePartition) -> Iterator[Any]:
                 what = (
                     f"topic {rng.topic!r}, publisher {rng.publisher!r}: {lacking} of rows "
                     f"{rng.first_seq}..{rng.last_seq} were not found on this executor's node "
-                    f"nor on the nodes it asked within {partition.fetch_timeout} s"
+                    "nor on the nodes it asked (the planner's holders and its neighbours; "
+                    f"it stops after {partition.fetch_timeout} s with nothing arriving). "
+                    f"Asked again, seqs {first}..{last}: " + _holders_now(client, rng, first, last)
                 )
                 if partition.fail_on_data_loss:
                     raise DataLossError(f"{what}. Set failOnDataLoss=false to skip them.")

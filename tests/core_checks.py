@@ -19,15 +19,37 @@ checks, after every single input:
   LEAVE forwarded again on every copy flooded the adversarial model's overlay
   exponentially, 200,000 messages within a simulated second, until it ran out of
   memory).
+
+Amplification (`answer_cost`, `check_answer`): what one message from a peer makes the
+core do at once, per byte of it, whatever the node holds. Checked by
+tests/test_amplification.py for every request kind at its worst, and by the adversarial
+model's `AmplificationAdversary` after every hostile input:
+- items: the messages sent back to the asker, and the seqs handed to retention for it
+  (HistoryAsked), at most `MAX_ANSWER_ITEMS` each;
+- bytes (peer ids that go on the wire): what it sends, to the asker and to anyone else,
+  at most max_active + 1 times its own size (a GOSSIP, JOIN or LEAVE passed on to every
+  active neighbour, the view's hard cap) plus `ANSWER_BUDGET_BYTES`.
+An answer longer than that goes out in batches as the asker's send queue drains, never
+whole (issue 27: bounded answers).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from episub.proto import messages as m
 from episub.proto.config import MembershipConfig, NodeConfig
-from episub.proto.events import DataLost, Deliver, Published, Send
+from episub.proto.events import (
+    DataLost,
+    Deliver,
+    HistoryAsked,
+    OutEvent,
+    Published,
+    Received,
+    Send,
+)
 from episub.proto.node import NodeState
+from episub.proto.wire import MAX_PEER_ID_SIZE, encode_item
 
 TOPIC = "t"
 
@@ -35,6 +57,68 @@ TOPIC = "t"
 # answer is bounded by the cache, an IHAVE flush by the views), and far below a storm.
 MAX_OUTPUTS_PER_INPUT = 1_000
 MAX_SENDS_PER_SECOND = 5_000
+
+# Amplification bounds (see above). A batch of an answer: 64 KiB, or one message where the
+# configured max_message_size is larger. Guess, in the spirit of gossipsub v1.1's IWANT
+# limits: large enough that the largest control answer fits (a VIEW, PONG or NODES of
+# MAX_PEERS_PER_MESSAGE peer ids of MAX_PEER_ID_SIZE bytes: 16 KiB and a few bytes per
+# id), small enough that a 20-byte PULL cannot make a node queue megabytes at once.
+ANSWER_BUDGET_BYTES = 64 * 1024
+CONTROL_ANSWER_BYTES = m.MAX_PEERS_PER_MESSAGE * (MAX_PEER_ID_SIZE + 4) + 1024
+assert CONTROL_ANSWER_BYTES < ANSWER_BUDGET_BYTES
+# Messages and retention seqs one request is answered with at once: the messages of one
+# GRAFT's worth of places (BroadcastConfig.max_graft_ids's default). A PULL may name 4,096
+# (MAX_PULL_SPAN) and a GRAFT as many: their answers come in batches.
+MAX_ANSWER_ITEMS = 256
+
+
+@dataclass(frozen=True)
+class AnswerCost:
+    """What one message from `asker` made the core do at once."""
+
+    bytes_in: int | None  # its size on the wire (None: ids that cannot go on the wire)
+    bytes_out: int | None  # of every Send it caused, to anyone
+    items: int  # messages sent back to the asker
+    history: int  # seqs handed to retention for the asker (HistoryAsked)
+
+
+def wire_size(topic: str | None, message: m.PeerMessage) -> int | None:
+    """Bytes of one item on the wire; None for the simulator's int peer ids."""
+    try:
+        return len(encode_item(topic, message))
+    except TypeError:
+        return None
+
+
+def answer_cost(
+    asker: object, topic: str | None, message: m.PeerMessage, outs: list[OutEvent]
+) -> AnswerCost:
+    sends = [o for o in outs if type(o) is Send]
+    sizes = [wire_size(o.topic, o.message) for o in sends]
+    bytes_in = wire_size(topic, message)
+    known = bytes_in is not None and all(size is not None for size in sizes)
+    return AnswerCost(
+        bytes_in=bytes_in,
+        bytes_out=sum(size or 0 for size in sizes) if known else None,
+        items=sum(1 for o in sends if o.peer == asker),
+        history=sum(len(o.seqs) for o in outs if type(o) is HistoryAsked and o.peer == asker),
+    )
+
+
+def check_answer(cost: AnswerCost, config: NodeConfig, what: str) -> None:
+    """The amplification bounds above, for one message from a peer to a node of `config`."""
+    if cost.items > MAX_ANSWER_ITEMS:
+        raise InvariantBroken(f"{what}: answered with {cost.items} messages at once")
+    if cost.history > MAX_ANSWER_ITEMS:
+        raise InvariantBroken(f"{what}: {cost.history} seqs asked of retention at once")
+    if cost.bytes_in is not None and cost.bytes_out is not None:
+        budget = max(ANSWER_BUDGET_BYTES, config.broadcast.max_message_size + 1024)
+        fanout = config.membership.max_active + 1
+        if cost.bytes_out > fanout * cost.bytes_in + budget:
+            raise InvariantBroken(
+                f"{what}: {cost.bytes_in} bytes in made {cost.bytes_out} bytes out at once"
+            )
+
 
 # Views small enough that their bounds bind with a handful of nodes (A = 3, passive 5).
 SMALL_MEMBERSHIP = MembershipConfig(
@@ -68,6 +152,8 @@ class Checks:
     lost: dict[int, list[tuple[object, int, int]]] = field(default_factory=dict)
     # node -> (simulated second, messages it sent in that second)
     sent_per_second: dict[int, tuple[int, int]] = field(default_factory=dict)
+    # Check every message a node receives against the amplification bounds.
+    amplification: bool = False
 
 
 def check_node(node: NodeState) -> None:
@@ -140,6 +226,9 @@ class CheckedNode:
         checks = self.checks
         if len(outs) > MAX_OUTPUTS_PER_INPUT:
             raise InvariantBroken(f"{me}: {len(outs)} outputs for one input {event!r:.200}")
+        if checks.amplification and type(event) is Received:
+            cost = answer_cost(event.peer, event.topic, event.message, outs)
+            check_answer(cost, self.state.config, f"{me}: {event.message!r:.120}")
         second, sent = checks.sent_per_second.get(me, (int(now), 0))
         if second != int(now):
             second, sent = int(now), 0

@@ -106,10 +106,14 @@ async def replay_gossip(raw: RawPeer, topic: str, copies: int = 200) -> Gossip:
                 return message
 
 
-def forged_gossip(topic: str, publisher: bytes, seq: int, hops: int = 1) -> Gossip:
+def forged_gossip(
+    topic: str, publisher: bytes, seq: int, hops: int = 1, payload: bytes | None = None
+) -> Gossip:
     """A well-formed GOSSIP (its id matches) that `publisher` never sent: without signing,
     any key holder can make one."""
-    envelope = Envelope(publisher=publisher, seq=seq, timestamp_ms=0, payload=b"forged %d" % seq)
+    if payload is None:
+        payload = b"forged %d" % seq
+    envelope = Envelope(publisher=publisher, seq=seq, timestamp_ms=0, payload=payload)
     return Gossip(id=message_id(topic, envelope), envelope=envelope, hops=hops)
 
 

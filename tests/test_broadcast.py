@@ -63,6 +63,7 @@ IHAVE_TIMER = ScheduleTimer(0.125, token("ihave"))
 FIRST_GRAFT_TIMER = ScheduleTimer(0.125, token("missing"))  # graft_timeout after an IHAVE
 MISSING_TIMER = ScheduleTimer(0.25, token("missing"))  # then missing_check_interval
 GAP_TIMER = ScheduleTimer(0.5, token("gap"))
+HEADS_TIMER = ScheduleTimer(1.0, token("heads"))  # heads_quiet after the first message
 
 
 def node_with(*active: int, **broadcast_overrides: object) -> NodeState:
@@ -102,7 +103,7 @@ def test_publish_sends_gossip_hops_1_to_eager_peers_queues_ihave_and_emits_publi
     out = node.handle(Publish(TOPIC, b"hi"), 1.0)
     e = envelope(ME, 0, b"hi", timestamp_ms=1000)
     g = m.Gossip(id=mid(e), envelope=e, hops=1)
-    assert out == [Published(TOPIC, mid(e), e), send(1, g), send(2, g), IHAVE_TIMER]
+    assert out == [Published(TOPIC, mid(e), e), send(1, g), send(2, g), HEADS_TIMER, IHAVE_TIMER]
     assert fire(node, "ihave", 1.125) == [send(3, m.IHave(ranges=(at(e),)))]
 
 
@@ -139,7 +140,7 @@ def test_first_receipt_delivers_and_forwards_to_eager_peers_except_sender_with_h
     e = env(0)
     out = node.handle(received(1, gossip(e, hops=2)), 1.0)
     forward = m.Gossip(id=mid(e), envelope=e, hops=3)
-    assert out == [send(2, forward), send(3, forward), IHAVE_TIMER, deliver(e, 2)]
+    assert out == [send(2, forward), send(3, forward), HEADS_TIMER, IHAVE_TIMER, deliver(e, 2)]
 
 
 def test_duplicate_gossip_prunes_the_sender_which_becomes_lazy():
@@ -563,7 +564,7 @@ def test_tree_optimisation_swaps_when_the_lazy_path_is_shorter_by_the_threshold(
 
 def test_tree_optimisation_keeps_the_tree_when_the_lazy_path_is_not_short_enough():
     node, out, e = announced_then_received(eager_hops=8)
-    assert out == [IHAVE_TIMER, deliver(e, 8)]
+    assert out == [HEADS_TIMER, IHAVE_TIMER, deliver(e, 8)]
     assert (node.eager_peers(TOPIC), node.lazy_peers(TOPIC)) == ([1], [2])
 
 
@@ -895,7 +896,11 @@ def test_leaving_a_topic_with_eager_repair_sends_no_graft():
 
 def test_out_of_order_messages_are_held_and_delivered_in_sequence():
     node = node_with(1)
-    assert node.handle(received(1, gossip(env(0))), 1.0) == [IHAVE_TIMER, deliver(env(0), 1)]
+    assert node.handle(received(1, gossip(env(0))), 1.0) == [
+        HEADS_TIMER,
+        IHAVE_TIMER,
+        deliver(env(0), 1),
+    ]
     assert node.handle(received(1, gossip(env(2))), 1.0) == [GAP_TIMER]
     assert node.handle(received(1, gossip(env(1))), 1.0) == [
         deliver(env(1), 1),
@@ -952,7 +957,7 @@ def test_pull_is_answered_from_cache_by_publisher_and_seq():
 def test_retention_answers_a_pull_as_one_hop_gossip_without_touching_core_state():
     node = node_with(1, 2)
     old = envelope(b"sink/q/0/0", 7, b"old row", timestamp_ms=5)
-    out = node.handle(ServeHistory(TOPIC, 2, ((mid(old), old),)), 3.0)
+    out = node.handle(ServeHistory(TOPIC, 2, ((mid(old), old.raw),)), 3.0)
     assert out == [send(2, m.Gossip(id=mid(old), envelope=old, hops=1))]
     assert node.stats()["delivered"] == 0
 
@@ -1256,7 +1261,7 @@ def test_a_named_stream_publish_reaches_eager_peers_and_our_own_application_in_o
     out = node.handle(Publish(TOPIC, b"row", stream=(b"sink/q/0/0", 0)), 2.0)
     e = envelope(b"sink/q/0/0", 0, b"row", timestamp_ms=2000)
     g = m.Gossip(id=mid(e), envelope=e, hops=1)
-    assert out == [Deliver(TOPIC, mid(e), e, 0), send(1, g), send(2, g), IHAVE_TIMER]
+    assert out == [Deliver(TOPIC, mid(e), e, 0), send(1, g), send(2, g), HEADS_TIMER, IHAVE_TIMER]
 
 
 def test_a_named_stream_place_taken_already_publishes_nothing():

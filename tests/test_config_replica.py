@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from contextlib import AsyncExitStack
 
 import pytest
@@ -9,8 +10,9 @@ import trio
 
 from episub import Node
 from episub.config import DELETE, ConfigReplica, config_topic
+from episub.config import replica as replica_module
 from episub.config.codec import encode_update, entry_for, value_of
-from episub.config.replica import GAP_GRACE, write_stream
+from episub.config.replica import write_stream
 from episub.subscription import Delivery
 from tests.net_helpers import KEY, fast_config, run, wait_until
 
@@ -88,9 +90,9 @@ def test_a_late_replica_gets_the_snapshot_from_a_neighbour() -> None:
 
 def test_two_replicas_starting_together_after_a_write_both_catch_up() -> None:
     """Two executors' replicas started at once (a Spark job's first tasks on both, after
-    the driver wrote) each ask the nearest non-seed neighbour first: the other newcomer.
-    It answered at once with its own empty state, and both stayed at version 0 until the
-    next write. A replica answers sync requests only once it has caught up itself."""
+    the driver wrote) ask the bootstrap node, which has the snapshot, first: not each other,
+    which have nothing yet (a replica that has not caught up answers that it is not ready,
+    never with its empty state)."""
 
     async def main() -> None:
         async with AsyncExitStack() as stack:
@@ -109,6 +111,7 @@ def test_two_replicas_starting_together_after_a_write_both_catch_up() -> None:
                     with trio.fail_after(20):
                         await replica.synced.wait()
                 assert [(r.state.version, snapshot(r)) for r in newcomers] == [(1, {"a": 1})] * 2
+                assert [r.asked[:1] for r in newcomers] == [[seed.node.id]] * 2
                 nursery.cancel_scope.cancel()
 
     run(main)
@@ -155,6 +158,9 @@ def test_a_malformed_message_is_dropped_and_the_replica_keeps_working() -> None:
     run(main)
 
 
+WRITER = b"127.0.0.1:1/" + b"0" * 16  # a writer no replica here is
+
+
 def update_item(writer: bytes, version: int, value: object) -> Delivery:
     """An Update as the replica's subscription hands it over, on the write's own stream."""
     body = encode_update(version, writer, {"k": entry_for(value, version, writer)})
@@ -162,25 +168,61 @@ def update_item(writer: bytes, version: int, value: object) -> Delivery:
                    timestamp_ms=0, key=None, value=body, headers=(), id=bytes(32))  # fmt: skip
 
 
-def test_a_write_that_overtook_an_earlier_one_is_applied_and_the_gap_waits_for_it() -> None:
+def test_a_write_that_overtook_an_earlier_one_waits_for_it_and_wait_for_with_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(replica_module, "GAP_GRACE", 0.5)
+
     async def main() -> None:
         async with AsyncExitStack() as stack:
             nodes = await open_nodes(stack, 2)
             async with trio.open_nursery() as nursery:
                 _, second = await start_replicas(nursery, nodes)
                 syncs = second.counters["syncs"]
-                writer = b"127.0.0.1:1/" + b"0" * 16
-                second._on_item(update_item(writer, 2, "two"))
-                assert second.state.version == 2 and snapshot(second) == {"k": "two"}
-                second._on_item(update_item(writer, 1, "one"))  # late, and older
+                second._on_item(update_item(WRITER, 2, "two"))
+                assert (second.state.version, second.behind, second.lag()) == (0, True, 2)
+                assert snapshot(second) == {}  # version 2's value is not shown without 1's
+                assert not await second.wait_for(2, timeout=0.05)
+                second._on_item(update_item(WRITER, 1, "one"))  # late, and older
+                assert (second.state.version, second.behind) == (2, False)
                 assert snapshot(second) == {"k": "two"}
-                await trio.sleep(GAP_GRACE * 1.5)
+                await trio.sleep(replica_module.GAP_GRACE * 1.5)
                 assert second.counters["syncs"] == syncs  # the gap filled itself: no snapshot
-                second._on_item(update_item(writer, 5, "five"))
-                await wait_until(lambda: second.counters["syncs"] > syncs, what="a sync")
                 nursery.cancel_scope.cancel()
 
     run(main)
+
+
+def test_a_gap_left_open_is_repaired_by_asking_until_a_node_holds_it_logged_once(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The replica missing version 1..2 asks for snapshots, round after round with a
+    growing pause, while nobody holds them; once another replica does, it catches up. It
+    says it is behind meanwhile, and logs it once, not per round."""
+    monkeypatch.setattr(replica_module, "GAP_GRACE", 0.2)
+    monkeypatch.setattr(replica_module, "REPAIR_PAUSE", 0.1)
+    caplog.set_level(logging.INFO, logger="episub.config")
+
+    async def main() -> None:
+        async with AsyncExitStack() as stack:
+            nodes = await open_nodes(stack, 2)
+            async with trio.open_nursery() as nursery:
+                first, second = await start_replicas(nursery, nodes)
+                second.sync_timeout = 0.3  # WRITER, asked first (it wrote 3), never answers
+                second._on_item(update_item(WRITER, 3, "three"))
+                await wait_until(lambda: second.counters["repairs"] >= 2, what="two rounds")
+                assert first.node.id in second.asked
+                assert (second.state.version, second.lag(), snapshot(second)) == (0, 3, {})
+                for version in (1, 2, 3):
+                    first._on_item(update_item(WRITER, version, version))
+                assert await second.wait_for(3, timeout=20)
+                assert (snapshot(second), second.behind) == ({"k": 3}, False)
+                nursery.cancel_scope.cancel()
+
+    run(main)
+    said = [r.getMessage() for r in caplog.records]
+    assert len([m for m in said if "behind: holds version 0 of 3" in m]) == 1, said
+    assert len([m for m in said if "caught up at version 3" in m]) == 1, said
 
 
 def test_each_write_travels_on_a_stream_of_its_own() -> None:

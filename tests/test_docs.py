@@ -60,3 +60,58 @@ def test_the_quickstart_python_examples_run() -> None:
         outputs.append(done.stdout.strip())
     assert outputs[0].endswith(" 0 b'hello'"), outputs[0]
     assert outputs[1] == "{b'eur': b'42'}", outputs[1]
+
+
+# What a user page must not carry: our history and one machine's layout. Git keeps history.
+_COMMIT_HASH = re.compile(
+    r"(?<![\w/.-])(?=[0-9a-f]*[a-f])(?=[0-9a-f]*[0-9])[0-9a-f]{7,40}(?![\w-])"
+)
+_NOT_HASHES = {"ed25519"}  # words that happen to be lowercase hex
+_ISSUE_REFERENCE = re.compile(r"\bissues?\s*#?\d+|(?<![\w&])#\d+\b", re.I)
+# Absolute paths of one machine: a checkout, a home directory, a virtualenv outside the
+# repository; and the lock our shared development machine serialises heavy runs with.
+_MACHINE_PATH = re.compile(
+    r"(?<![\w.~$])/(?:work|home|root|Users|mnt|srv|scratch)/[\w.-]+|"
+    r"(?<![\w.~$])/[\w./-]*/\.?venv[\w-]*/bin/|"
+    r"episub-heavy\.lock"
+)
+
+
+def _user_pages() -> list[Path]:
+    return [*sorted(DOCS.glob("*.md")), DOCS.parent / "README.md"]
+
+
+def _lab_notes(text: str) -> list[str]:
+    found = []
+    for number, line in enumerate(text.splitlines(), 1):
+        for pattern in (_COMMIT_HASH, _ISSUE_REFERENCE, _MACHINE_PATH):
+            for match in pattern.finditer(line):
+                if match.group(0).lower() not in _NOT_HASHES:
+                    found.append(f"{number}: {match.group(0)!r}")
+    return found
+
+
+def test_user_docs_carry_no_commit_hash_issue_number_or_machine_path():
+    found = {
+        page.relative_to(DOCS.parent).as_posix(): notes
+        for page in _user_pages()
+        if (notes := _lab_notes(page.read_text()))
+    }
+    assert found == {}
+
+
+def test_the_lab_notes_check_can_fail():
+    """Each pattern finds what it is for, and passes what only looks like it."""
+    assert _lab_notes("on commit 5fb317d the figure was") == ["1: '5fb317d'"]
+    assert _lab_notes("see issue 13, item 5 and #29") == ["1: 'issue 13'", "1: '#29'"]
+    assert _lab_notes("cd /work/main && /home/ana/x/.venv/bin/python") == [
+        "1: '/work/main'",
+        "1: '/home/ana'",
+    ]
+    assert _lab_notes("/opt/app/venv/bin/python run.py") == ["1: '/opt/app/venv/bin/'"]
+    assert _lab_notes("flock /tmp/episub-heavy.lock pytest") == ["1: 'episub-heavy.lock'"]
+    harmless = (
+        "Ed25519 keys, 67108864 bytes, --socket /tmp/n0.sock, .venv/bin/episub, "
+        "./environment/bin/python, `max_bytes`, deadbeef, 0x1f, [a](#an-anchor)"
+    )
+    assert _lab_notes(harmless) == []

@@ -31,6 +31,7 @@ from episub.proto.events import (
     TimerFired,
 )
 from episub.proto.node import NodeState
+from episub.proto.passive import LATE_REPLY_MEMORY, LATE_SHUFFLE_MEMORY
 from tests.helpers import (
     ME,
     NEAR,
@@ -756,6 +757,33 @@ def test_a_shuffle_reply_is_taken_once_and_only_for_a_shuffle_of_ours():
     assert node.passive_view(TOPIC) == [30]
 
 
+def test_a_shuffle_reply_to_a_shuffle_a_newer_one_replaced_is_counted_late_and_ignored():
+    """After a stall the reply to our previous SHUFFLE arrives after we sent the next one:
+    late, counted, not taken (it would evict for peers we no longer hold as sent)."""
+    node = make_node(active=[1])
+    old = only(fire(node, "shuffle", 1.0), m.Shuffle).message.nonce
+    new = only(fire(node, "shuffle", 6.0), m.Shuffle).message.nonce
+    assert node.handle(received(7, m.ShuffleReply(peers=(20,), nonce=old)), 6.5) == []
+    assert membership(node).counters.late_shuffle_replies == 1
+    assert node.passive_view(TOPIC) == []
+    misbehaved = PeerMisbehaved(7, "SHUFFLEREPLY answers no SHUFFLE of ours")
+    assert node.handle(received(7, m.ShuffleReply(peers=(20,), nonce=old)), 6.6) == [misbehaved]
+    assert node.handle(received(8, m.ShuffleReply(peers=(30,), nonce=new)), 6.7) == []
+    assert node.passive_view(TOPIC) == [30]
+
+
+def test_shuffles_given_up_on_are_remembered_within_a_bound():
+    node = make_node(active=[1])
+    nonces = [
+        only(fire(node, "shuffle", float(i)), m.Shuffle).message.nonce
+        for i in range(LATE_SHUFFLE_MEMORY + 3)
+    ]
+    view = membership(node).passive_view
+    assert list(view.given_up_shuffles) == nonces[2:-1]  # the oldest forgotten
+    misbehaved = PeerMisbehaved(7, "SHUFFLEREPLY answers no SHUFFLE of ours")
+    assert node.handle(received(7, m.ShuffleReply(peers=(), nonce=nonces[0])), 20.0) == [misbehaved]
+
+
 def test_the_shuffle_nonce_travels_with_the_walk_and_comes_back_in_the_reply():
     node = make_node(active=[1, 2], passive=[10])
     out = node.handle(received(1, m.Shuffle(origin=7, ttl=3, peers=(7, 8), nonce=42)), 1.0)
@@ -952,6 +980,40 @@ def test_pong_from_another_peer_than_the_pinged_one_is_peer_misbehaved():
     # The spoof did not consume the ping: the real answer still counts.
     assert node.handle(received(5, m.Pong(nonce=nonce)), 1.25) == []
     assert node.rtt(5) == 0.25
+
+
+def test_a_pong_to_a_ping_given_up_on_is_counted_late_not_reported():
+    """After a stall, PONGs to PINGs that expired meanwhile arrive: late, not misbehaviour.
+    Only the pinged peer's, once; any other stays reported."""
+    node = make_node(passive=[5])
+    nonce = ping_nonce(fire(node, "probe", 1.0), 5)
+    fire(node, "probe", 6.0)  # expired: 5 goes dormant
+    misbehaved = PeerMisbehaved(5, "PONG answers no PING we sent it")
+    assert node.handle(received(6, m.Pong(nonce=nonce)), 7.0) == [
+        PeerMisbehaved(6, "PONG answers no PING we sent it")
+    ]
+    assert node.handle(received(5, m.Pong(nonce=nonce)), 7.0) == []
+    assert membership(node).counters.late_pongs == 1 and node.stats()["late_pongs"] == 1
+    assert node.handle(received(5, m.Pong(nonce=nonce)), 7.5) == [misbehaved]  # twice
+    assert node.rtt(5) is None  # a late answer is no RTT sample
+
+
+def test_a_pong_after_its_link_was_lost_is_counted_late():
+    node = make_node(active=[1])
+    out: list = []
+    membership(node).passive_view.send_ping(1, want_view=False, now=1.0, out=out)
+    membership(node).passive_view.drop_pings(1)  # the connection went
+    assert node.handle(received(1, m.Pong(nonce=ping_nonce(out, 1))), 1.5) == []
+    assert membership(node).counters.late_pongs == 1
+
+
+def test_pings_given_up_on_are_remembered_within_a_bound():
+    node = make_node(passive=[5])
+    view = membership(node).passive_view
+    for i in range(LATE_REPLY_MEMORY + 10):
+        view.send_ping(5, want_view=False, now=float(i), out=[])
+        view.expire_pings(float(i) + 10.0)
+    assert len(view.given_up_pings) == LATE_REPLY_MEMORY
 
 
 def test_unanswered_probe_expires_passive_peer_after_ping_timeout():

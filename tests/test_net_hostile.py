@@ -24,19 +24,21 @@ from tests.net_helpers import KEY, OTHER_KEY, TOPIC, WAIT, RawPeer, fast_config,
 MAX_MESSAGE = 1000
 
 
-def config() -> NodeConfig:
+def config(max_message: int = MAX_MESSAGE) -> NodeConfig:
     base = fast_config()
     return NodeConfig(
         membership=base.membership,
-        broadcast=BroadcastConfig(max_message_size=MAX_MESSAGE, stream_settle=0.2, gap_timeout=0.5),
+        broadcast=BroadcastConfig(max_message_size=max_message, stream_settle=0.2, gap_timeout=0.5),
     )
 
 
 @asynccontextmanager
-async def honest_pair(**node_options: object) -> AsyncIterator[tuple[Node, Node]]:
+async def honest_pair(
+    max_message: int = MAX_MESSAGE, **node_options: object
+) -> AsyncIterator[tuple[Node, Node]]:
     async with (
-        Node(key=KEY, config=config(), **node_options) as a,  # type: ignore[arg-type]
-        Node(key=KEY, config=config()) as b,
+        Node(key=KEY, config=config(max_message), **node_options) as a,  # type: ignore[arg-type]
+        Node(key=KEY, config=config(max_message)) as b,
     ):
         await a.join(TOPIC)
         await b.join(TOPIC, bootstrap=[a.address])

@@ -12,6 +12,7 @@ import trio
 from episub import Delivery, Lost, Node, Subscription
 from episub.net.network import SEND_QUEUE_CAP
 from episub.proto.config import BroadcastConfig
+from episub.proto.messages import Pull
 from tests import hostile_peer
 from tests.net_helpers import KEY, TOPIC, WAIT, RawPeer, run, wait_until
 from tests.test_net_hostile import assert_still_serving, honest_pair
@@ -39,7 +40,7 @@ def test_an_ihave_flood_of_unknown_ids_keeps_the_missing_table_bounded() -> None
     run(main)
 
 
-def test_grafting_everything_without_reading_cuts_off_only_the_grafter() -> None:
+def test_grafting_everything_without_reading_keeps_its_answers_in_their_bounds() -> None:
     async def main() -> None:
         async with honest_pair() as (a, b), Node(key=KEY, config=honest_config()) as c:
             await c.join(TOPIC, bootstrap=[a.address])
@@ -49,8 +50,41 @@ def test_grafting_everything_without_reading_cuts_off_only_the_grafter() -> None
             raw = await RawPeer.connect(a.address, receive_buffer=4096)
             await hostile_peer.graft_all(raw, TOPIC, rounds=10, known=[c.id])  # never reads
             await assert_still_serving(a, b)
-            # What waits for the grafter stays within its queue's bound (items and bytes).
-            assert a.stats()["queued_messages"] <= SEND_QUEUE_CAP
+            # What waits for the grafter stays within its queue's bound (items and bytes):
+            # its answers are encoded only as it reads, so its queue never overflows.
+            stats = a.stats()
+            assert stats["queued_messages"] <= SEND_QUEUE_CAP // 8 + 1
+            assert stats["queue_overflows"] == 0
+
+    run(main)
+
+
+def test_pulls_repeated_without_reading_wait_merged_and_go_with_the_connection() -> None:
+    """The PULL amplification sequence in one process: 48 messages of 100 KB, 100 PULLs of
+    all of them, never read. A repeat merges with the answer still waiting; only what the
+    queue's fill mark allows is encoded; closing the connection drops the rest."""
+
+    async def main() -> None:
+        async with honest_pair(max_message=100_000) as (a, b):
+            raw = await RawPeer.connect(a.address, receive_buffer=4096)
+            await hostile_peer.join_as_neighbour(raw, TOPIC)
+            for seq in range(48):
+                gossip = hostile_peer.forged_gossip(TOPIC, raw.id, seq, payload=b"x" * 100_000)
+                await raw.send_items([(TOPIC, gossip)])
+            await wait_until(lambda: a.stats()["retained_messages"] >= 48, what="48 held")
+            pull = (TOPIC, Pull(publisher=raw.id, first_seq=0, last_seq=47))
+            for _ in range(10):
+                await raw.send_items([pull] * 10)
+            await wait_until(lambda: a.stats()["answers_merged"] >= 90 * 48, what="merged")
+            stats = a.stats()
+            # 4,800 answers asked: 48 distinct wait, and only what the socket and the
+            # queue's fill mark (an eighth of its bytes) took was encoded.
+            assert stats["answers_waiting"] <= 48 and stats["answers_sent"] < 2 * 48, stats
+            assert stats["queue_overflows"] == 0 and stats["answers_dropped"] == 0, stats
+            await raw.aclose()
+            await wait_until(lambda: a.stats()["answers_waiting"] == 0, what="answers dropped")
+            assert a.stats()["answers_cancelled"] > 0
+            await assert_still_serving(a, b)
 
     run(main)
 

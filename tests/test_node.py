@@ -149,6 +149,7 @@ def test_messages_of_one_topic_do_not_reach_another():
     e = envelope(9, 0)
     out = node.handle(received(1, gossip(e, topic=OTHER), OTHER), 1.0)
     assert out == [
+        ScheduleTimer(1.0, token("heads", OTHER, generation=1)),
         ScheduleTimer(0.125, token("ihave", OTHER, generation=1)),
         Deliver(OTHER, message_id(OTHER, e), e, 1),
     ]

@@ -33,7 +33,7 @@ def test_each_executor_sees_the_final_of_100_versions_and_never_goes_back(report
         assert f["seen"] == sorted(f["seen"]), f"versions went backwards: {f['seen']}"
 
 
-def test_a_killed_executor_agent_comes_back_with_the_snapshot_the_driver_never_resent(
+def test_a_killed_executor_agent_comes_back_with_one_snapshot_and_no_write_resent(
     report: dict,
 ) -> None:
     restart = report["restart"]
@@ -42,9 +42,12 @@ def test_a_killed_executor_agent_comes_back_with_the_snapshot_the_driver_never_r
     [owner] = [o for o, v in before.items() if v["agent"] == restart["killed"]]
     assert after[owner]["agent"] != restart["killed"], "no new agent was started"
     assert (after[owner]["version"], after[owner]["values"]) == (100, {"n": 100})
+    # A fresh replica asks the driver's node, which holds every write, first (an executor
+    # may have nothing yet): at most one snapshot from it, and no write published again.
     sent = restart["driver_snapshots_sent"]
     published = restart["driver_published"]
-    assert sent[0] == sent[1] and published[0] == published[1], restart
+    assert sent[1] - sent[0] <= 1 and published[1] - published[0] == sent[1] - sent[0], restart
+    assert all(f["lag"] == 0 for f in report["followed"]) and report["driver_lag"] == 0
 
 
 def test_two_racing_writers_leave_every_node_with_one_value(report: dict) -> None:

@@ -330,16 +330,17 @@ def test_a_driver_node_restarted_beside_the_server_loses_nothing_of_a_running_qu
         .trigger(processingTime="300 milliseconds")
         .start()
     )
+    outside_socket = str(Path(deployment.driver_socket).parent / "outside-forgetful.sock")
     publisher = subprocess.Popen(
         [sys.executable, "-m", "episub.cli", "node", "--listen", "127.0.0.1:0",
          "--bootstrap", deployment.bootstrap[0], "--topic", topic,
-         "--socket", str(Path(deployment.agent_dir) / "outside-forgetful.sock")],
+         "--socket", outside_socket],
         env={**os.environ, "EPISUB_KEY": KEY.hex()}, stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL, text=True,
     )  # fmt: skip
     try:
         assert publisher.stdout is not None and "listening" in publisher.stdout.readline()
-        with AgentClient(str(Path(deployment.agent_dir) / "outside-forgetful.sock")) as outside:
+        with AgentClient(outside_socket) as outside:
             outside.publish_batch(topic, [b"%d" % i for i in range(200)])
         wait_until(
             lambda: spark.sql("select count(*) n from connect_forgetful").first().n > 0,

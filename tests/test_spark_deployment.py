@@ -9,6 +9,7 @@ import dataclasses
 import os
 import signal
 import socket
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -58,10 +59,19 @@ def deployment_in(directory: Path, **fields: object) -> Deployment:
             bootstrap=(),
             driver_socket=str(directory / "driver.sock"),
             driver_pid=os.getpid(),
-            agent_dir=str(directory),
         ),
         **fields,
     )
+
+
+@pytest.fixture
+def executor_dir(processes: Processes, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """This test's "executor host" temporary directory (its `$TMPDIR`), apart from the
+    driver's socket directory: where executor agents must put their files."""
+    host_tmp = processes.dir / "executor-tmp"
+    host_tmp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(host_tmp))
+    return host_tmp / f"episub-{os.getuid()}"
 
 
 def kill_agent(processes: Processes, socket_path: str) -> int:
@@ -107,8 +117,21 @@ def test_a_driver_agent_started_again_listens_on_its_old_address(processes: Proc
     assert again.address == address
 
 
+def test_an_executor_agent_lives_in_its_own_hosts_temporary_directory(
+    processes: Processes, executor_dir: Path
+) -> None:
+    """The deployment comes from the driver, whose temporary directory another host may
+    not have: the executor's socket and log go under the executor's own `$TMPDIR`."""
+    deployment = deployment_in(processes.dir / "driver-host")
+    with executor_client(deployment) as client:
+        processes.pids.append(client.inspect().pid)
+        assert Path(client.socket_path).parent == executor_dir
+    assert sorted(p.suffix for p in executor_dir.glob("exec-*")) == [".lock", ".log", ".sock"]
+    assert not (processes.dir / "driver-host").exists()
+
+
 def test_a_task_with_only_the_public_deployment_restarts_its_agent_from_the_kept_copy(
-    processes: Processes,
+    processes: Processes, executor_dir: Path
 ) -> None:
     """Under Connect a UDF's task finds only the deployment's public form (no key) in its
     job properties; the copy a keyed task kept beside the agent lets it start the agent
@@ -118,7 +141,7 @@ def test_a_task_with_only_the_public_deployment_restarts_its_agent_from_the_kept
         socket_path = client.socket_path
         first = client.inspect().pid
     processes.pids.append(first)
-    [kept] = processes.dir.glob("exec-*-0123456789ab.deployment")
+    [kept] = executor_dir.glob("exec-*-0123456789ab.deployment")
     assert kept.stat().st_mode & 0o777 == 0o600
     assert Deployment.from_json(kept.read_text()) == deployment
     kill_agent(processes, socket_path)
@@ -129,19 +152,22 @@ def test_a_task_with_only_the_public_deployment_restarts_its_agent_from_the_kept
 
 
 def test_without_a_kept_copy_the_public_deployment_says_to_call_cluster_config(
-    processes: Processes,
+    processes: Processes, executor_dir: Path
 ) -> None:
     public = deployment_in(processes.dir, id="ba9876543210").public()
     with pytest.raises(AgentUnavailable, match=r"cannot start one.*cluster_config\(spark\)"):
         executor_client(public)
 
 
-def test_kept_copies_of_executors_that_are_gone_are_removed(processes: Processes) -> None:
+def test_kept_copies_of_executors_that_are_gone_are_removed(
+    processes: Processes, executor_dir: Path
+) -> None:
     no_such_pid = int(Path("/proc/sys/kernel/pid_max").read_text()) + 1
-    stale = processes.dir / f"exec-{no_such_pid}-123-aaaaaaaaaaaa.deployment"
+    executor_dir.mkdir(mode=0o700)
+    stale = executor_dir / f"exec-{no_such_pid}-123-aaaaaaaaaaaa.deployment"
     stale.write_text("{}")
     deployment = deployment_in(processes.dir, id="cccccccccccc")
     with executor_client(deployment) as client:
         processes.pids.append(client.inspect().pid)
     assert not stale.exists()
-    assert list(processes.dir.glob("exec-*-cccccccccccc.deployment"))
+    assert list(executor_dir.glob("exec-*-cccccccccccc.deployment"))

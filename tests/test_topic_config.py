@@ -32,10 +32,18 @@ def test_a_config_topic_takes_the_config_broadcast_changes_and_keeps_every_other
     assert topic_cfg.broadcast.graft_grace == 1.4
     assert topic_cfg.broadcast.max_message_size == 4096  # the node's own setting stays
     assert topic_cfg.broadcast.hub_parent
+    assert topic_cfg.broadcast.heads_quiet == 4.0
     assert_only_changed(
         topic_cfg.broadcast,
         cfg.broadcast,
-        ("ihave_interval", "ihave_spread", "graft_grace", "graft_timeout", "hub_parent"),
+        (
+            "ihave_interval",
+            "ihave_spread",
+            "graft_grace",
+            "graft_timeout",
+            "hub_parent",
+            "heads_quiet",
+        ),
     )
 
 
@@ -93,7 +101,7 @@ def test_no_topic_changes_leave_config_topics_as_data_topics():
 def test_a_publish_arms_the_ihave_flush_at_its_topics_interval(topic: str, low: float, high: float):
     node = make_node(active=(1, 2), topic=topic)
     out = node.handle(Publish(topic, b"v"), 1.0)
-    timers = [o for o in out if isinstance(o, ScheduleTimer)]
+    timers = [o for o in out if isinstance(o, ScheduleTimer) and o.token[-1] == "ihave"]
     assert timers == [ScheduleTimer(timers[0].delay, token("ihave", topic=topic))]
     assert low <= timers[0].delay <= high
 
@@ -105,7 +113,7 @@ def test_config_topic_nodes_flush_their_ihaves_at_periods_of_their_own():
     for me in range(20):
         node = make_node(me=me, active=(100, 101), topic=CONFIG)
         out = node.handle(Publish(CONFIG, b"v"), 1.0)
-        (timer,) = [o for o in out if isinstance(o, ScheduleTimer)]
+        (timer,) = [o for o in out if isinstance(o, ScheduleTimer) and o.token[-1] == "ihave"]
         periods.add(timer.delay)
     assert len(periods) == 20
     assert min(periods) >= 0.5 and max(periods) <= 1.5

@@ -106,3 +106,24 @@ def test_a_missing_viz_extra_is_one_error_line(tmp_path):
     assert done.stderr.strip().splitlines() == [
         "episub sim: error: matplotlib not installed: pip install 'episub[viz]'"
     ]
+
+
+def test_groups_are_laid_out_in_blocks_apart_so_none_is_drawn_over_another():
+    from episub.viz.overlay import layout
+
+    nodes = [OverlayNode(key=str(i), group=f"zone {i % 3}") for i in range(150)]
+    # Links across groups pull a spring layout together; the blocks must hold anyway.
+    links = [OverlayLink(a=str(i), b=str((i * 7 + 1) % 150)) for i in range(150)]
+    cells = layout(Overlay(nodes, links))
+    assert len(set(cells.values())) == 150
+    boxes = []
+    for zone in range(3):
+        members = [cells[str(i)] for i in range(zone, 150, 3)]
+        xs, ys = [c[0] for c in members], [c[1] for c in members]
+        boxes.append((min(xs), max(xs), min(ys), max(ys)))
+    # Two empty rows or columns between any two groups: one holds the lower group's name.
+    for i, a in enumerate(boxes):
+        for b in boxes[i + 1 :]:
+            apart_x = a[1] + 2 < b[0] or b[1] + 2 < a[0]
+            apart_y = a[3] + 2 < b[2] or b[3] + 2 < a[2]
+            assert apart_x or apart_y, (a, b)

@@ -26,6 +26,7 @@ from episub.proto.messages import (
     GetView,
     Gossip,
     Graft,
+    Heads,
     Held,
     HeldSpan,
     IHave,
@@ -101,6 +102,7 @@ TOPIC_EXAMPLES: list[PeerMessage] = [
     Graft(streams=(CAROL,)),
     Graft(ranges=((ALICE, 3, 3, 0),), streams=(BOB,)),
     Pull(publisher=ALICE, first_seq=100, last_seq=163),
+    Heads(ranges=((ALICE, 9, 9, 2), (BOB, (1 << 63) - 1, (1 << 63) - 1, MAX_HOPS))),
     GetView(),
     View(
         entries=(
@@ -382,6 +384,19 @@ def test_a_range_that_runs_backwards_past_63_bits_or_without_a_publisher_is_refu
     assert_refused(raw_item(topic="t", ihave=pb.IHave(ranges=[hops])), "hops must be")
 
 
+def test_heads_are_bounded_and_checked_at_decode() -> None:
+    # A head names one seq; at most 1,024 of them, as an IHAVE's ranges; none is no HEADS.
+    span = [pb.StreamRange(publisher=ALICE, first_seq=3, last_seq=9, hops=1)]
+    assert_refused(raw_item(topic="t", heads=pb.Heads(ranges=span)), "head names one seq")
+    many = [pb.StreamRange(publisher=ALICE, first_seq=i, last_seq=i) for i in range(1025)]
+    assert_refused(raw_item(topic="t", heads=pb.Heads(ranges=many)), "at most 1024 ranges")
+    assert_refused(raw_item(topic="t", heads=pb.Heads()), "invalid heads")
+    top = pb.StreamRange(publisher=ALICE, first_seq=1 << 63, last_seq=1 << 63)
+    assert_refused(raw_item(topic="t", heads=pb.Heads(ranges=[top])), "bad range")
+    nobody = pb.StreamRange(first_seq=1, last_seq=1)
+    assert_refused(raw_item(topic="t", heads=pb.Heads(ranges=[nobody])), "peer id must be")
+
+
 def test_gossip_without_envelope_is_refused() -> None:
     assert_refused(raw_item(topic="t", gossip=pb.Gossip(id=ID1, hops=1)), "without an envelope")
 
@@ -602,6 +617,12 @@ topic_messages = st.one_of(
     st.builds(Gossip, id=message_ids, envelope=envelopes, hops=hops),
     st.builds(IHave, ranges=st.lists(stream_ranges, min_size=1, max_size=5).map(tuple)),
     st.builds(Prune, streams=st.lists(peer_ids, max_size=3).map(tuple)),
+    st.builds(
+        Heads,
+        ranges=st.lists(
+            stream_ranges.map(lambda r: (r[0], r[2], r[2], r[3])), min_size=1, max_size=5
+        ).map(tuple),
+    ),
     st.builds(
         Graft,
         ranges=st.lists(stream_ranges, max_size=5).map(tuple),

@@ -1,10 +1,10 @@
 """The agent: a node as a local service, and its clients.
 
-A Spark executor's Python workers are short-lived and pickled (DESIGN.md, "Spark facts"),
-so a node cannot live in one: it lives in an agent process per executor, started on first
-use by `ensure_agent` (under a file lock, so one per socket path), reached by workers with
-the blocking `AgentClient` over a Unix socket, and gone on its own when its owner process
-ends or nobody has used it for a while.
+A Spark executor's Python workers are short-lived and pickled (docs/how-it-works.md,
+"Why an agent"), so a node cannot live in one: it lives in an agent process per executor,
+started on first use by `ensure_agent` (under a file lock, so one per socket path), reached
+by workers with the blocking `AgentClient` over a Unix socket, and gone on its own when its
+owner process ends or nobody has used it for a while.
 
 - `server`, `service`: the agent process's socket and what its requests do (trio).
 - `client`: the blocking client (no event loop: it runs inside Spark workers).

@@ -414,14 +414,16 @@ class NodeInfo(_message.Message):
     def __init__(self, node_id: _Optional[bytes] = ..., address: _Optional[str] = ..., pid: _Optional[int] = ..., topics: _Optional[_Iterable[_Union[TopicView, _Mapping]]] = ..., stats: _Optional[_Mapping[str, int]] = ..., metrics_url: _Optional[str] = ...) -> None: ...
 
 class ConfigSnapshot(_message.Message):
-    __slots__ = ("name", "version", "entries")
+    __slots__ = ("name", "version", "entries", "known_version")
     NAME_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
     ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    KNOWN_VERSION_FIELD_NUMBER: _ClassVar[int]
     name: str
     version: int
     entries: _containers.RepeatedCompositeFieldContainer[ConfigEntry]
-    def __init__(self, name: _Optional[str] = ..., version: _Optional[int] = ..., entries: _Optional[_Iterable[_Union[ConfigEntry, _Mapping]]] = ...) -> None: ...
+    known_version: int
+    def __init__(self, name: _Optional[str] = ..., version: _Optional[int] = ..., entries: _Optional[_Iterable[_Union[ConfigEntry, _Mapping]]] = ..., known_version: _Optional[int] = ...) -> None: ...
 
 class ConfigEntry(_message.Message):
     __slots__ = ("key", "version", "writer", "kind", "data")

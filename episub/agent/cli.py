@@ -275,6 +275,7 @@ def run_inspect_command(args: argparse.Namespace) -> int:
     if args.draw is not None:
         from episub.viz.deployment import draw_deployment
 
+        assert topic is not None  # chosen above, with the overlay
         meta = draw_deployment(nodes, args.draw, publisher=args.publisher, topic=topic)
         print(f"drew {meta['nodes']} nodes, {meta['links']} links: {args.draw}", file=sys.stderr)
     if args.json:

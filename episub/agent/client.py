@@ -34,6 +34,7 @@ from episub.agent.wire import (
     MAX_BATCH_RECORDS,
     MAX_REQUEST_SIZE,
     MAX_RESPONSE_SIZE,
+    READ_FETCH_BUDGET,
     FrameError,
     FrameSplitter,
     Record,
@@ -89,12 +90,23 @@ _BATCH_OVERHEAD = 1024
 
 @dataclass(frozen=True, slots=True)
 class ConfigView:
-    """A configuration as one replica held it: its version and live values."""
+    """A configuration as one replica held it: its version (every write up to it held) and
+    live values, and the highest version it knew exists (above `version` while behind)."""
 
     name: str
     version: int
     values: dict[str, object]
     stamps: dict[str, tuple[int, bytes]]  # key -> (version, writer) that set it
+    known_version: int = 0
+
+    @property
+    def lag(self) -> int:
+        """Versions the replica knew of but did not hold yet (0: caught up)."""
+        return max(0, self.known_version - self.version)
+
+    @property
+    def behind(self) -> bool:
+        return self.lag > 0
 
 
 def config_view_from_pb(body: pb.ConfigSnapshot) -> ConfigView:
@@ -102,7 +114,7 @@ def config_view_from_pb(body: pb.ConfigSnapshot) -> ConfigView:
     for e in body.entries:
         values[e.key] = value_of(Entry(e.version, e.writer, e.kind, e.data))  # type: ignore[arg-type]
         stamps[e.key] = (e.version, e.writer)
-    return ConfigView(body.name, body.version, values, stamps)
+    return ConfigView(body.name, body.version, values, stamps, body.known_version)
 
 
 class AgentUnavailable(ConnectionError):
@@ -240,7 +252,7 @@ class AgentClient:
         chunk: list[pb.Record] = []
         size = 0
         for record in records:
-            if type(record) is Record:
+            if isinstance(record, Record):
                 encoded = checked_record_to_pb(record)
             else:
                 encoded = record_to_pb(record)
@@ -281,7 +293,7 @@ class AgentClient:
         publishes nothing (so a retry with the same arguments publishes each row once)."""
         if not 1 <= batch_rows <= MAX_BATCH_ROWS:
             raise ValueError(f"batch_rows must be in 1..{MAX_BATCH_ROWS}, not {batch_rows!r}")
-        records = []
+        records: list[Record] = []
         for low in range(0, len(rows), batch_rows):
             part = rows[low : low + batch_rows]
             records.append(
@@ -350,7 +362,10 @@ class AgentClient:
                 holders=list(holders),
                 value_prefix=value_prefix,
             )
-            page = self._call(wait=fetch_timeout, read_range=body).messages
+            # The agent answers within fetch_timeout of a pause, or READ_FETCH_BUDGET of
+            # progress (then with part of the page), plus its own work.
+            wait = fetch_timeout + READ_FETCH_BUDGET if fetch_timeout > 0 else 0.0
+            page = self._call(wait=wait, read_range=body).messages
             out += (delivery_from_pb(m) for m in page.messages)
             if page.next_seq <= seq:
                 raise AgentError("internal", f"read_range made no progress at seq {seq}")

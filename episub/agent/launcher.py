@@ -1,7 +1,7 @@
 """Start-or-attach: make sure one agent serves a socket path, and say which.
 
 Every Spark Python worker of an executor calls `ensure_agent` with the same socket path;
-the first starts the agent, the others find it (DESIGN.md, "Spark facts"). The steps run
+the first starts the agent, the others find it (docs/how-it-works.md, "Why an agent"). The steps run
 under an exclusive `flock` on `socket_path + ".lock"`, so two callers never both start one:
 
 1. An agent answering `inspect` on the socket: attach to it.

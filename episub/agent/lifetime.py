@@ -1,10 +1,10 @@
 """When an agent should go: its owner process has ended, or nobody has used it for a while.
 
 Spark gives no hook when an executor goes away, and nothing may rely on `stop()` being
-called (DESIGN.md, "Spark facts"), so the agent watches for itself. An owner is gone when
-its pid no longer exists, is a zombie (dead, not yet reaped by its parent), or belongs to a
-newer process than the one we were given (the pid was reused): the start time in
-/proc/PID/stat tells the last two apart on Linux; elsewhere only existence is checked.
+called (docs/how-it-works.md, "Why an agent"), so the agent watches for itself. An owner
+is gone when its pid no longer exists, is a zombie (dead, not yet reaped by its parent), or
+belongs to a newer process than the one we were given (the pid was reused): the start time
+in /proc/PID/stat tells the last two apart on Linux; elsewhere only existence is checked.
 
 The socket's lock file (`socket_path + ".lock"`) is shared with the launcher: an agent
 that retires because it is idle removes its socket while holding the lock, so a launcher

@@ -83,13 +83,13 @@ def load_key(key_file: str | None, environ: Mapping[str, str] | None = None) -> 
                 f"or {2 * KEY_SIZE} hex characters"
             )
         return _hex_key(text, f"key file {key_file!r}")
-    text = environ.get(KEY_ENV)
-    if text is None:
+    from_env = environ.get(KEY_ENV)
+    if from_env is None:
         raise UsageError(
             f"no key: give --key-file PATH or set {KEY_ENV} to {2 * KEY_SIZE} hex characters "
             f"(the deployment's shared {KEY_SIZE}-byte key)"
         )
-    return _hex_key(text, KEY_ENV)
+    return _hex_key(from_env, KEY_ENV)
 
 
 def _read_json(path: str, what: str) -> Any:

@@ -1,6 +1,6 @@
 """The agent's socket: one `AgentService` (a running `Node`) served over a Unix socket.
 
-A Spark executor's Python workers come and go (DESIGN.md, "Spark facts"), so the node
+A Spark executor's Python workers come and go (docs/how-it-works.md, "Why an agent"), so the node
 lives in a process of its own and the workers talk to it through a socket file. Each
 client connection carries length-prefixed `Request`s with ids (agent.proto, wire.py);
 every request runs in a task of its own, so one connection can have several in flight, and

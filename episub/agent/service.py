@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import trio
 
 from episub.agent import agent_pb2 as pb
+from episub.agent.readahead import ReadAhead
 from episub.agent.wire import (
     MAX_BATCH_RECORDS,
     MAX_REQUEST_SIZE,
@@ -116,6 +117,7 @@ class AgentService:
         self._joined: dict[str, None] = {}  # the topics joined, in the order joined
         self._joining: dict[str, trio.Event] = {}
         self._configs: dict[str, ConfigReplica] = {}
+        self._read_ahead = ReadAhead(node)
         self.metrics_url = ""  # set by the runner when it serves Prometheus metrics
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -239,14 +241,16 @@ class AgentService:
                 "limit",
                 f"at most {self.limits.max_holdings_nodes} holders, not {len(body.holders)}",
             )
+        # One page at most: a client reading a long range asks page by page.
+        upto = min(last, first + self.limits.read_page_messages - 1)
         if timeout > 0 and body.topic in self._joined:
-            # One page's worth at most: a client reading a long range asks page by page.
-            upto = min(last, first + self.limits.read_page_messages - 1)
-            await self.node.fetch(
-                body.topic, body.publisher, first, upto, timeout=timeout, holders=body.holders
-            )
-        found = self.node.retained(body.topic, body.publisher, first, last)
-        out = pb.Messages(next_seq=last + 1)
+            assert self._nursery is not None  # joined: run() has started
+            upto = await self._read_ahead.page_end(
+                self._nursery, body.topic, body.publisher, first, upto, last, timeout,
+                list(body.holders),
+            )  # fmt: skip
+        found = self.node.retained(body.topic, body.publisher, first, upto)
+        out = pb.Messages(next_seq=upto + 1)
         size = 0
         prefix = body.value_prefix
         for message in found:
@@ -421,7 +425,8 @@ class AgentService:
             raise AgentRequestError(
                 "timeout",
                 f"configuration {body.name!r} is at version {replica.state.version}, not yet "
-                f"{body.min_version}, after {body.timeout} s",
+                f"{body.min_version}, after {body.timeout} s"
+                + (f" (behind: it knows of version {replica.state.top})" if replica.behind else ""),
             )
         return config_snapshot_to_pb(replica)
 
@@ -496,8 +501,9 @@ def _address_of(peer: bytes) -> str:
 
 
 def config_snapshot_to_pb(replica: ConfigReplica) -> pb.ConfigSnapshot:
-    out = pb.ConfigSnapshot(name=replica.name, version=replica.state.version)
-    for key, entry in sorted(replica.state.values().items()):
+    state = replica.state
+    out = pb.ConfigSnapshot(name=replica.name, version=state.version, known_version=state.top)
+    for key, entry in sorted(state.values().items()):
         out.entries.add(
             key=key, version=entry.version, writer=entry.writer, kind=entry.kind, data=entry.data
         )

@@ -11,6 +11,7 @@ decoder and its one bound (a header announcing more than the splitter's `max_siz
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from typing import Literal
 
 from google.protobuf.message import DecodeError
 
@@ -52,6 +53,10 @@ MAX_REQUEST_SIZE = 32 * 1024 * 1024
 MAX_RESPONSE_SIZE = 64 * 1024 * 1024
 # Records in one PublishBatch. Guess: a Spark partition's rows go in a few requests.
 MAX_BATCH_RECORDS = 10_000
+# A ReadRange whose fetch is still progressing is answered after this many seconds with
+# what it has (the client asks again from there): a reply's wait stays fetch_timeout plus
+# this, however long the range. Guess: a few pages' worth at LAN rates.
+READ_FETCH_BUDGET = 2.0
 
 
 def encode_frame(message: pb.Request | pb.Response) -> bytes:
@@ -185,8 +190,8 @@ def neighbor_to_pb(neighbor: Neighbor) -> pb.Neighbor:
 
 
 def neighbor_from_pb(neighbor: pb.Neighbor) -> Neighbor:
-    kind = "near" if neighbor.kind == "near" else "rand"
-    role = "eager" if neighbor.role == "eager" else "lazy"
+    kind: Literal["rand", "near"] = "near" if neighbor.kind == "near" else "rand"
+    role: Literal["eager", "lazy"] = "eager" if neighbor.role == "eager" else "lazy"
     return Neighbor(
         peer_id=neighbor.peer_id,
         address=neighbor.address,

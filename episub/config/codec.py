@@ -6,9 +6,13 @@ Three kinds, JSON objects (small, debuggable with `episub subscribe --json`):
 - sync:     {"op": "sync", "from": HEX, "to": HEX, "version": V}
             a replica that joined late, restarted, or noticed a gap asks the neighbour
             `to` for its snapshot; V is what it has, so a neighbour with no more stays quiet.
-- snapshot: {"op": "snapshot", "for": [HEX, ...], "entries": {key: [version, writer, kind,
-            data]}}: the answer to the requesters listed, published to all (merging it is
-            harmless anywhere: the same rule); empty entries when no requester is behind.
+- snapshot: {"op": "snapshot", "for": [HEX, ...], "version": V, "ready": true,
+            "entries": {key: [version, writer, kind, data]}}: the answer to the requesters
+            listed, published to all (merging it is harmless anywhere: the same rule); V is
+            the sender's version (it holds every write up to V, and its entries are exactly
+            those); empty entries when no requester is behind. "ready": false says the
+            sender has not caught up itself yet (entries empty): ask someone else.
+            A snapshot without "version" (an older sender) claims version 0.
 `data` is JSON text for kind "json", base64 for "bytes", "" for "deleted".
 
 Everything here comes from peers: `decode` checks every field and raises ConfigCodecError
@@ -67,6 +71,8 @@ class SyncRequest:
 class Snapshot:
     requesters: tuple[bytes, ...]
     entries: dict[str, Entry]
+    version: int = 0  # the sender's: it holds every write up to here
+    ready: bool = True  # False: the sender has not caught up itself yet
 
 
 def _data_out(entry: Entry) -> str:
@@ -84,9 +90,12 @@ def encode_sync(requester: bytes, responder: bytes, version: int) -> bytes:
     return _dump({"op": "sync", "from": requester.hex(), "to": responder.hex(), "version": version})
 
 
-def encode_snapshot(requesters: Sequence[bytes], entries: Mapping[str, Entry]) -> bytes:
+def encode_snapshot(
+    requesters: Sequence[bytes], entries: Mapping[str, Entry], version: int = 0, ready: bool = True
+) -> bytes:
     body = {k: [e.version, e.writer.hex(), e.kind, _data_out(e)] for k, e in entries.items()}
-    return _dump({"op": "snapshot", "for": [r.hex() for r in requesters], "entries": body})
+    return _dump({"op": "snapshot", "for": [r.hex() for r in requesters], "version": version,
+                  "ready": ready, "entries": body})  # fmt: skip
 
 
 def _dump(obj: dict[str, Any]) -> bytes:
@@ -95,7 +104,7 @@ def _dump(obj: dict[str, Any]) -> bytes:
 
 # The json module's C scanner, called directly: one call per JSON text where json.loads
 # makes a handful (an update reaches every replica of the deployment: the hot path).
-_scan = json.scanner.make_scanner(json.JSONDecoder())
+_scan = json.scanner.make_scanner(json.JSONDecoder())  # type: ignore[arg-type]  # typeshed's stub
 
 
 def _json_value(text: str) -> object:
@@ -136,7 +145,11 @@ def decode(raw: bytes) -> Update | SyncRequest | Snapshot:
         requesters = obj.get("for")
         if not isinstance(requesters, list) or len(requesters) > MAX_REQUESTERS:
             raise ConfigCodecError(f"'for' must list at most {MAX_REQUESTERS} node ids")
-        return Snapshot(tuple(map(_node_id, requesters)), entries)
+        ready = obj.get("ready", True)
+        if type(ready) is not bool:
+            raise ConfigCodecError(f"'ready' must be true or false, not {ready!r:.40}")
+        version = _version(obj.get("version", 0), 0)
+        return Snapshot(tuple(map(_node_id, requesters)), entries, version, ready)
     raise ConfigCodecError(f"unknown op {op!r:.40}")
 
 

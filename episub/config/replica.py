@@ -9,25 +9,33 @@
 Each write travels as a one-message stream of its own (`write_stream`, seq 0), not on the
 writer node's own stream: the node holds a stream's later messages behind an earlier one
 still being repaired (IHAVE, GRAFT: a few hundred ms), and a newcomer's first message of a
-stream that started before it for `stream_settle`, while the highest-stamp rule makes the
-order of writes irrelevant. So a replica applies every write as soon as its first copy
-arrives; the price is that a single writer's writes may be applied out of order, so
-`wait_for(v)` returning means this replica holds version v or a later one (as with several
-writers already), not that every write below v has arrived (a gap is filled within
-GAP_GRACE, or by a snapshot).
+stream that started before it for `stream_settle`. So writes may arrive out of order; the
+state (episub.config.state) applies them in version order, keeping one that arrived above
+a gap aside until the gap fills, and its version means "every write up to here is held":
+`wait_for(v)` returns True only once v's values are.
 
-How a replica catches up without any writer resending (the snapshot's owner is everyone):
-- When it starts, and whenever it notices it missed something (an update stamped more than
-  one above its version whose gap stays open for GAP_GRACE, or a Lost notice from the
-  node), it publishes a sync request naming one neighbour, nearest by RTT first; that
-  neighbour publishes its snapshot, which every replica merges (harmless: the same
-  highest-stamp rule as updates). With no answer within SYNC_TIMEOUT it names the next
-  neighbour; with no neighbour at all it is the first node and has nothing to learn.
-- A replica answers sync requests naming it once it has caught up itself (a newcomer
-  asking another newcomer then times out and names the next neighbour, instead of taking
-  an empty answer for the truth), at most one snapshot per SNAPSHOT_INTERVAL
-  (requests arriving meanwhile are answered together by the next one), so a peer naming
-  it in a loop costs one bounded message per interval.
+Rules this replica keeps:
+- A replica that knows of a version it does not hold is *behind* (`behind`, `lag()`) and
+  says so; a gap the overlay's own repair (IHAVE + GRAFT) has not filled within GAP_GRACE
+  is repaired by snapshots: asked of the nodes that may hold one, one after another (at
+  most MAX_ASKED_PER_ROUND), in rounds with a growing pause between them (REPAIR_PAUSE up
+  to REPAIR_PAUSE_MAX), until the replica holds every version it knows of. It logs once
+  when it starts repairing and once when it has caught up, not per request.
+- Who is asked: the nodes that reported holding a version above ours (writers, snapshot
+  senders, other replicas' sync requests) first, then neighbours nearest by RTT, and the
+  bootstrap nodes (the driver, in Spark) last, so that repair does not load them. A
+  replica's first catch-up asks the nodes that reported a version and the bootstrap nodes
+  first: replicas that start together would otherwise ask each other, and none of them has
+  anything yet.
+- A catch-up also starts on a Lost notice from the node (messages given up on), and when
+  the replica links again to the overlay after it had no neighbour, or to a node it had
+  lost (a healed partition: a write made meanwhile announces itself to nobody).
+- A sync request names one node; that node publishes its snapshot with its version, which
+  every replica behind it merges (the same highest-stamp rule as updates). A replica that
+  has not caught up itself answers at once that it is not ready (no entries), so the
+  asker moves on instead of waiting SYNC_TIMEOUT; it answers at most one snapshot per
+  SNAPSHOT_INTERVAL (requests arriving meanwhile are answered together by the next one),
+  so a peer naming it in a loop costs one bounded message per interval.
 """
 
 from __future__ import annotations
@@ -53,7 +61,8 @@ from episub.config.codec import (
     entry_for,
 )
 from episub.config.state import ConfigState, Entry, check_key
-from episub.node import Neighbor, Node
+from episub.net.peer_id import PeerIdError, parse_peer_id
+from episub.node import Node
 from episub.proto.config import CONFIG_TOPIC_PREFIX
 from episub.proto.messages import check_topic_name
 from episub.subscription import Delivery, Lost
@@ -61,6 +70,7 @@ from episub.subscription import Delivery, Lost
 __all__ = [
     "DELETE",
     "GAP_GRACE",
+    "REPAIR_PAUSE",
     "SNAPSHOT_INTERVAL",
     "SYNC_TIMEOUT",
     "ConfigReplica",
@@ -72,18 +82,26 @@ __all__ = [
 log = logging.getLogger("episub.config")
 
 TOPIC_PREFIX = CONFIG_TOPIC_PREFIX  # the core gives these topics their broadcast config
-# How long a sync request waits for the named neighbour's snapshot before naming the next:
-# a neighbour answers at once, so this is a few RTTs plus a busy Python process's pause.
+# How long a sync request waits for the named node's snapshot before naming the next:
+# a node answers at once, so this is a few RTTs plus a busy Python process's pause.
 SYNC_TIMEOUT = 2.0  # guess
-# How long a replica whose only neighbours are seeds waits for another before asking a seed.
-SEED_GRACE = 1.0  # guess: a few RTTs and a shuffle of a busy Python node
 SNAPSHOT_INTERVAL = 0.2  # s between two snapshot answers; guess: 5/s stays cheap at 512 KiB
-# How long versions skipped by an update may stay missing before a snapshot is asked for:
-# a write that overtook another on its way comes from a separate stream, and the late one
-# is repaired by IHAVE + GRAFT within the announcer's flush period plus graft_timeout (up to
-# 1.5 + 0.5 s on a config topic, episub/proto/config.py CONFIG_TOPIC_BROADCAST).
+# How long a known version may stay missing before snapshots are asked for: a write that
+# overtook another on its way comes from a separate stream, and the late one is repaired
+# by IHAVE + GRAFT within the announcer's flush period plus graft_timeout (up to 1.5 +
+# 0.5 s on a config topic, episub/proto/config.py CONFIG_TOPIC_BROADCAST).
 GAP_GRACE = 4.0  # guess: about twice that repair
-MAX_MISSING_VERSIONS = 4096  # versions tracked as skipped; past it, a snapshot is asked at once
+# The pause after a repair round that left the replica behind, doubled each round up to
+# the max: a partition heals in seconds to minutes, and a round costs a sync request and
+# a snapshot per node asked.
+REPAIR_PAUSE = 0.5  # guess
+REPAIR_PAUSE_MAX = 8.0  # guess: a healed partition is noticed within this much
+NEIGHBOUR_POLL = 0.5  # s between looks at the topic's links (a relink after a partition)
+MAX_HOLDERS = 64  # nodes remembered with the version they reported; as MAX_REQUESTERS
+MAX_LOST_NEIGHBOURS = 64  # links remembered after they went, to see them come back
+# Nodes asked in one round at most (the bootstrap nodes kept): a round costs a sync request
+# and an answer per node asked, and the next round asks again. Guess: a view and a half.
+MAX_ASKED_PER_ROUND = 12
 
 
 _Waiter = list  # [version, task, deadline]: a wait_for caller's, parked
@@ -147,18 +165,25 @@ class ConfigReplica:
         self.sync_timeout = sync_timeout
         self.synced = trio.Event()  # set once the first catch-up is over
         self.counters = {"updates": 0, "snapshots_sent": 0, "snapshots_merged": 0, "syncs": 0,
-                         "malformed": 0}  # fmt: skip
+                         "malformed": 0, "repairs": 0}  # fmt: skip
+        # The nodes this replica asked for a snapshot, in order (bounded: the last 256).
+        self.asked: list[bytes] = []
         # wait_for's callers, parked until the version reaches theirs or their deadline
-        # passes: woken by _apply (True) or _timeout_loop (False) directly.
+        # passes: woken by _changed (True) or _timeout_loop (False) directly.
         self._waiters: list[_Waiter] = []
         self._timeouts: trio.CancelScope | None = None  # _timeout_loop's sleep, while running
         self._sync_wanted = trio.Event()
         self._answer_wanted = trio.Event()
-        self._snapshot_for_us = trio.Event()
+        self._asking: bytes | None = None  # the node whose snapshot _ask waits for
+        self._answered = trio.Event()
+        self._answer_ready = False  # whether that node had caught up itself
         self._last_answer: dict[str, Entry] = {}  # the last snapshot sent for us
         self._requesters: dict[bytes, int] = {}  # sync requests to answer: id -> its version
-        self._missing: dict[int, float] = {}  # versions an update skipped -> when noticed
-        self._gap_noticed = trio.Event()
+        self._holders: dict[bytes, int] = {}  # node -> the version it reported holding
+        self._relinked: dict[bytes, None] = {}  # links to ask first (a healed partition)
+        self._behind_since: float | None = None
+        self._behind_noticed = trio.Event()
+        self._repairing_logged = False
         # Our own writes come back from the node as its deliveries: applied when made, they
         # are recognised by their stream, without decoding them again.
         self._me = node.id
@@ -180,8 +205,18 @@ class ConfigReplica:
                 nursery.start_soon(self._syncer)
                 nursery.start_soon(self._answerer)
                 nursery.start_soon(self._gap_watcher)
+                nursery.start_soon(self._link_watcher)
                 nursery.start_soon(self._timeout_loop)
                 task_status.started()
+
+    @property
+    def behind(self) -> bool:
+        """Whether this replica knows of a version it does not hold yet (it is repairing)."""
+        return self.state.behind
+
+    def lag(self) -> int:
+        """How many versions this replica knows of but does not hold yet (0: caught up)."""
+        return self.state.lag
 
     def _on_item(self, item: object) -> None:
         if isinstance(item, Lost):
@@ -206,31 +241,44 @@ class ConfigReplica:
                 return  # our own write (on a stream of its own), applied when made
             self.counters["updates"] += 1
             version = message.version  # type: ignore[union-attr]
-            if self._missing:
-                self._missing.pop(version, None)
-            if version > self.state.version + 1:
-                self._notice_gap(self.state.version + 1, version)
-            self._apply(message.changes.items())  # type: ignore[union-attr]
+            self._note_holder(message.writer, version)  # type: ignore[union-attr]
+            self._changed(self.state.apply_update(version, message.changes))  # type: ignore[union-attr]
         elif kind is SyncRequest:
+            self._note_holder(message.requester, message.version)  # type: ignore[union-attr]
+            self.state.note_version(message.version)  # type: ignore[union-attr]
+            self._changed([])
             if message.responder == self._me and len(self._requesters) < MAX_REQUESTERS:  # type: ignore[union-attr]
                 least = self._requesters.get(message.requester, message.version)
                 self._requesters[message.requester] = min(least, message.version)
                 self._answer_wanted.set()
         elif kind is Snapshot:
-            if self._me in message.requesters:  # type: ignore[union-attr]
-                self._last_answer = message.entries
-            if message.entries:
-                self.counters["snapshots_merged"] += 1
-                self._apply(message.entries.items())
-                top = max(entry.version for entry in message.entries.values())
-                for version in [v for v in self._missing if v <= top]:
-                    del self._missing[version]
-            if self._me in message.requesters:  # type: ignore[union-attr]
-                self._snapshot_for_us.set()
+            if message.ready:  # type: ignore[union-attr]
+                self._note_holder(publisher, message.version)  # type: ignore[union-attr]
+                changed = self.state.merge_snapshot(message.version, message.entries)  # type: ignore[union-attr]
+                if changed:
+                    self.counters["snapshots_merged"] += 1
+                self._changed(changed)
+            if self._me in message.requesters and publisher == self._asking:  # type: ignore[union-attr]
+                self._last_answer = message.entries  # type: ignore[union-attr]
+                self._answer_ready = message.ready  # type: ignore[union-attr]
+                self._answered.set()
 
-    def _apply(self, changes: object) -> None:
-        if self.state.apply(changes) and self._waiters:  # type: ignore[arg-type]
-            version = self.state.version
+    def _note_holder(self, node: bytes, version: int) -> None:
+        if node == self._me:
+            return
+        holders = self._holders
+        if node not in holders and len(holders) >= MAX_HOLDERS:
+            lowest = min(holders, key=holders.__getitem__)
+            if holders[lowest] >= version:
+                return
+            del holders[lowest]
+        holders[node] = max(version, holders.get(node, 0))
+
+    def _changed(self, changed: list[str]) -> None:
+        """After the state took something in: wake wait_for's callers it reached, and
+        keep track of whether the replica is behind."""
+        version = self.state.version
+        if changed and self._waiters:
             waiting = []
             for waiter in self._waiters:
                 if waiter[0] <= version:
@@ -238,70 +286,128 @@ class ConfigReplica:
                 else:
                     waiting.append(waiter)
             self._waiters = waiting
-
-    def _notice_gap(self, first: int, end: int) -> None:
-        """Versions first..end-1 were skipped: a snapshot if they stay missing GAP_GRACE."""
-        if len(self._missing) + end - first > MAX_MISSING_VERSIONS:
-            self._missing.clear()
-            self._sync_wanted.set()  # too far behind to wait: ask now
-            return
-        now = trio.current_time()
-        for version in range(first, end):
-            self._missing.setdefault(version, now)
-        self._gap_noticed.set()
+        if self.state.behind:
+            if self._behind_since is None:
+                self._behind_since = trio.current_time()
+                self._behind_noticed.set()
+        elif self._behind_since is not None:
+            if self._repairing_logged:
+                log.info("config %r: caught up at version %d, %.1f s after falling behind",
+                         self.name, version, trio.current_time() - self._behind_since)  # fmt: skip
+            self._behind_since = None
+            self._repairing_logged = False
 
     async def _gap_watcher(self) -> None:
+        """A version missing past GAP_GRACE (the overlay's own repair did not bring it)
+        starts a catch-up by snapshots."""
         while True:
-            await self._gap_noticed.wait()
-            self._gap_noticed = trio.Event()
-            while self._missing:
-                await trio.sleep_until(min(self._missing.values()) + GAP_GRACE)
-                now = trio.current_time()
-                if any(since + GAP_GRACE <= now for since in self._missing.values()):
-                    log.info("config %r: versions %s still missing; asking for a snapshot",
-                             self.name, sorted(self._missing)[:5])  # fmt: skip
-                    self._missing.clear()
-                    self._sync_wanted.set()
+            await self._behind_noticed.wait()
+            self._behind_noticed = trio.Event()
+            since = self._behind_since
+            if since is None:
+                continue
+            await trio.sleep_until(since + GAP_GRACE)
+            if self._behind_since == since:
+                self._sync_wanted.set()
+
+    async def _link_watcher(self) -> None:
+        """Ask for a catch-up when the replica links to the overlay again after it had no
+        neighbour, or to a node it had lost: writes made while it was cut off announce
+        themselves to nobody once they are done."""
+        links = dict.fromkeys(n.peer_id for n in self.node.neighbors(self.topic))
+        lost: dict[bytes, None] = {}
+        while True:
+            await trio.sleep(NEIGHBOUR_POLL)
+            now = dict.fromkeys(n.peer_id for n in self.node.neighbors(self.topic))
+            for peer in links:
+                if peer not in now:
+                    lost[peer] = None
+            while len(lost) > MAX_LOST_NEIGHBOURS:
+                del lost[next(iter(lost))]
+            fresh = [p for p in now if p not in links and (not links or p in lost)]
+            links = now
+            if fresh and self.synced.is_set():
+                for peer in fresh:
+                    lost.pop(peer, None)
+                    self._relinked[peer] = None
+                self._sync_wanted.set()
 
     async def _syncer(self) -> None:
-        self._sync_wanted.set()
+        await self._sync_round(first=True)
+        self.synced.set()
+        if self.state.behind:  # the answer showed more than it held: repair at once
+            self._sync_wanted.set()
         while True:
             await self._sync_wanted.wait()
             self._sync_wanted = trio.Event()
-            await self._sync_once()
-            self.synced.set()
+            await self._catch_up()
 
-    def _neighbours_to_ask(self) -> list[Neighbor]:
-        """Nearest first; the bootstrap nodes last, as every newcomer contacts them already."""
-        seeds = set(self.bootstrap)
-        return sorted(
-            self.node.neighbors(self.topic),
-            key=lambda n: (n.address in seeds, math.inf if n.rtt_ms is None else n.rtt_ms),
-        )
-
-    async def _ask(self, neighbour: Neighbor, version: int) -> bool:
-        """Ask `neighbour` for its snapshot (in full if its version is above `version`);
-        True once it answered within sync_timeout."""
-        self.counters["syncs"] += 1
-        self._snapshot_for_us = trio.Event()
-        await self.node.publish(self.topic, encode_sync(self.node.id, neighbour.peer_id, version))
-        with trio.move_on_after(self.sync_timeout):
-            await self._snapshot_for_us.wait()
-            return True
-        log.info("config %r: no snapshot from %s", self.name, neighbour.address)
-        return False
-
-    async def _sync_once(self) -> None:
-        # A newcomer's first links are to the seeds; the others arrive within a round trip
-        # or two (FORWARDJOIN). Asking one of those keeps the load off the seeds.
-        with trio.move_on_after(SEED_GRACE):
-            while (links := self.node.neighbors(self.topic)) and all(
-                n.address in self.bootstrap for n in links
-            ):
-                await trio.sleep(SEED_GRACE / 20)
-        for neighbour in self._neighbours_to_ask():
-            if await self._ask(neighbour, self.state.version):
+    async def _catch_up(self) -> None:
+        """Rounds of sync requests until one leaves the replica holding every version it
+        knows of, with a growing pause between rounds."""
+        pause = REPAIR_PAUSE
+        while True:
+            await self._sync_round(first=False)
+            if not self.state.behind:
                 return
+            self.counters["repairs"] += 1
+            if not self._repairing_logged:
+                self._repairing_logged = True
+                log.warning(
+                    "config %r: behind: holds version %d of %d (missing %s); asking every "
+                    "node it can reach for a snapshot until it has caught up",
+                    self.name, self.state.version, self.state.top, self.state.missing(5),
+                )  # fmt: skip
+            await trio.sleep(pause)
+            pause = min(2 * pause, REPAIR_PAUSE_MAX)
+
+    def _candidates(self, first: bool) -> list[tuple[bytes, str]]:
+        """Whom to ask, in order (see the module's rules), at most MAX_ASKED_PER_ROUND:
+        (node id, address)."""
+        seeds = set(self.bootstrap)
+        neighbours = {n.peer_id: n for n in self.node.neighbors(self.topic)}
+        relinked = [p for p in self._relinked if p in neighbours]
+        self._relinked.clear()
+        version = self.state.version
+        holders = sorted(
+            (p for p, v in self._holders.items() if v > version or (first and v > 0)),
+            key=lambda p: -self._holders[p],
+        )
+        near = sorted(neighbours.values(), key=lambda n: math.inf if n.rtt_ms is None else n.rtt_ms)
+        ordered = [*relinked, *holders, *(n.peer_id for n in near)]
+        out: dict[bytes, str] = {}
+        for peer in ordered:
+            if peer not in out and peer != self._me:
+                out[peer] = neighbours[peer].address if peer in neighbours else _address_of(peer)
+        # The bootstrap nodes: first on the first catch-up, else last.
+        seeded = [p for p, a in out.items() if a in seeds][:MAX_ASKED_PER_ROUND]
+        rest = [p for p in out if p not in seeded][: MAX_ASKED_PER_ROUND - len(seeded)]
+        order = [*seeded, *rest] if first else [*rest, *seeded]
+        return [(p, out[p]) for p in order]
+
+    async def _sync_round(self, first: bool) -> None:
+        """Ask each candidate in turn until a ready answer leaves us not behind."""
+        for peer, address in self._candidates(first):
+            if await self._ask(peer, address, self.state.version) and not self.state.behind:
+                return
+
+    async def _ask(self, peer: bytes, address: str, version: int) -> bool:
+        """Ask `peer` for its snapshot (in full if its version is above `version`); True
+        once it answered, ready, within sync_timeout."""
+        self.counters["syncs"] += 1
+        self.asked = [*self.asked[-255:], peer]
+        self._asking, self._answered = peer, trio.Event()
+        try:
+            await self.node.publish(self.topic, encode_sync(self._me, peer, version))
+            with trio.move_on_after(self.sync_timeout):
+                await self._answered.wait()
+                if not self._answer_ready:
+                    log.debug("config %r: %s has not caught up itself", self.name, address)
+                return self._answer_ready
+            log.debug("config %r: no snapshot from %s", self.name, address)
+            return False
+        finally:
+            self._asking = None
 
     async def confirm(self, keys: Sequence[str], timeout: float) -> bool:
         """Wait until a neighbour's snapshot holds our entries of `keys` (or newer): a
@@ -309,8 +415,8 @@ class ConfigReplica:
         ours = {k: self.state.entries()[k].stamp for k in keys}
         with trio.move_on_after(timeout):
             while True:
-                for neighbour in self._neighbours_to_ask():
-                    if await self._ask(neighbour, 0):  # version 0: the whole snapshot
+                for peer, address in self._candidates(first=False):
+                    if await self._ask(peer, address, 0):  # version 0: the whole snapshot
                         held = self._last_answer
                         if all(k in held and held[k].stamp >= s for k, s in ours.items()):
                             return True
@@ -318,18 +424,21 @@ class ConfigReplica:
         return False
 
     async def _answerer(self) -> None:
-        # A replica that has not caught up yet has nothing to tell: were it to answer, a
-        # newcomer asking it (two starting together ask each other first) would take its
-        # empty state for the overlay's and stop asking. Requests wait here until it has.
-        await self.synced.wait()
+        # A replica that has not caught up yet answers that it is not ready: were it to
+        # answer with its empty state, a newcomer asking it would take that for the
+        # overlay's and stop asking; were it silent, the newcomer would wait SYNC_TIMEOUT.
         while True:
             await self._answer_wanted.wait()
             self._answer_wanted = trio.Event()
             # Requests that arrive while this one is answered wait for the next round.
             requesters, self._requesters = self._requesters, {}
-            behind = any(version < self.state.version for version in requesters.values())
+            ready = self.synced.is_set()
+            version = self.state.version
+            behind = ready and any(v < version for v in requesters.values())
             entries = self.state.entries() if behind else {}
-            await self.node.publish(self.topic, encode_snapshot(list(requesters), entries))
+            await self.node.publish(
+                self.topic, encode_snapshot(list(requesters), entries, version, ready)
+            )
             self.counters["snapshots_sent"] += 1
             await trio.sleep(SNAPSHOT_INTERVAL)
 
@@ -345,17 +454,17 @@ class ConfigReplica:
         self.state.check_write(entries)
         # Published first: if the node refuses it (size), nothing was applied here either.
         await self.node.publish_record(self.topic, payload, stream=stream)
-        self._apply(entries.items())
+        self._changed(self.state.apply_update(version, entries))
         return version
 
     async def wait_for(self, version: int, timeout: float) -> bool:
-        """Wait until this replica's version is at least `version`; False on timeout."""
+        """Wait until this replica holds every write up to `version`; False on timeout."""
         if not timeout >= 0:
             raise ValueError(f"timeout must be >= 0 seconds, not {timeout!r}")
         if self.state.version >= version:
             await trio.lowlevel.checkpoint()  # there already: no deadline to set up
             return True
-        # Parked until _apply reaches `version` and reschedules this task (True), or the
+        # Parked until _changed reaches `version` and reschedules this task (True), or the
         # timeout task finds its deadline passed (False): no Event, lock or cancel scope
         # per call (a follower waits once per version, on the hot path of every update).
         waiter: _Waiter = [version, trio.lowlevel.current_task(), trio.current_time() + timeout]
@@ -394,3 +503,11 @@ class ConfigReplica:
                     await trio.sleep_forever()
         finally:
             self._timeouts = None
+
+
+def _address_of(peer: bytes) -> str:
+    """The "host:port" a node id names ("" if it names none: asked all the same)."""
+    try:
+        return str(parse_peer_id(peer))
+    except PeerIdError:
+        return ""

@@ -458,6 +458,7 @@ class Connection:
                 if frame is None:
                     await self.stream.send_eof()
                     await trio.sleep(math.inf)  # the writer's linger ends the connection
+                    continue
                 data = frame if self._sealer is None else self._sealer.seal(frame)
                 await self.stream.send_all(data)
                 self.in_flight -= count

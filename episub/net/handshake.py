@@ -203,7 +203,7 @@ class Handshake:
         self._outgoing.clear()
         return data
 
-    def receive_data(self, data: bytes) -> None:
+    def receive_data(self, data: bytes | bytearray) -> None:
         if self._state is _State.FAILED:
             raise HandshakeError("handshake already failed", reason="malformed")
         if self._state is _State.DONE:

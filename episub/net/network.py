@@ -26,6 +26,13 @@ Rules:
   cap, a publish waits for it to drain, so that a burst paces itself to its slowest live
   neighbour instead of overflowing its queue and losing the link. A peer that stays over
   half full for the whole wait is too slow, and is lost as on overflow.
+- Answers (what a peer asked for: `answer`) wait in the peer's lane (answers.py) as
+  recipes and are encoded a batch at a time while its queue is under an eighth of its
+  bounds, within the peer's byte budget; the lane goes with the peer's connection. A
+  peer's requests are charged to its work budget (`charge`): refused past it, and the peer
+  dropped when it asks on regardless. Answers never overflow a queue: a peer that does
+  not read what it asked for only fills its lane.
+- Overflow warnings are logged at most once a minute per kind, with a count (log_limit.py).
 - Inbound connections hold a slot until their handshake ends; an outsider cannot take them
   all (admission.py), and the failures it causes are logged at most once a minute per
   reason (log_limit.py), counted in full.
@@ -38,13 +45,14 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field, fields
 from functools import partial
 
 import trio
 
 from episub.net.admission import MAX_PENDING_HANDSHAKES, HandshakeSlots, source_of
+from episub.net.answers import AnswerCounters, AnswerLane, RequestBudget, Verdict
 from episub.net.connection import Connection, FrameItems, Peer, show_peer
 from episub.net.handshake import (
     FAILURE_REASONS,
@@ -119,13 +127,15 @@ class NetCounters:
     handshake_failed: dict[str, int] = field(
         default_factory=lambda: dict.fromkeys(FAILURE_REASONS, 0)
     )
+    answers: AnswerCounters = field(default_factory=AnswerCounters)
 
     def as_dict(self) -> dict[str, int]:
         out = {
             f.name: getattr(self, f.name)
             for f in fields(self)
-            if f.name not in ("dropped", "handshake_failed")
+            if f.name not in ("dropped", "handshake_failed", "answers")
         }
+        out.update({f.name: getattr(self.answers, f.name) for f in fields(self.answers)})
         out.update({f"dropped_{reason}": n for reason, n in self.dropped.items()})
         out.update({f"handshake_failed_{why}": n for why, n in self.handshake_failed.items()})
         return out
@@ -191,6 +201,13 @@ class Network:
         self._listener_scope = trio.CancelScope()
         self._handshakes = HandshakeSlots(timeout=handshake_timeout)
         self._strangers_log = LogLimiter(log)  # what inbound connections can cause, many times over
+        self._drops_log = LogLimiter(log)  # overflows: a peer can cause them, many times over
+        # A lane is refilled while its peer's queue is under these (an eighth of its bounds):
+        # far from the half at which publishers wait for the peer (wait_for_room).
+        self._fill_items = max(1, send_queue_cap // 8)
+        self._fill_bytes = self._queue_max_bytes // 8
+        self._lanes: dict[bytes, AnswerLane] = {}  # peers with answers waiting
+        self._budgets: dict[bytes, RequestBudget] = {}  # peers that asked something
         self.closing = False
 
     async def run(
@@ -214,7 +231,10 @@ class Network:
         return min(self._idle_timeout, self._liveness_timeout) / 4
 
     async def _listen(
-        self, listeners: list[trio.SocketListener], *, task_status: trio.TaskStatus[None]
+        self,
+        listeners: list[trio.SocketListener],
+        *,
+        task_status: trio.TaskStatus[list[trio.SocketListener]],
     ) -> None:
         # Handlers run in our nursery, not the listener's: when the listener stops at
         # shutdown, the connections it accepted still close gracefully.
@@ -322,7 +342,10 @@ class Network:
     def _overflow(self, peer: Peer, how: str = "overflowed") -> None:
         self.counters.queue_overflows += 1
         self.counters.dropped["queue_overflow"] += len(peer.queue)
-        log.warning(
+        self._drops_log.log(
+            how,
+            trio.current_time(),
+            logging.WARNING,
             "send queue to %s %s (%d messages, %d bytes queued): the peer is too slow; "
             "closing its connection",
             show_peer(peer.id),
@@ -339,6 +362,7 @@ class Network:
         Its connections, ending later, find the peer forgotten and stay quiet."""
         if self.peers.get(peer.id) is peer:
             del self.peers[peer.id]
+        self._forget_requests(peer.id)
         self.counters.peers_lost += 1
         self.counters.dropped["peer_lost"] += len(peer.queue)
         peer.queue.clear()
@@ -554,6 +578,8 @@ class Network:
             peer.conns.remove(conn)
         if peer.conn is conn:
             peer.conn = None
+        if peer.conn is None:
+            self._forget_requests(peer.id)  # the asker's connection went: so do its answers
         self._notify_progress()
         if self.closing or self.peers.get(peer.id) is not peer:
             return  # shutting down, or the peer was already lost and reported
@@ -573,7 +599,103 @@ class Network:
         counters.frames_out += 1
         counters.messages_out += count
         counters.bytes_out += size
+        if self._lanes:
+            self._refill(conn.peer)  # the writer writes what this queues in the same turn
         self._notify_progress()
+
+    # -- answers and request budgets ---------------------------------------------------------
+
+    def answer(
+        self, peer_id: bytes, key: Hashable, size: int, make: Callable[[], bytes | None]
+    ) -> None:
+        """Queue an answer for `peer_id`: `make()` encodes it (None: it cannot be) when the
+        peer's queue has room and its byte budget allows; `key` merges repeats, `size`
+        (about its encoded size) counts against the lane's bounds."""
+        peer = self.peers.get(peer_id)
+        if peer is None or peer.conn is None or self.closing:
+            self.counters.answers.answers_cancelled += 1  # it asked and went
+            return
+        lane = self._lanes.get(peer_id)
+        if lane is None:
+            lane = self._lanes[peer_id] = AnswerLane(trio.current_time())
+        lane.add(key, size, make, self.counters.answers)
+        self._refill(peer)
+
+    def charge(self, peer_id: bytes, work: float) -> Verdict:
+        """Charge `work` for a request of `peer_id` (answers.RequestBudget): OK, THROTTLED
+        (refuse it) or OVER: the peer is dropped here, refuse it too."""
+        now = trio.current_time()
+        budget = self._budgets.get(peer_id)
+        if budget is None:
+            budget = self._budgets[peer_id] = RequestBudget(now)
+        verdict = budget.charge(work, now)
+        if verdict is Verdict.THROTTLED:
+            self.counters.answers.requests_throttled += 1
+        elif verdict is Verdict.OVER:
+            self.counters.answers.requests_throttled += 1
+            self.counters.answers.peers_over_budget += 1
+            peer = self.peers.get(peer_id)
+            self._drops_log.log(
+                "over_budget",
+                now,
+                logging.WARNING,
+                "dropping %s: its requests cost more than their budget (%g work/s)",
+                show_peer(peer_id),
+                budget.bucket.rate,
+            )
+            if peer is not None:
+                self._lose(peer, "over its request budget")
+            else:
+                self._forget_requests(peer_id)
+        return verdict
+
+    def _refill(self, peer: Peer) -> None:
+        """Encode the peer's waiting answers into its queue while it is under the fill
+        marks and its byte budget lasts; past the budget, a wakeup when it refills."""
+        lane = self._lanes.get(peer.id)
+        if lane is None:
+            return
+        conn = peer.conn
+        counters = self.counters.answers
+        now = trio.current_time()
+        if conn is not None and lane.items:
+            peer.notify()  # a writer parked on an empty queue (a delay line's) takes them
+        while lane.items and conn is not None:
+            if (
+                peer.queued_bytes >= self._fill_bytes
+                or len(peer.queue) + conn.in_flight >= self._fill_items
+            ):
+                return  # the writer's next write calls back here
+            wait = lane.bucket.wait(now)
+            if wait > 0:
+                counters.answers_throttled += 1
+                if not lane.timer_set and self._nursery is not None:
+                    lane.timer_set = True
+                    self._nursery.start_soon(self._refill_later, peer, lane, wait)
+                return
+            _, make = lane.take()
+            item = make()
+            if item is None:
+                continue
+            lane.bucket.level -= len(item)
+            counters.answers_sent += 1
+            self.send(peer.id, item)
+        if not lane.items and self._lanes.get(peer.id) is lane and not lane.timer_set:
+            del self._lanes[peer.id]
+
+    async def _refill_later(self, peer: Peer, lane: AnswerLane, wait: float) -> None:
+        await trio.sleep(wait)
+        lane.timer_set = False
+        if self._lanes.get(peer.id) is lane and self.peers.get(peer.id) is peer:
+            self._refill(peer)
+            self.flush()
+
+    def _forget_requests(self, peer_id: bytes) -> None:
+        """The peer's waiting answers go; its budget stays until it is owed nothing
+        (`sweep`), so that a new connection does not wipe a debt."""
+        lane = self._lanes.pop(peer_id, None)
+        if lane is not None:
+            lane.cancel(self.counters.answers)
 
     def _notify_progress(self) -> None:
         progress = self._progress
@@ -588,8 +710,13 @@ class Network:
         return self._progress
 
     def sweep(self) -> None:
-        """Close idle connections nobody uses; declare silent neighbours lost."""
+        """Close idle connections nobody uses; declare silent neighbours lost; forget the
+        budgets of peers that owe nothing."""
         now = trio.current_time()
+        for peer_id, budget in list(self._budgets.items()):
+            budget.bucket.refill(now)
+            if budget.idle:
+                del self._budgets[peer_id]
         for peer in list(self.peers.values()):
             conn = peer.conn
             if conn is None:
@@ -634,6 +761,8 @@ class Network:
         return {
             "connections": sum(len(peer.conns) for peer in self.peers.values()),
             "queued_messages": sum(len(peer.queue) for peer in self.peers.values()),
+            "answers_waiting": sum(len(lane) for lane in self._lanes.values()),
+            "answers_waiting_bytes": sum(lane.bytes for lane in self._lanes.values()),
         }
 
 

@@ -13,11 +13,18 @@ carries out the outputs, and re-arms the timer task. What each output becomes:
   Its hints save wakeups: `coalesce` rounds the deadline up to a tick of the shared
   (epoch) clock, `upkeep` to a tick of the node's own, at a phase of its own (from its
   id); and timers due within `TIMER_SLACK` of each other fire in one wakeup.
+  A Send marked `answer` (what the peer asked for) is not encoded here: the network
+  takes it a batch at a time as the peer reads, within its budget (answers.py).
 - ClosePeer: the network closes that connection once its queue is drained.
 - PeerMisbehaved: counted, and logged (logger "episub.net") at most once a minute per
   reason.
 - Deliver, Published, DataLost, NeighborUp, NeighborDown, Isolated: handed to `on_events`
   (the API), all of one input's together, in order.
+
+A peer's requests (PULL, GRAFT over ranges, GETHELD, GETNODES, GETVIEW, GETTOPICS) are
+charged to its work budget before the core sees them (`_admitted`): a request past it is
+refused (a GRAFT keeps its link change and loses its ranges), and a peer that asks on
+regardless is dropped.
 
 Inputs come from the listener and connections (Received, ConnectionLost), the timer task
 (TimerFired) and the API (JoinTopic, LeaveTopic, Publish, ...). The core is called from
@@ -51,10 +58,13 @@ import zlib
 from collections import deque
 from collections.abc import Callable, Hashable
 from dataclasses import replace
+from functools import partial
 from random import Random
+from typing import Any
 
 import trio
 
+from episub.net.answers import Verdict
 from episub.net.connection import TCP_INFO, Connection, FrameItems, show_peer
 from episub.net.framing import max_frame_size
 from episub.net.handshake import HANDSHAKE_TIMEOUT, check_key
@@ -70,6 +80,7 @@ from episub.net.network import (
     Network,
 )
 from episub.net.peer_id import Address
+from episub.proto import messages as m
 from episub.proto.config import NodeConfig
 from episub.proto.errors import LocalProtocolError
 from episub.proto.events import (
@@ -142,6 +153,26 @@ TIMER_SLACK = 0.001
 # node's upkeep ticks: a token of the runtime's own, never fed to the core.
 _SWEEP = object()
 TIMER_RETRY = 1.0  # seconds before a timer the core failed on fires again (guess)
+
+# What a request costs a peer's work budget (answers.REQUEST_WORK_PER_SECOND), in store
+# rows looked at and answered (a GETHELD span). A seq of a PULL or GRAFT is one dict
+# lookup, a guessed 1/8 of that (its bytes are charged to the answer budget apart). A
+# view, node or topic list is at most MAX_PEERS_PER_MESSAGE (256) entries from memory:
+# 16, a guess.
+_SEQS_PER_WORK = 8
+_LIST_COST = 16
+# An answer's size in a lane, before it is encoded: a GOSSIP is its envelope's bytes and
+# ~50 of framing and id; a HELD at most MAX_HELD_SPANS spans of ~100 bytes.
+_GOSSIP_OVERHEAD = 64
+_ANSWER_SIZE: dict[type, int] = {m.Held: m.MAX_HELD_SPANS * 100}
+_REQUEST_COSTS: dict[type, Callable[[Any], int]] = {
+    m.Pull: lambda pull: (pull.last_seq - pull.first_seq) // _SEQS_PER_WORK + 1,
+    m.Graft: lambda graft: sum(r[2] - r[1] + 1 for r in graft.ranges) // _SEQS_PER_WORK,
+    m.GetHeld: lambda ask: len(ask.spans) or m.MAX_HELD_SPANS,
+    m.GetNodes: lambda _: _LIST_COST,
+    m.GetView: lambda _: _LIST_COST,
+    m.GetTopics: lambda _: _LIST_COST,
+}
 
 
 class CoreError(RuntimeError):
@@ -223,6 +254,7 @@ class Runtime:
         # The phase of this node's own upkeep ticks: spread over the tick by its id, so
         # that nodes' upkeep decisions do not line up.
         self._upkeep_phase = zlib.crc32(my_id) / 2**32 * TIMER_TICK
+        self._answer_keys = itertools.count()  # answers that no repeat merges with
         self._deferred: deque[InEvent] = deque()
         self._pumping = False
         self._run_scope = trio.CancelScope(shield=True)
@@ -384,32 +416,86 @@ class Runtime:
             self._on_events(events)
 
     def _send(self, out: Send, encoded: dict[tuple[str | None, int], bytes]) -> None:
-        dropped = self.counters.dropped
         if out.peer == self.me:
-            dropped["to_self"] += 1
+            self.counters.dropped["to_self"] += 1
             log.error("the core sent %s to ourselves; dropped", type(out.message).__name__)
+            return
+        if out.answer:
+            self._answer(out)
             return
         cache_key = (out.topic, id(out.message))
         item = encoded.get(cache_key)
         if item is None:
-            try:
-                item = encoded[cache_key] = encode_item(out.topic, out.message)
-            except (TypeError, ValueError) as exc:
-                dropped["unencodable"] += 1
-                log.error("cannot encode %r for %s: %s", out.message, _show(out.peer), exc)
+            item = self._encode(out.topic, out.message, out.peer)
+            if item is None:
                 return
+            encoded[cache_key] = item
+        self.network.send(out.peer, item)
+
+    def _answer(self, out: Send) -> None:
+        """An answer waits in the peer's lane as the message the core gave (the cache's or
+        retention's bytes, not a copy) and is encoded when the network takes it."""
+        message = out.message
+        if type(message) is m.Gossip:
+            key: Hashable = (out.topic, message.id)  # a repeat of a waiting answer merges
+            size = len(message.raw) + _GOSSIP_OVERHEAD
+        else:
+            key = next(self._answer_keys)
+            size = _ANSWER_SIZE.get(type(message), _GOSSIP_OVERHEAD)
+        self.network.answer(
+            out.peer, key, size, partial(self._encode, out.topic, message, out.peer)
+        )
+
+    def _encode(self, topic: str | None, message: m.PeerMessage, peer: bytes) -> bytes | None:
+        """wire.encode_item, or None (counted and logged) when it cannot go."""
+        dropped = self.counters.dropped
+        try:
+            item = encode_item(topic, message)
+        except (TypeError, ValueError) as exc:
+            dropped["unencodable"] += 1
+            log.error("cannot encode %r for %s: %s", message, _show(peer), exc)
+            return None
         if len(item) > self.max_frame_size:
             # The peer would refuse the frame and drop the connection; only this goes.
             dropped["oversized"] += 1
             log.error(
                 "%s of %d bytes to %s exceeds the %d-byte frame limit; dropped",
-                type(out.message).__name__,
+                type(message).__name__,
                 len(item),
-                _show(out.peer),
+                _show(peer),
                 self.max_frame_size,
             )
-            return
-        self.network.send(out.peer, item)
+            return None
+        return item
+
+    def _admitted(
+        self, peer_id: bytes, items: list[tuple[str | None, m.PeerMessage]]
+    ) -> list[tuple[str | None, m.PeerMessage]]:
+        """`items` less the requests the peer's work budget refuses (a refused GRAFT keeps
+        its link change: it comes in without ranges); none when the peer is dropped."""
+        refused: list[int] = []
+        for i, (_, message) in enumerate(items):
+            cost = _REQUEST_COSTS.get(type(message))
+            if cost is None:
+                continue
+            work = cost(message)
+            if not work:
+                continue
+            verdict = self.network.charge(peer_id, work)
+            if verdict is Verdict.OVER:
+                return []
+            if verdict is Verdict.THROTTLED:
+                refused.append(i)
+        if not refused:
+            return items
+        kept = list(items)
+        for i in reversed(refused):
+            topic, message = kept[i]
+            if type(message) is m.Graft:
+                kept[i] = (topic, m.Graft())
+            else:
+                del kept[i]
+        return kept
 
     def _on_frames(self, conn: Connection, frames: list[FrameItems]) -> None:
         """Every frame of one read goes into the core as one input."""
@@ -429,6 +515,9 @@ class Runtime:
                     self._deferred.append(RttMeasured(peer_id, rtt))
                 else:
                     self._feed_one(RttMeasured(peer_id, rtt))
+        items = self._admitted(peer_id, items)
+        if not items:
+            return
         if self._pumping:
             self._deferred.extend(Received(peer_id, topic, message) for topic, message in items)
             return

@@ -104,7 +104,7 @@ class RecordOpener:
         """Bytes of an unfinished record held."""
         return len(self._sealed)
 
-    def feed(self, data: bytes) -> bytes:
+    def feed(self, data: bytes | bytearray) -> bytes:
         sealed = self._sealed
         if sealed:
             sealed += data

@@ -50,7 +50,7 @@ from episub.node import checks, serving
 from episub.node.bootstrap import Bootstraps, reach
 from episub.node.catchup import CatchUp
 from episub.node.fanout import CONTROL_PREFIX, Fanout
-from episub.node.fetching import FETCH_TIMEOUT, Fetcher
+from episub.node.fetching import FETCH_TIMEOUT, Fetcher, FetchReport
 from episub.node.lifetime import running
 from episub.node.publishing import Receipt, publish_checked
 from episub.node.queries import VIEW_TIMEOUT, Queries, neighbors
@@ -488,15 +488,33 @@ class Node:
         timeout: float = FETCH_TIMEOUT,
         holders: Iterable[bytes] = (),
     ) -> list[Delivery]:
-        """`retained`, after asking in turn (PULL) `holders` (peer ids of nodes known to
-        hold the range, neighbours or not), then the topic's neighbours, for what this node
-        lacks of the range: a node that joined late, or restarted, fills its history this
-        way (a Spark executor reading a replayed micro-batch). Each answers from its cache
-        or its retention. Returns what this node then holds, in order, when the range is
-        complete or `timeout` seconds have passed; what nobody asked holds stays absent."""
+        """`retained`, after `fetch_range` asked `holders` (peer ids of nodes known to hold
+        the range, neighbours or not) and the topic's neighbours for what this node lacks of
+        it: a node that joined late, or restarted, fills its history this way. Returns what
+        this node then holds, in order; what no node asked holds stays absent."""
+        await self.fetch_range(
+            topic, publisher, first_seq, last_seq, timeout=timeout, holders=holders
+        )
+        return self.retained(topic, publisher, first_seq, last_seq)
+
+    async def fetch_range(
+        self,
+        topic: str,
+        publisher: bytes,
+        first_seq: int,
+        last_seq: int,
+        *,
+        timeout: float = FETCH_TIMEOUT,
+        holders: Iterable[bytes] = (),
+        on_progress: Callable[[], None] | None = None,
+    ) -> FetchReport:
+        """Fetch into retention what this node lacks of first_seq..last_seq from the nodes
+        that hold it (episub/node/fetching.py): `timeout` bounds a pause with nothing
+        arriving; `on_progress` is called when seqs of it arrive. Says whom it asked and
+        what they answered, and what is still lacking."""
         runtime = self._running()
         checks.check_fetch_range(first_seq, last_seq)
-        await self._fetcher.fetch(
+        return await self._fetcher.fetch(
             runtime,
             topic,
             publisher,
@@ -504,10 +522,17 @@ class Node:
             last_seq,
             timeout,
             holders,
-            held=lambda: self.retained(topic, publisher, first_seq, last_seq),
+            held_seqs=lambda: self.held_seqs(topic, publisher, first_seq, last_seq),
             neighbors=lambda: [n.peer_id for n in self.neighbors(topic)],
+            held_by=lambda peer, span, wait: self.held_by(topic, peer, spans=(span,), timeout=wait),
+            on_progress=on_progress,
         )
-        return self.retained(topic, publisher, first_seq, last_seq)
+
+    def held_seqs(self, topic: str, publisher: bytes, first_seq: int, last_seq: int) -> list[int]:
+        """The seqs of first_seq..last_seq this node holds of `publisher` on `topic`, in
+        order (what `retained` would return, without reading the messages)."""
+        self._running()
+        return self._retention.seqs(topic, publisher, first_seq, last_seq, trio.current_time())
 
     def retained(
         self, topic: str, publisher: bytes, first_seq: int, last_seq: int

@@ -48,7 +48,9 @@ def missing(held: list[Delivery], first_seq: int, last_seq: int) -> tuple[int, i
 
 
 def held_page(store: RetentionStore[bytes], topic: str, query: GetHeld, now: float) -> Held:
-    """A GETHELD's answer from retention: one page, never more than MAX_HELD_SPANS."""
+    """A GETHELD's answer from retention: one page, never more than MAX_HELD_SPANS. Its
+    cost follows the page's size, not the number of publishers held (store.page's
+    cursor): a peer asking again and again pays per answer."""
     more = False
     found: list[tuple[bytes, Span]] = []
     if query.spans:
@@ -57,10 +59,7 @@ def held_page(store: RetentionStore[bytes], topic: str, query: GetHeld, now: flo
             if span is not None:
                 found.append((asked.publisher, span))  # type: ignore[arg-type]
     else:
-        offsets = store.offsets(topic, now)
-        after = sorted(p for p in offsets if p > query.after)
-        more = len(after) > MAX_HELD_SPANS
-        found = [(p, offsets[p]) for p in after[:MAX_HELD_SPANS]]
+        found, more = store.page(topic, query.after, MAX_HELD_SPANS, now)  # type: ignore[arg-type]
     spans = []
     for publisher, span in found:
         since = span.first

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from episub.net.runtime import Runtime
 from episub.node.retained import held_page
-from episub.proto.envelope import Envelope
 from episub.proto.events import AnswerHeld, HeldAsked, HistoryAsked, ServeHistory
 from episub.retention import RetentionStore
 
@@ -22,16 +21,14 @@ def answer_held(
 def serve_history(
     runtime: Runtime, store: RetentionStore[bytes], event: HistoryAsked, now: float
 ) -> None:
-    """A PULL's seqs the core's cache lacked, from retention when it holds them."""
-    wanted = set(event.seqs)
-    kept = store.entries(
+    """A PULL's seqs the core's cache lacked, from retention when it holds them: the stored
+    bytes themselves (no decoding, no copy), which the runtime encodes as the peer reads."""
+    kept = store.entries_at(
         event.topic,
         event.publisher,  # type: ignore[arg-type]
-        min(event.seqs),
-        max(event.seqs),
+        event.seqs,
         now,
     )
-    envelopes = ((mid, Envelope.decode(raw)) for mid, raw in kept)
-    found = tuple((mid, env) for mid, env in envelopes if env.seq in wanted)
+    found = tuple(kept)
     if found:
         runtime.input(ServeHistory(event.topic, event.peer, found))

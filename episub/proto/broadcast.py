@@ -68,6 +68,11 @@ Rules from the draft (and Plumtree):
   `eager_repair_grafts` lazy peers, those that fed us most lately first), unless a
   remaining eager neighbour has sent us a message first since it did.
 - per-publisher gaps are pulled (PULL first..last) from neighbours in turn (ordering.py).
+- stream heads (ours, heads.py): `heads_quiet` after a stream's newest message came, its
+  seq is named once in a HEADS to every neighbour not known to hold it. A HEADS is taken
+  as an IHAVE of the places from our stream's position up to the head (at most
+  MAX_TAIL_PLACES per stream and MAX_IDS_PER_MESSAGE per HEADS): a lost last message is
+  GRAFTed as an announced one is.
 """
 
 from __future__ import annotations
@@ -94,6 +99,7 @@ from episub.proto.events import (
     ScheduleTimer,
     Send,
 )
+from episub.proto.heads import StreamHeads
 from episub.proto.messages import Envelope, LinkKind, MessageId, PeerId
 from episub.proto.ordering import OrderedDelivery, PublisherStream
 from episub.proto.peers import RttTable
@@ -114,6 +120,11 @@ IHAVE_EARLY = 0.25
 # A GRAFT due this close after a timer fires goes with that timer's batch: float sums of
 # due times and timer delays differ in the last bits, and a timer of 1e-17 s is waste.
 DUE_SLACK = 1e-6
+
+# Places below a head that one HEADS range makes missing: a GRAFT's worth (max_graft_ids'
+# default). A stream further behind gets its tail first; the gap before it is then pulled
+# (ordering.py).
+MAX_TAIL_PLACES = 256
 
 Place: TypeAlias = tuple[PeerId, int]  # (publisher, seq): a message's place in its stream
 
@@ -182,6 +193,9 @@ class Broadcast:
         # copies we asked for, not a redundant path (bounded by max_missing).
         self.graft_answers: OrderedDict[MessageId, list[PeerId]] = OrderedDict()
         self.next_seq = 0
+        # Each stream's newest place, named in a HEADS once the stream goes quiet.
+        self.heads = StreamHeads(config)
+        self._heads_armed = False
         self._ihave_armed = False
         self._missing_armed = False
         self.counters = BroadcastCounters()
@@ -199,8 +213,8 @@ class Broadcast:
         return self.ordering.streams
 
     @property
-    def fetches(self) -> OrderedDict[PeerId, tuple[int, int]]:
-        """publisher -> the last span we fetched of it, oldest first."""
+    def fetches(self) -> OrderedDict[PeerId, list[tuple[int, int]]]:
+        """publisher -> the last spans we fetched of it, publishers oldest first."""
         return self.ordering.fetches
 
     # -- neighbours ---------------------------------------------------------------------
@@ -232,6 +246,7 @@ class Broadcast:
         for _, tree in trees:
             tree.lazy.pop(peer, None)
             tree.eager.pop(peer, None)
+        self.heads.link_up(peer, now)
         if self.lazy_queue:
             self.queued_before[peer] = len(self.lazy_queue)
         hub_parent = self.config.hub_parent
@@ -282,6 +297,7 @@ class Broadcast:
         self.hubs.pop(peer, None)
         self.announced.pop(peer, None)
         self.queued_before.pop(peer, None)
+        self.heads.link_down(peer)
         repairing = repair and self.config.eager_repair
         targets: dict[PeerId, list[tuple[PeerId | None, Tree]]] = {}
         for publisher, tree in self.trees:
@@ -581,6 +597,7 @@ class Broadcast:
         topic = self.topic
         for peer in self.trees.get(envelope.publisher).eager:
             out.append(Send(peer, topic, gossip))
+        self._note_head(envelope.publisher, envelope.seq, 0, None, now, out)
         self._queue_ihave(mid, envelope.publisher, envelope.seq, 0, None, out)
         return mid
 
@@ -600,6 +617,8 @@ class Broadcast:
                 self._on_graft(peer, ranges, streams, now, out)
             case m.Pull(publisher=publisher, first_seq=first, last_seq=last):
                 self._on_pull(peer, publisher, first, last, out)
+            case m.Heads(ranges=ranges):
+                self._on_heads(peer, ranges, now, out)
             case _:
                 assert_never(msg)  # a broadcast message without a case: a bug of ours
 
@@ -650,6 +669,7 @@ class Broadcast:
         if missing is not None and neighbor:
             # After the push, as Plumtree does: the announcer we graft must not get this copy.
             self._maybe_optimize(publisher, tree, peer, msg.hops, missing.announcers, now, out)
+        self._note_head(envelope.publisher, envelope.seq, msg.hops, peer, now, out)
         self._queue_ihave(mid, envelope.publisher, envelope.seq, msg.hops, peer, out)
         if envelope.publisher != self.me:
             self.ordering.deliver(mid, envelope, msg.hops, now, out)
@@ -921,6 +941,34 @@ class Broadcast:
             self._missing_armed = True
             out.append(ScheduleTimer(c.graft_timeout, (*self._timer_prefix, "missing")))
 
+    def _on_heads(
+        self, peer: PeerId, ranges: tuple[m.StreamRange, ...], now: float, out: list[OutEvent]
+    ) -> None:
+        """A neighbour's stream heads: the places from our stream's position up to each
+        head (the head alone for a stream we have not seen) are announced to us, as by an
+        IHAVE. Bounded: MAX_TAIL_PLACES per head, MAX_IDS_PER_MESSAGE in all, so a HEADS
+        costs what an IHAVE may; a lying head costs GRAFTs to its sender until given up."""
+        if not self._is_neighbor(peer):
+            return
+        streams = self.ordering.streams
+        budget = m.MAX_IDS_PER_MESSAGE
+        announced: list[m.StreamRange] = []
+        for publisher, _, head, hops in ranges:
+            self.heads.held_by(publisher, head, peer)
+            if publisher == self.me:
+                continue
+            stream = streams.get(publisher)
+            first = head if stream is None else max(stream.next_seq, head - MAX_TAIL_PLACES + 1)
+            first = max(first, head - budget + 1)
+            if first > head:
+                continue  # wholly behind our stream's position
+            budget -= head - first + 1
+            announced.append((publisher, first, head, hops))
+            if budget <= 0:
+                break
+        if announced:
+            self._on_ihave(peer, tuple(announced), now, out)
+
     def _holds(self, place: Place) -> bool:
         """Have we this place's message: cached, delivered or given up, or held?"""
         return place in self.by_seq or self.ordering.place_taken(*place)
@@ -980,10 +1028,12 @@ class Broadcast:
             out.append(HistoryAsked(self.topic, peer, publisher, tuple(lacking)))
 
     def _send_cached(self, peer: PeerId, mid: MessageId, out: list[OutEvent]) -> None:
-        """Answer a GRAFT or PULL from the cache; an id we no longer hold is skipped."""
+        """Answer a GRAFT or PULL from the cache; an id we no longer hold is skipped. An
+        answer: the runtime streams it within the peer's budget (Send.answer)."""
         cached = self.cache.get(mid)
         if cached is not None:
-            out.append(Send(peer, self.topic, cached.gossip(min(cached.hops + 1, m.MAX_HOPS))))
+            gossip = cached.gossip(min(cached.hops + 1, m.MAX_HOPS))
+            out.append(Send(peer, self.topic, gossip, answer=True))
 
     # -- timers -------------------------------------------------------------------------
 
@@ -999,6 +1049,9 @@ class Broadcast:
             self.ordering.on_gap_timer([*tree.eager, *tree.lazy], now, out)
         elif name == "settle":
             self.ordering.on_settle_timer(now, out)
+        elif name == "heads":
+            self._heads_armed = False
+            self._send_heads(now, out)
 
     def _queue_ihave(
         self,
@@ -1016,6 +1069,36 @@ class Broadcast:
             interval = self.ihave_period
             token = (*self._timer_prefix, "ihave")
             out.append(ScheduleTimer(interval, token, early=interval * IHAVE_EARLY))
+
+    def _note_head(
+        self,
+        publisher: PeerId,
+        seq: int,
+        hops: int,
+        sender: PeerId | None,
+        now: float,
+        out: list[OutEvent],
+    ) -> None:
+        self.heads.note(publisher, seq, hops, sender, now)
+        if not self._heads_armed:
+            self._arm_heads(self.config.heads_quiet, out)
+
+    def _arm_heads(self, delay: float, out: list[OutEvent]) -> None:
+        self._heads_armed = True
+        out.append(ScheduleTimer(delay, (*self._timer_prefix, "heads"), upkeep=True))
+
+    def _send_heads(self, now: float, out: list[OutEvent]) -> None:
+        """Name the heads gone quiet to each neighbour not known to hold them."""
+        heads = self.heads
+        due = heads.take_due(now)
+        if due:
+            topic = self.topic
+            for peer in [*self.eager, *self.lazy]:
+                for ranges in _chunks(heads.ranges_for(peer, due)):
+                    out.append(Send(peer, topic, m.Heads(ranges=ranges)))
+        wait = heads.next_due(now)
+        if wait is not None:
+            self._arm_heads(max(wait, self.config.heads_quiet / 2), out)
 
     def _note_holder(self, mid: MessageId, peer: PeerId) -> None:
         """`peer` holds `mid` (it sent or announced it): while `mid` waits for the IHAVE

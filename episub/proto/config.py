@@ -10,7 +10,7 @@ Sources: "draft" = libp2p's Episub draft (pubsub/gossipsub/episub.md, 2018);
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from episub.proto import messages as m
 
@@ -214,6 +214,9 @@ class BroadcastConfig:
     max_ihave_ids: int = 1024  # guess: ids per IHAVE frame
     max_graft_ids: int = 256  # guess: ids per GRAFT
     gap_timeout: float = 1.0  # guess: let the tree and IHAVE repair a gap before pulling
+    # A stream with nothing newer for this long has its head (last seq) named once to each
+    # neighbour in a HEADS (heads.py): a lost last message shows no gap otherwise.
+    heads_quiet: float = 1.0  # = gap_timeout: IHAVE and GRAFT have had their turn
     gap_retry_interval: float = 0.5  # guess
     gap_max_attempts: int = 6  # guess: then the gap is reported as DataLost
     max_gap: int = 4096  # = messages.MAX_PULL_SPAN; a bigger jump is resynchronised
@@ -243,6 +246,7 @@ class BroadcastConfig:
             "seen_ttl",
             "gap_timeout",
             "gap_retry_interval",
+            "heads_quiet",
         ):
             _positive(name, getattr(self, name))
         if not 0.0 <= self.ihave_spread < 2.0:
@@ -295,7 +299,7 @@ CONFIG_TOPIC_PREFIX = "_episub.config."
 # benchmark's p99). Now each node flushes at a period of its own, 0.5-1.5 s: a lost write
 # is grafted within ~2 s (its announcer's flush, then graft_timeout), and a reader reads
 # ~0.1 IHAVE frames per write at 50 writes/s (0.26 at 0.5 s).
-CONFIG_TOPIC_BROADCAST: tuple[tuple[str, float], ...] = (
+CONFIG_TOPIC_BROADCAST: tuple[tuple[str, Any], ...] = (
     ("ihave_interval", 1.0),  # guess: repair within ~2 s is live enough for configuration
     ("ihave_spread", 1.0),  # every node its own period, 0.5-1.5 s: the flushes spread
     ("graft_grace", 1.4),  # ihave_interval + 2 * 200 ms, as the default's
@@ -303,6 +307,9 @@ CONFIG_TOPIC_BROADCAST: tuple[tuple[str, float], ...] = (
     # a place we lack names a loss, not a copy on its way: grafted after half a period.
     ("graft_timeout", 0.5),
     ("hub_parent", True),  # the star of CONFIG_TOPIC_MEMBERSHIP's hub links
+    # Each write is a stream of its own, so each is a head: at 4 s a link carries at most
+    # one HEADS frame every 2 s (heads.py), after IHAVE repair (~2 s) had its turn.
+    ("heads_quiet", 4.0),  # guess
 )
 
 
@@ -321,7 +328,7 @@ CONFIG_TOPIC_BROADCAST: tuple[tuple[str, float], ...] = (
 # Without proximity no RTT is wanted, but passive peers never get one (the runtime reads
 # RTTs of connections only), so probing stayed at its unmeasured pace: 4 PINGs every 2 s on
 # the shared 2 s tick, every reader at once (a write met them every 2 s, 10-15 ms late).
-CONFIG_TOPIC_MEMBERSHIP: tuple[tuple[str, float], ...] = (
+CONFIG_TOPIC_MEMBERSHIP: tuple[tuple[str, Any], ...] = (
     ("proximity", False),
     ("hub_links", 64),  # guess: "a small config group"; larger groups relay through readers
     ("c_near", 0),
@@ -338,11 +345,11 @@ class NodeConfig:
     broadcast: BroadcastConfig = field(default_factory=BroadcastConfig)
     # Per topic-name prefix, `broadcast` fields a topic of that prefix changes (the first
     # prefix that matches); other topics use `broadcast` as it is.
-    topic_broadcast: tuple[tuple[str, tuple[tuple[str, float], ...]], ...] = (
+    topic_broadcast: tuple[tuple[str, tuple[tuple[str, Any], ...]], ...] = (
         (CONFIG_TOPIC_PREFIX, CONFIG_TOPIC_BROADCAST),
     )
     # ... and `membership` fields, the same way.
-    topic_membership: tuple[tuple[str, tuple[tuple[str, float], ...]], ...] = (
+    topic_membership: tuple[tuple[str, tuple[tuple[str, Any], ...]], ...] = (
         (CONFIG_TOPIC_PREFIX, CONFIG_TOPIC_MEMBERSHIP),
     )
     max_topics: int = 1024  # guess: per node
@@ -375,7 +382,7 @@ class NodeConfig:
 
 
 def _changed(
-    part: _Part, by_prefix: tuple[tuple[str, tuple[tuple[str, float], ...]], ...], topic: str
+    part: _Part, by_prefix: tuple[tuple[str, tuple[tuple[str, Any], ...]], ...], topic: str
 ) -> _Part:
     """`part` with the changes of the first prefix of `by_prefix` that `topic` starts with."""
     for prefix, changes in by_prefix:

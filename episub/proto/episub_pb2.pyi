@@ -14,7 +14,7 @@ class Frame(_message.Message):
     def __init__(self, items: _Optional[_Iterable[_Union[Item, _Mapping]]] = ...) -> None: ...
 
 class Item(_message.Message):
-    __slots__ = ("topic", "gossip", "ihave", "graft", "prune", "pull", "ping", "pong", "neighbor", "disconnect", "join", "forward_join", "shuffle", "shuffle_reply", "leave", "get_nodes", "nodes", "get_topics", "topics", "get_view", "view", "get_held", "held")
+    __slots__ = ("topic", "gossip", "ihave", "graft", "prune", "pull", "ping", "pong", "neighbor", "disconnect", "join", "forward_join", "shuffle", "shuffle_reply", "leave", "get_nodes", "nodes", "get_topics", "topics", "get_view", "view", "get_held", "held", "heads")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     GOSSIP_FIELD_NUMBER: _ClassVar[int]
     IHAVE_FIELD_NUMBER: _ClassVar[int]
@@ -38,6 +38,7 @@ class Item(_message.Message):
     VIEW_FIELD_NUMBER: _ClassVar[int]
     GET_HELD_FIELD_NUMBER: _ClassVar[int]
     HELD_FIELD_NUMBER: _ClassVar[int]
+    HEADS_FIELD_NUMBER: _ClassVar[int]
     topic: str
     gossip: Gossip
     ihave: IHave
@@ -61,7 +62,8 @@ class Item(_message.Message):
     view: View
     get_held: GetHeld
     held: Held
-    def __init__(self, topic: _Optional[str] = ..., gossip: _Optional[_Union[Gossip, _Mapping]] = ..., ihave: _Optional[_Union[IHave, _Mapping]] = ..., graft: _Optional[_Union[Graft, _Mapping]] = ..., prune: _Optional[_Union[Prune, _Mapping]] = ..., pull: _Optional[_Union[Pull, _Mapping]] = ..., ping: _Optional[_Union[Ping, _Mapping]] = ..., pong: _Optional[_Union[Pong, _Mapping]] = ..., neighbor: _Optional[_Union[Neighbor, _Mapping]] = ..., disconnect: _Optional[_Union[Disconnect, _Mapping]] = ..., join: _Optional[_Union[Join, _Mapping]] = ..., forward_join: _Optional[_Union[ForwardJoin, _Mapping]] = ..., shuffle: _Optional[_Union[Shuffle, _Mapping]] = ..., shuffle_reply: _Optional[_Union[ShuffleReply, _Mapping]] = ..., leave: _Optional[_Union[Leave, _Mapping]] = ..., get_nodes: _Optional[_Union[GetNodes, _Mapping]] = ..., nodes: _Optional[_Union[Nodes, _Mapping]] = ..., get_topics: _Optional[_Union[GetTopics, _Mapping]] = ..., topics: _Optional[_Union[Topics, _Mapping]] = ..., get_view: _Optional[_Union[GetView, _Mapping]] = ..., view: _Optional[_Union[View, _Mapping]] = ..., get_held: _Optional[_Union[GetHeld, _Mapping]] = ..., held: _Optional[_Union[Held, _Mapping]] = ...) -> None: ...
+    heads: Heads
+    def __init__(self, topic: _Optional[str] = ..., gossip: _Optional[_Union[Gossip, _Mapping]] = ..., ihave: _Optional[_Union[IHave, _Mapping]] = ..., graft: _Optional[_Union[Graft, _Mapping]] = ..., prune: _Optional[_Union[Prune, _Mapping]] = ..., pull: _Optional[_Union[Pull, _Mapping]] = ..., ping: _Optional[_Union[Ping, _Mapping]] = ..., pong: _Optional[_Union[Pong, _Mapping]] = ..., neighbor: _Optional[_Union[Neighbor, _Mapping]] = ..., disconnect: _Optional[_Union[Disconnect, _Mapping]] = ..., join: _Optional[_Union[Join, _Mapping]] = ..., forward_join: _Optional[_Union[ForwardJoin, _Mapping]] = ..., shuffle: _Optional[_Union[Shuffle, _Mapping]] = ..., shuffle_reply: _Optional[_Union[ShuffleReply, _Mapping]] = ..., leave: _Optional[_Union[Leave, _Mapping]] = ..., get_nodes: _Optional[_Union[GetNodes, _Mapping]] = ..., nodes: _Optional[_Union[Nodes, _Mapping]] = ..., get_topics: _Optional[_Union[GetTopics, _Mapping]] = ..., topics: _Optional[_Union[Topics, _Mapping]] = ..., get_view: _Optional[_Union[GetView, _Mapping]] = ..., view: _Optional[_Union[View, _Mapping]] = ..., get_held: _Optional[_Union[GetHeld, _Mapping]] = ..., held: _Optional[_Union[Held, _Mapping]] = ..., heads: _Optional[_Union[Heads, _Mapping]] = ...) -> None: ...
 
 class GetTopics(_message.Message):
     __slots__ = ()
@@ -295,6 +297,12 @@ class StreamRange(_message.Message):
     def __init__(self, publisher: _Optional[bytes] = ..., first_seq: _Optional[int] = ..., last_seq: _Optional[int] = ..., hops: _Optional[int] = ...) -> None: ...
 
 class IHave(_message.Message):
+    __slots__ = ("ranges",)
+    RANGES_FIELD_NUMBER: _ClassVar[int]
+    ranges: _containers.RepeatedCompositeFieldContainer[StreamRange]
+    def __init__(self, ranges: _Optional[_Iterable[_Union[StreamRange, _Mapping]]] = ...) -> None: ...
+
+class Heads(_message.Message):
     __slots__ = ("ranges",)
     RANGES_FIELD_NUMBER: _ClassVar[int]
     ranges: _containers.RepeatedCompositeFieldContainer[StreamRange]

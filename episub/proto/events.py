@@ -177,7 +177,7 @@ class ServeHistory:
 
     topic: str
     peer: PeerId
-    messages: tuple[tuple[MessageId, Envelope], ...]
+    messages: tuple[tuple[MessageId, bytes], ...]  # (id, the envelope's canonical bytes)
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,11 +221,16 @@ InEvent: TypeAlias = (
 
 @dataclass(frozen=True, slots=True)
 class Send:
-    """Send `message` to `peer` (dialling it if there is no connection yet)."""
+    """Send `message` to `peer` (dialling it if there is no connection yet).
+
+    `answer`: what `peer` asked for (a PULL's or a GRAFT's messages, history, HELD): the
+    runtime sends it as the peer reads and within its budget, and not at all once the
+    peer's connection is gone. A hint, like ScheduleTimer's: no part of equality."""
 
     peer: PeerId
     topic: str | None
     message: PeerMessage
+    answer: bool = field(default=False, compare=False)
 
 
 @dataclass(frozen=True, slots=True)

@@ -70,7 +70,7 @@ class FrameSplitter:
         """Bytes received and not yet returned as bodies."""
         return len(self._buffer)
 
-    def feed(self, data: bytes) -> None:
+    def feed(self, data: bytes | bytearray) -> None:
         """Buffer `data`; a bad frame header in it is reported by a later `next_body()`."""
         if self._broken:  # check_usable(), inline: this runs per read
             self.check_usable()

@@ -200,11 +200,6 @@ class HeldSpan:
             raise ValueError(f"since_seq {self.since_seq!r} is past the span's end")
 
 
-def _check_nonce(nonce: int) -> None:
-    if not 0 <= nonce < 1 << 64:
-        raise ValueError(f"nonce must fit in 64 bits, not {nonce!r}")
-
-
 def _check_spans(spans: tuple[HeldSpan, ...]) -> None:
     if len(spans) > MAX_HELD_SPANS:
         raise ValueError(f"at most {MAX_HELD_SPANS} spans per message, not {len(spans)}")
@@ -506,6 +501,24 @@ class Graft:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Heads:
+    """The last place the sender holds of each stream that went quiet (ours, not in the
+    draft): one range (publisher, seq, seq, hops it came at) per stream. A receiver behind
+    a head GRAFTs what it lacks up to it, as after an IHAVE (heads.py, broadcast.py).
+    Bounded as an IHAVE is: at most MAX_RANGES_PER_MESSAGE heads."""
+
+    ranges: tuple[StreamRange, ...]
+
+    def __post_init__(self) -> None:
+        if not self.ranges:
+            raise ValueError("HEADS carries at least one head")
+        _check_ranges(self.ranges, "HEADS")
+        for _, first, last, _ in self.ranges:
+            if first != last:
+                raise ValueError(f"a head names one seq, not {first!r}..{last!r}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Prune:
     """Move me to your lazy set for the `streams` named (ours: a delivery tree per
     publisher); none: for every stream, the whole link."""
@@ -544,7 +557,7 @@ MembershipMessage: TypeAlias = (
     | Ping
     | Pong
 )
-BroadcastMessage: TypeAlias = Gossip | IHave | Prune | Graft | Pull
+BroadcastMessage: TypeAlias = Gossip | IHave | Prune | Graft | Pull | Heads
 TopicMessage: TypeAlias = MembershipMessage | BroadcastMessage
 NodeMessage: TypeAlias = GetTopics | Topics
 ViewMessage: TypeAlias = GetView | View  # topic-level, answered by the node (node.py)

@@ -132,10 +132,12 @@ class NodeState:
                 _check_topic(topic)
                 out.append(Send(peer, topic, query))
             case AnswerHeld(topic=topic, peer=peer, held=held):
-                out.append(Send(peer, topic, held))
+                out.append(Send(peer, topic, held, answer=True))
             case ServeHistory(topic=topic, peer=peer, messages=messages):
-                for mid, envelope in messages:
-                    out.append(Send(peer, topic, m.Gossip(id=mid, envelope=envelope, hops=1)))
+                # Retention's own bytes, stored checked: not decoded (a copy) to be sent.
+                for mid, raw in messages:
+                    gossip = m.Gossip.from_wire(mid, raw, 1)
+                    out.append(Send(peer, topic, gossip, answer=True))
             case AskTopics(peer=peer):
                 out.append(Send(peer, None, m.GetTopics()))
             case _:
@@ -266,6 +268,7 @@ class NodeState:
                 | m.IHave()
                 | m.Prune()
                 | m.Pull()
+                | m.Heads()
             ):
                 pass  # answers, news or repairs of a topic we are not in: nothing to say
             case _:

@@ -33,7 +33,9 @@ Rules this machine keeps:
   (only a stall does).
 - Every table a peer can grow is bounded: held messages per publisher, publishers (the
   least recently active idle stream is forgotten to make room), fetched spans
-  (`max_fetches`).
+  (`max_fetches` publishers, MAX_FETCHED_SPANS each).
+- An answer to our own fetch of a publisher we have no stream of is history: kept, not
+  delivered, not forwarded (a reader filling a range opens no stream).
 """
 
 from __future__ import annotations
@@ -47,6 +49,10 @@ from episub.proto.config import BroadcastConfig
 from episub.proto.events import DataLost, Deliver, OutEvent, PeerMisbehaved, ScheduleTimer, Send
 from episub.proto.messages import Envelope, MessageId, PeerId
 from episub.proto.tables import BroadcastCounters
+
+# Spans of one publisher remembered as fetched: a reader's range and a catch-up's may be
+# fetched at once. Guess: a few fetches of one publisher at a time.
+MAX_FETCHED_SPANS = 4
 
 
 @dataclass(slots=True)
@@ -86,8 +92,9 @@ class OrderedDelivery:
         self._timer_prefix = timer_prefix
         self.counters = counters
         self.streams: dict[PeerId, PublisherStream] = {}
-        # publisher -> the last span we fetched of it, oldest first; bounded by max_fetches.
-        self.fetches: OrderedDict[PeerId, tuple[int, int]] = OrderedDict()
+        # publisher -> the last spans we fetched of it (MAX_FETCHED_SPANS), publishers oldest
+        # first; bounded by max_fetches.
+        self.fetches: OrderedDict[PeerId, list[tuple[int, int]]] = OrderedDict()
         self._gap_armed = False
 
     # -- queries ------------------------------------------------------------------------
@@ -106,16 +113,20 @@ class OrderedDelivery:
         and holding it is what keeps a forged far seq that opened the stream from hiding
         the real one."""
         stream = self.streams.get(envelope.publisher)
-        if stream is None or envelope.seq in stream.held:
+        if stream is None:
+            # No stream of it here yet: an answer to our own fetch is history (a reader
+            # filling a range), not the first live message of a stream to forward.
+            return self.fetched(envelope)
+        if envelope.seq in stream.held:
             return False
         if stream.settling_until is not None:
             return envelope.seq < stream.next_seq and self.fetched(envelope)
         return envelope.seq < stream.next_seq
 
     def fetched(self, envelope: Envelope) -> bool:
-        """Does this message fall in the last span we fetched of its publisher?"""
-        span = self.fetches.get(envelope.publisher)
-        return span is not None and span[0] <= envelope.seq <= span[1]
+        """Does this message fall in one of the last spans we fetched of its publisher?"""
+        seq = envelope.seq
+        return any(low <= seq <= high for low, high in self.fetches.get(envelope.publisher, ()))
 
     # -- commands -----------------------------------------------------------------------
 
@@ -123,8 +134,18 @@ class OrderedDelivery:
         self, peer: PeerId, publisher: PeerId, first: int, last: int, out: list[OutEvent]
     ) -> None:
         """PULL first..last of `publisher` from `peer`, in spans the wire allows."""
-        self.fetches.pop(publisher, None)
-        self.fetches[publisher] = (first, last)
+        # Spans fetched one after another (a reader's chunks in flight at once) are one.
+        # Spans fetched one after another (a reader's chunks in flight at once) are one;
+        # apart (a reader's and a catch-up's fetch of one publisher), the latest few.
+        spans = self.fetches.pop(publisher, [])
+        for low, high in spans:
+            if first <= high + 1 and last >= low - 1:
+                spans.remove((low, high))
+                spans.append((min(first, low), max(last, high)))
+                break
+        else:
+            spans.append((first, last))
+        self.fetches[publisher] = spans[-MAX_FETCHED_SPANS:]
         if len(self.fetches) > self.config.max_fetches:
             self.fetches.popitem(last=False)
         while first <= last:

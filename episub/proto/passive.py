@@ -19,6 +19,12 @@ Rules this machine keeps:
   After a partition heals these probes are the only way the two halves meet again.
 - A PING unanswered after `ping_timeout` takes its peer out of the passive view (the
   draft's cleanup: presumed gone) into the dormant peers, and out of the near candidates.
+- A reply that comes after we gave up on its request (a PONG to a PING that expired or
+  whose link was lost, a SHUFFLEREPLY to a SHUFFLE a newer one replaced: after a stall of
+  either node, say) is late, not misbehaviour: it is counted (`late_pongs`,
+  `late_shuffle_replies`) and otherwise ignored. What was given up on is remembered for
+  the last LATE_REPLY_MEMORY PINGs and LATE_SHUFFLE_MEMORY SHUFFLEs; a reply to nothing
+  we sent, or to a request already answered, is reported (PeerMisbehaved) and ignored.
 - Near candidates (peers in our neighbours' views, learned from their PONGs) are at most
   `near_candidates`, the oldest dropped first.
 - A near candidate or passive peer pushed out to make room is kept in `forgotten` (at
@@ -42,7 +48,7 @@ Rules from the draft and HyParView:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 from episub.proto import messages as m
 from episub.proto.config import MembershipConfig
@@ -64,6 +70,15 @@ class PendingPing:
 # while it settles; 64 kept one of 3 survivors known to the isolated node of seed 4's 95%
 # crash (docs/reliability.md).
 FORGOTTEN_SIZE = 64
+K = TypeVar("K")
+V = TypeVar("V")
+# PINGs given up on, remembered so that their late PONGs are told from unsolicited ones: a
+# node pings a few peers a second (passive_probes_per_tick), so this covers a stall of a
+# minute or so. A guess.
+LATE_REPLY_MEMORY = 256
+# SHUFFLEs replaced by a newer one before their reply came: one per shuffle_interval, so
+# 8 cover a stall of a minute at a few seconds' interval. A guess.
+LATE_SHUFFLE_MEMORY = 8
 
 
 class PongMatch(NamedTuple):
@@ -104,9 +119,11 @@ class PassiveView:
         # heals they are the only way the two halves find each other again.
         self.dormant: dict[PeerId, tuple[float, float]] = {}  # peer -> (next probe, backoff)
         self.pings: dict[int, PendingPing] = {}
+        self.given_up_pings: dict[int, PeerId] = {}  # nonce -> peer, the oldest dropped first
         self.last_shuffle_sent: tuple[PeerId, ...] = ()
         # The nonce of our last SHUFFLE while its reply has not come (None: no reply taken).
         self.shuffle_nonce: int | None = None
+        self.given_up_shuffles: dict[int, None] = {}  # nonces replaced before their reply
 
     # -- the passive set ----------------------------------------------------------------
 
@@ -164,6 +181,9 @@ class PassiveView:
         self.last_shuffle_sent = exchange[1:]
         self.counters.shuffles += 1
         target = choice(self.rng, list(self.active))
+        if self.shuffle_nonce is not None:  # its reply has not come: given up on
+            _remember_bounded(self.given_up_shuffles, self.shuffle_nonce, None,
+                              LATE_SHUFFLE_MEMORY)  # fmt: skip
         self.shuffle_nonce = nonce = self.rng.getrandbits(64)
         shuffle = m.Shuffle(origin=self.me, ttl=c.shuffle_ttl, peers=exchange, nonce=nonce)
         out.append(Send(target, self.topic, shuffle))
@@ -188,7 +208,11 @@ class PassiveView:
         A reply that echoes no SHUFFLE of ours is dropped: unmatched, any peer could push
         a passive view's worth of entries at will (issue 13, item 8)."""
         if self.shuffle_nonce is None or reply.nonce != self.shuffle_nonce:
-            out.append(PeerMisbehaved(peer, "SHUFFLEREPLY answers no SHUFFLE of ours"))
+            if reply.nonce in self.given_up_shuffles:  # a SHUFFLE of ours, replaced
+                del self.given_up_shuffles[reply.nonce]
+                self.counters.late_shuffle_replies += 1
+            else:
+                out.append(PeerMisbehaved(peer, "SHUFFLEREPLY answers no SHUFFLE of ours"))
             return
         self.shuffle_nonce = None
         for p in reply.peers[: self.config.max_shuffle_intake]:
@@ -254,6 +278,7 @@ class PassiveView:
         deadline = now - self.config.ping_timeout
         for nonce in [n for n, p in self.pings.items() if p.sent_at <= deadline]:
             peer = self.pings.pop(nonce).peer
+            _remember_bounded(self.given_up_pings, nonce, peer, LATE_REPLY_MEMORY)
             if peer in self.passive:
                 # The draft's cleanup: an unanswered passive peer is presumed gone.
                 self.counters.passive_expired += 1
@@ -265,18 +290,31 @@ class PassiveView:
         """The connection to `peer` is lost: no PONG from it will come."""
         for nonce in [n for n, p in self.pings.items() if p.peer == peer]:
             del self.pings[nonce]
+            _remember_bounded(self.given_up_pings, nonce, peer, LATE_REPLY_MEMORY)
 
     def on_pong(
         self, peer: PeerId, pong: m.Pong, now: float, out: list[OutEvent]
     ) -> PongMatch | None:
         """Match a PONG to our PING, sample the RTT and wake the peer if dormant. None
-        (reported as misbehaviour) when it answers no PING we sent that peer."""
+        (counted) when it answers a PING we gave up on, None (reported as misbehaviour)
+        when it answers no PING we sent that peer."""
         ping = self.pings.get(pong.nonce)
         if ping is None or ping.peer != peer:
-            out.append(PeerMisbehaved(peer, "PONG answers no PING we sent it"))
+            if ping is None and self.given_up_pings.get(pong.nonce) == peer:
+                del self.given_up_pings[pong.nonce]
+                self.counters.late_pongs += 1
+            else:
+                out.append(PeerMisbehaved(peer, "PONG answers no PING we sent it"))
             return None
         del self.pings[pong.nonce]
         if self.config.pong_rtt is not False:  # else the transport's RTT (RttMeasured)
             self.rtts.sample(peer, max(now - ping.sent_at, 0.0))
         revived = self.dormant.pop(peer, None) is not None
         return PongMatch(revived=revived, link_serial=ping.link_serial)
+
+
+def _remember_bounded(table: dict[K, V], key: K, value: V, bound: int) -> None:
+    """Put key -> value in `table`, dropping its oldest entries past `bound`."""
+    table[key] = value
+    while len(table) > bound:
+        del table[next(iter(table))]

@@ -163,6 +163,21 @@ class SeqIndex:
         rows, offset = self._rows, self._head - self.low
         return [(s, rows[s + offset]) for s in range(low, high + 1) if rows[s + offset] != _HOLE]
 
+    def next_held(self, seq: int) -> tuple[int, int] | None:
+        """(seq, row) of the lowest held seq at or after `seq`; None when none is. Dense: a
+        walk over the holes after `seq` (few: a dense stream is mostly held); sparse: O(held)."""
+        if not self.count or seq > self.high:
+            return None
+        seq = max(seq, self.low)
+        sparse = self._sparse
+        if sparse is not None:
+            found = min((s for s in sparse if s >= seq), default=None)
+            return None if found is None else (found, sparse[found])
+        rows, offset = self._rows, self._head - self.low
+        while rows[seq + offset] == _HOLE:  # `high` is held: the walk ends there at the latest
+            seq += 1
+        return seq, rows[seq + offset]
+
     def seqs(self) -> Iterator[tuple[int, int]]:
         """(seq, row) of every held seq (in seq order when dense)."""
         return self._items()

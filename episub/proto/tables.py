@@ -51,6 +51,8 @@ class MembershipCounters:
     near_adopted: int = 0  # near links a peer chose that we took as ours too
     one_sided_dropped: int = 0
     recoveries: int = 0  # attempts to get back in with no neighbour and no passive peer
+    late_pongs: int = 0  # PONGs to PINGs we had given up on (expired, or the link lost)
+    late_shuffle_replies: int = 0  # SHUFFLEREPLYs to SHUFFLEs a newer one had replaced
     extra: dict[str, int] = field(default_factory=dict)
 
 

@@ -20,7 +20,7 @@ from episub.proto.messages import MessageId, PeerId
 from episub.proto.peers import Rng, RttTable
 from episub.proto.signing import Signer
 
-BROADCAST_TIMERS = ("ihave", "missing", "gap", "settle")
+BROADCAST_TIMERS = ("ihave", "missing", "gap", "settle", "heads")
 
 
 class Topic:

@@ -47,6 +47,7 @@ from episub.proto.messages import (
     GetView,
     Gossip,
     Graft,
+    Heads,
     Held,
     HeldSpan,
     IHave,
@@ -246,7 +247,7 @@ def _check_gossip(message_id: bytes, hops: int) -> None:
         raise FrameError(f"GOSSIP hops must be in 0..{MAX_HOPS}, not {hops}")
 
 
-def _ranges_to_pb(m: IHave | Graft, out: pb.IHave | pb.Graft) -> None:
+def _ranges_to_pb(m: IHave | Graft | Heads, out: pb.IHave | pb.Graft | pb.Heads) -> None:
     add = out.ranges.add
     for publisher, first, last, hops in m.ranges:
         if type(publisher) is not bytes or not 0 < len(publisher) <= MAX_PEER_ID_SIZE:
@@ -254,7 +255,7 @@ def _ranges_to_pb(m: IHave | Graft, out: pb.IHave | pb.Graft) -> None:
         add(publisher=publisher, first_seq=first, last_seq=last, hops=hops)
 
 
-def _ranges_from_pb(p: pb.IHave | pb.Graft) -> tuple[StreamRange, ...]:
+def _ranges_from_pb(p: pb.IHave | pb.Graft | pb.Heads) -> tuple[StreamRange, ...]:
     if len(p.ranges) > MAX_RANGES_PER_MESSAGE:  # before any is looked at
         raise FrameError(f"at most {MAX_RANGES_PER_MESSAGE} ranges, not {len(p.ranges)}")
     return tuple((_peer_from_pb(r.publisher), r.first_seq, r.last_seq, r.hops) for r in p.ranges)
@@ -416,6 +417,7 @@ _CODECS: dict[type, _Codec] = {
         lambda p: Graft(ranges=_ranges_from_pb(p), streams=_streams_from_pb(p)),
     ),
     Pull: _Codec("pull", _pull_to_pb, _pull_from_pb),
+    Heads: _Codec("heads", _ranges_to_pb, lambda p: Heads(ranges=_ranges_from_pb(p))),
     GetView: _Codec("get_view", _nothing_to_pb, lambda p: GetView()),
     View: _Codec("view", _view_to_pb, _view_from_pb),
     GetHeld: _Codec(
@@ -646,7 +648,7 @@ class FrameDecoder:
         """Bytes received and not yet returned as frames."""
         return self._frames.buffered
 
-    def feed(self, data: bytes) -> None:
+    def feed(self, data: bytes | bytearray) -> None:
         """Buffer `data`; a bad frame header in it is reported by a later `next_frame()`."""
         self._frames.feed(data)
 

@@ -236,6 +236,7 @@ def run_command(args: argparse.Namespace) -> int:
 
         if args.draw is not None:
             overlay = extras.get("proximity_on", extras.get(""))
+            assert overlay is not None  # every scenario's run keeps one overlay
             path = simplots.draw_run(overlay["overlay"], args.draw, args.publisher)
             print(f"drew {path}", file=sys.stderr)
         if args.plot is not None:

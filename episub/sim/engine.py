@@ -244,7 +244,7 @@ class Simulator:
                 state = nodes_get(node)
                 if state is None:
                     continue  # dead: its timers and in-flight messages vanish
-                if cut is not None and ev.__class__ is Received and cut[ev.peer] != cut[node]:
+                if cut is not None and ev.__class__ is Received and cut[ev.peer] != cut[node]:  # type: ignore[call-overload]  # a simulated peer is an int
                     continue  # was in flight when the cut came
                 events += 1
                 try:

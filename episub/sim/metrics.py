@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import math
 from array import array
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 
 from episub.proto.events import (
     ClosePeer,
@@ -53,7 +53,7 @@ from episub.proto.events import (
     PeerMisbehaved,
     Published,
 )
-from episub.proto.messages import Gossip, Graft, IHave, Pull
+from episub.proto.messages import Gossip, Graft, Heads, IHave, Pull
 
 COUNTED = "c"
 WARMUP = "w"
@@ -61,7 +61,7 @@ PROBE = "p"
 
 # Message classes whose traffic means the broadcast layer is still at work; the drain
 # phase stops once none of them has been sent for a while.
-BROADCAST_CLASSES = (Gossip, IHave, Graft, Pull)
+BROADCAST_CLASSES = (Gossip, IHave, Graft, Pull, Heads)
 
 _OUTPUT_NAMES = {
     NeighborUp: "neighbor_up",
@@ -270,7 +270,7 @@ def summarize(
     live: list[int],
     departed: Mapping[int, float],
     lifetime: float,
-    active_views: Mapping[int, Iterable[int]],
+    active_views: Mapping[int, Collection[int]],
     passive_sizes: Mapping[int, int],
     heal_since: float | None,
     earlier_asymmetric: Iterable[tuple[int, int]] = (),

@@ -28,13 +28,14 @@ Then, per scenario:
   on and off (default latency model `coords`; `zones` when `--zones` is given).
 
 Finally a drain: the simulation runs until every live node holds every counted message,
-or broadcast traffic (GOSSIP, IHAVE, GRAFT, PULL) has stood still for `QUIET_SECONDS`,
+or broadcast traffic (GOSSIP, IHAVE, GRAFT, PULL, HEADS) has stood still for `QUIET_SECONDS`,
 or `max_drain` seconds have passed since the last publish; then `SYMMETRY_RECHECK`
 seconds more, so that view symmetry can be judged apart from exchanges in flight.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import random
 import time
@@ -65,7 +66,9 @@ SYMMETRY_RECHECK = _membership.ping_interval + _membership.neighbor_request_time
 # Twice the longest wait the broadcast layer takes before acting on a gap or an IHAVE:
 # if nothing moved for that long, nothing will.
 QUIET_SECONDS = 2 * max(
-    _broadcast.gap_timeout, _broadcast.ihave_interval + _broadcast.missing_check_interval
+    _broadcast.gap_timeout,
+    _broadcast.ihave_interval + _broadcast.missing_check_interval,
+    _broadcast.heads_quiet,
 )
 
 
@@ -345,7 +348,7 @@ class ScenarioRun:
         steps = round(p.rate * p.nodes * p.duration)
         for k in range(steps):
             graceful = k % 2 == 0
-            sim.call_at(at + k * p.duration / steps, lambda g=graceful: self.churn_step(g))
+            sim.call_at(at + k * p.duration / steps, functools.partial(self.churn_step, graceful))
         last = self.counted(at) - p.interval
         self.drain(max(last, at + p.duration))
 

@@ -113,12 +113,58 @@ def layout(
     """Grid cells (column, row) for every node, none shared.
 
     `positions` (say, a latency model's coordinates) are used when given; otherwise a
-    spring layout of the links, each group in its own sector of a circle. The layout is
-    then snapped, node by node, to the free grid cell nearest its position."""
+    spring layout of the links, and nodes of several groups get a block of the grid per
+    group, blocks apart, so that no group is drawn over another. Nodes are snapped, one by
+    one, to the free cell nearest their position."""
     keys = [n.key for n in overlay.nodes]
+    groups: dict[str | None, list[str]] = {}
+    for node in overlay.nodes:
+        groups.setdefault(node.group, []).append(node.key)
+    if positions is None and len(groups) > 1:
+        return _group_blocks(overlay, groups, seed)
     if positions is None:
-        positions = _grouped_spring(overlay, seed)
-    side = max(2, math.ceil(math.sqrt(len(keys) * 1.6)))
+        edges = [(link.a, link.b) for link in overlay.links]
+        positions = {k: (float(x), float(y)) for k, (x, y) in _spring(keys, edges, seed).items()}
+    return _snap(keys, positions, _side(len(keys)), (0, 0))
+
+
+def _side(count: int) -> int:
+    """Side of a square grid with room to spare for `count` nodes."""
+    return max(2, math.ceil(math.sqrt(count * 1.6)))
+
+
+GROUP_GAP_CELLS = 2  # empty cells between two groups' blocks: one row holds the group's name
+
+
+def _group_blocks(
+    overlay: Overlay, groups: dict[str | None, list[str]], seed: int
+) -> dict[str, tuple[int, int]]:
+    """One square block per group, in reading order on a grid of blocks (two groups side by
+    side, three or four in two rows...), each laid out by a spring layout of its own links."""
+    ordered = sorted(groups.items(), key=lambda g: str(g[0]))
+    block = max(_side(len(keys)) for _, keys in ordered)
+    columns = math.ceil(math.sqrt(len(ordered)))
+    rows = math.ceil(len(ordered) / columns)
+    pitch = block + GROUP_GAP_CELLS
+    edges = [(link.a, link.b) for link in overlay.links]
+    cells: dict[str, tuple[int, int]] = {}
+    for i, (_, keys) in enumerate(ordered):
+        members = set(keys)
+        inner = _spring(keys, [(a, b) for a, b in edges if a in members and b in members], seed)
+        # The first group on the top row: matplotlib's y grows upwards.
+        origin = ((i % columns) * pitch, (rows - 1 - i // columns) * pitch)
+        positions = {k: (float(x), float(y)) for k, (x, y) in inner.items()}
+        cells.update(_snap(keys, positions, block, origin))
+    return cells
+
+
+def _snap(
+    keys: list[str],
+    positions: dict[str, tuple[float, float]],
+    side: int,
+    origin: tuple[int, int],
+) -> dict[str, tuple[int, int]]:
+    """`positions` scaled onto a `side` x `side` block of cells at `origin`, one node a cell."""
     xs = [positions[k][0] for k in keys]
     ys = [positions[k][1] for k in keys]
     x0, y0 = min(xs), min(ys)
@@ -133,27 +179,8 @@ def layout(
         )
         cell = _nearest_free(want, taken, side)
         taken[cell] = key
-        cells[key] = cell
+        cells[key] = (origin[0] + cell[0], origin[1] + cell[1])
     return cells
-
-
-def _grouped_spring(overlay: Overlay, seed: int) -> dict[str, tuple[float, float]]:
-    groups: dict[str | None, list[str]] = {}
-    for node in overlay.nodes:
-        groups.setdefault(node.group, []).append(node.key)
-    edges = [(link.a, link.b) for link in overlay.links]
-    if len(groups) == 1:
-        (keys,) = groups.values()
-        return {k: (float(x), float(y)) for k, (x, y) in _spring(keys, edges, seed).items()}
-    out: dict[str, tuple[float, float]] = {}
-    for i, (_, keys) in enumerate(sorted(groups.items(), key=lambda g: str(g[0]))):
-        angle = 2 * math.pi * i / len(groups)
-        cx, cy = 3.0 * math.cos(angle), 3.0 * math.sin(angle)
-        members = set(keys)
-        inner = _spring(keys, [(a, b) for a, b in edges if a in members and b in members], seed)
-        for key, (x, y) in inner.items():
-            out[key] = (cx + float(x), cy + float(y))
-    return out
 
 
 def _nearest_free(
@@ -206,7 +233,7 @@ def draw_overlay(
     from matplotlib.colors import Normalize
 
     cells = layout(overlay, positions)
-    side = max(2, math.ceil(math.sqrt(count * 1.6)))
+    side = max(2, 1 + max(max(c) for c in cells.values()))
     links = [link for link in overlay.links if link.a in keys and link.b in keys]
     # One line per unordered pair; its RTT is the mean of what the ends reported.
     pairs: dict[tuple[str, str], list[float]] = {}

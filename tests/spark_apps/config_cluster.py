@@ -96,7 +96,8 @@ def run(spark: SparkSession) -> dict[str, object]:
         while seen[-1] < FINAL and time.monotonic() < deadline:
             config.wait_for(seen[-1] + 1, timeout=10.0)
             seen.append(config.version())
-        return json.dumps({"owner": executor_owner(), "seen": seen, "values": config.snapshot()})
+        return json.dumps({"owner": executor_owner(), "seen": seen, "values": config.snapshot(),
+                           "lag": config.lag()})  # fmt: skip
 
     def write_versions() -> None:
         with driver_client(deployment) as client:
@@ -123,6 +124,7 @@ def run(spark: SparkSession) -> dict[str, object]:
     if failed:
         raise SystemExit(f"the writer failed: {failed[0]!r}")
     out["followed"] = [json.loads(r.r) for r in rows]
+    out["driver_lag"] = cfg.lag()
 
     # 2. Kill one executor agent; the next task there starts another, which catches up.
     @udf("string")

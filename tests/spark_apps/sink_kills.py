@@ -37,6 +37,7 @@ from episub.proto.messages import HeldSpan
 from episub.recordbatch import RecordBatch
 from spark_connector.datasource import EpisubDataSource
 from spark_connector.deployment import (
+    agent_dir,
     driver_client,
     executor_client,
     executor_jvm_pid,
@@ -82,7 +83,7 @@ class KillMidTask(EpisubStreamWriter):
                     yield batch.slice(0, KILL_AT - taken)  # published: KILL_AT / batchSize places
                     if not os.path.exists(self.marker):
                         Path(self.marker).write_text("killing")  # before: the kill ends us
-                        Path(self.marker).write_text(kill_executor(self.deployment.agent_dir))
+                        Path(self.marker).write_text(kill_executor(agent_dir()))
                         time.sleep(60)  # the worker goes with its executor
                     batch = batch.slice(KILL_AT - taken)
                     taken = KILL_AT
@@ -209,7 +210,7 @@ class KillAfterCommit(EpisubBatchWriter):
             report["partition_0_rows"] = rows
             report["partition_0_places"] = places
             report["driver_held_before_kill"] = sum(s.count for s in mine.spans)
-            victim = agent_at(self.deployment.agent_dir, m.node)
+            victim = agent_at(agent_dir(), m.node)  # local-cluster: executors share this host
             report["victim"] = victim
             if victim is not None:
                 os.kill(victim[0], signal.SIGKILL)

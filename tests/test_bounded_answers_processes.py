@@ -1,0 +1,226 @@
+"""What a keyed peer can make a node do by asking, on real processes: three `episub node`
+processes on 127.0.0.1 (tests/test_robustness_processes.py's three_nodes), the hostile
+peer a RawPeer in the test process.
+
+Before answers were streamed within a budget, the first sequence took the target from
+45 MB to 4.7 GB of RSS (every PULL's answer encoded before the queue bound was looked
+at), and the GETHELD storm held it at 100% CPU for minutes (every GETHELD walked every
+publisher held), its own subscriber getting 139 of 1,658 honest messages.
+"""
+
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+import trio
+
+from episub.agent import AgentClient
+from episub.net.network import SEND_QUEUE_MAX_BYTES
+from episub.proto.envelope import message_id
+from episub.proto.messages import Envelope, GetHeld, Gossip, Pull
+from episub.retention import RetentionConfig
+from tests import hostile_peer
+from tests.net_helpers import RawPeer
+from tests.proc_helpers import TOPIC, Processes, wait_until
+from tests.test_multiprocess import publish, subscribe
+from tests.test_robustness_processes import receive_seqs, stats, three_nodes
+
+pytestmark = pytest.mark.timeout(240)
+
+PAYLOAD = 1_000_000  # bytes a GOSSIP of the PULL sequence carries
+SEEDED = 48  # such GOSSIPs: 48 MB, inside the 64 MiB retention default
+HONEST = 200  # honest messages published while the attack runs
+
+
+def rss_bytes(pid: int, field: str = "VmRSS") -> int:
+    """The process's resident set (VmRSS) or its peak so far (VmHWM), in bytes."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError(f"no {field} for {pid}")
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / 100  # utime + stime, in clock ticks
+
+
+class InspectProbe:
+    """Asks an agent `inspect` in a loop from a thread until stopped: every answer's latency,
+    and every failure (an exception, or an agent error such as the TypeError of old)."""
+
+    def __init__(self, socket_path: str) -> None:
+        self._socket = socket_path
+        self._stop = threading.Event()
+        self.latencies: list[float] = []
+        self.failures: list[str] = []
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> InspectProbe:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=60)
+
+    def _run(self) -> None:
+        with AgentClient(self._socket) as client:
+            while not self._stop.is_set():
+                started = time.monotonic()
+                try:
+                    client.inspect()
+                except Exception as exc:  # the figure reports it; the test asserts none
+                    self.failures.append(repr(exc))
+                else:
+                    self.latencies.append(time.monotonic() - started)
+                self._stop.wait(0.02)
+
+    def report(self, what: str) -> str:
+        lat = sorted(self.latencies)
+        p99 = lat[min(len(lat) - 1, int(len(lat) * 0.99))] if lat else float("nan")
+        return (
+            f"{what}: inspect answered {len(lat)} times, median "
+            f"{statistics.median(lat) * 1000:.1f} ms, p99 {p99 * 1000:.1f} ms, "
+            f"max {lat[-1] * 1000:.1f} ms; failures {len(self.failures)}"
+        )
+
+
+def big_gossip(publisher: bytes, seq: int) -> Gossip:
+    envelope = Envelope(
+        publisher=publisher, seq=seq, timestamp_ms=int(time.time() * 1000), payload=b"x" * PAYLOAD
+    )
+    return Gossip(id=message_id(TOPIC, envelope), envelope=envelope, hops=1)
+
+
+def honest_round(
+    overlay: object, subs: dict[str, object], first: int, pace: float = 0.0
+) -> dict[str, list[int]]:
+    """Publish HONEST messages at a (ten at a time, `pace` seconds apart: spread over an
+    attack); the seqs b's and c's subscribers got of them."""
+    published = []
+    for start in range(first, first + HONEST, 10):
+        published += publish(overlay.socket("a"), start, 10)  # type: ignore[attr-defined]
+        time.sleep(pace)  # spreads the load over the attack; no synchronisation
+    publisher, last = published[0].publisher, published[-1].seq
+    with ThreadPoolExecutor(len(subs)) as pool:
+        futures = {n: pool.submit(receive_seqs, s, publisher, last) for n, s in subs.items()}
+        return {n: f.result() for n, f in futures.items()}
+
+
+def test_the_pull_amplification_sequence_keeps_the_target_within_its_memory_bounds(
+    processes: Processes,
+) -> None:
+    """Acceptance 1: 48 GOSSIPs of 1 MB under the peer's own id, then 100 PULL(0..47) in
+    frames of 10, and the connection closed at once. b's peak RSS stays within what it
+    was before plus its configured bounds (retention, a send queue per peer) + 10%; its
+    agent answers `inspect` throughout; a's messages all reach b and c."""
+    overlay = three_nodes(processes)
+    pid = overlay.procs["b"].popen.pid  # type: ignore[attr-defined]
+    subs = {name: subscribe(overlay.socket(name)) for name in ("b", "c")}
+    start = rss_bytes(pid)
+    bound = int(1.1 * (start + RetentionConfig().max_bytes + 3 * SEND_QUEUE_MAX_BYTES))
+    seeded: dict[str, int] = {}
+
+    async def attack() -> None:
+        raw = await RawPeer.connect(overlay.address["b"])
+        await hostile_peer.join_as_neighbour(raw, TOPIC)
+        for seq in range(SEEDED):
+            await raw.send_items([(TOPIC, big_gossip(raw.id, seq))])
+        await trio.to_thread.run_sync(
+            lambda: wait_until(
+                lambda: stats(overlay, "b")["retained_messages"] >= SEEDED,
+                what="b to retain the peer's messages",
+            )
+        )
+        seeded.update(await trio.to_thread.run_sync(stats, overlay, "b"))
+        pull = (TOPIC, Pull(publisher=raw.id, first_seq=0, last_seq=SEEDED - 1))
+        for _ in range(10):
+            await raw.send_items([pull] * 10)
+        await raw.aclose()
+
+    with InspectProbe(overlay.socket("b")) as probe:
+        trio.run(attack)
+        received = honest_round(overlay, subs, 0)
+    peak = rss_bytes(pid, "VmHWM")
+    print(probe.report("b during the PULL sequence"))
+    mb = {k: f"{v / 1e6:.0f} MB" for k, v in (("before", start), ("peak", peak), ("bound", bound))}
+    print(f"b RSS: {mb}")
+    assert received["b"] == received["c"] == list(range(HONEST))
+    assert probe.latencies and not probe.failures, probe.failures[:3]
+    assert peak <= bound, (peak, bound)
+    b = stats(overlay, "b")
+    # The 48 MB relayed on at once may overflow a relay's queue to a or c (that is flow
+    # control's business); answering the PULLs overflowed none.
+    assert b["core_errors"] == 0 and b["queue_overflows"] == seeded["queue_overflows"], b
+    # What it asked 100 times over was answered at most once a message, and what was
+    # still waiting went with its connection.
+    assert b["answers_sent"] <= SEEDED, b
+    assert b["answers_merged"] > 0, b
+
+
+def test_a_getheld_storm_over_20000_publishers_starves_nothing_of_the_target(
+    processes: Processes,
+) -> None:
+    """Acceptance 2: with 20,000 publishers held, two connections send GETHELD with no
+    spans, 50 a frame; b's own subscriber gets every honest message published meanwhile,
+    and b's agent answers `inspect` throughout (b's CPU seconds in the second after the
+    storm are printed as a figure)."""
+    overlay = three_nodes(processes)
+    pid = overlay.procs["b"].popen.pid  # type: ignore[attr-defined]
+    publishers = 20_000
+
+    async def seed() -> None:
+        raw = await RawPeer.connect(overlay.address["b"])
+        await hostile_peer.join_as_neighbour(raw, TOPIC)
+        for start in range(0, publishers, 500):
+            await raw.send_items(
+                [
+                    (TOPIC, hostile_peer.forged_gossip(TOPIC, b"storm/%05d" % i, 0))
+                    for i in range(start, start + 500)
+                ]
+            )
+        await trio.to_thread.run_sync(
+            lambda: wait_until(
+                lambda: stats(overlay, "b")["retained_messages"] >= publishers,
+                what="b to hold 20,000 publishers",
+            )
+        )
+        await raw.aclose()
+
+    trio.run(seed)
+    subs = {name: subscribe(overlay.socket(name)) for name in ("b", "c")}  # after the seeds
+
+    async def storm() -> None:
+        async def one() -> None:
+            raw = await RawPeer.connect(overlay.address["b"])
+            ask = [(TOPIC, GetHeld(nonce=i)) for i in range(50)]
+            try:
+                for _ in range(434):
+                    await raw.send_items(ask)
+            except (trio.BrokenResourceError, OSError):
+                pass  # dropped for asking past its budget: what should happen
+            await raw.aclose()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(one)
+            nursery.start_soon(one)
+
+    with InspectProbe(overlay.socket("b")) as probe, ThreadPoolExecutor(1) as pool:
+        honest = pool.submit(honest_round, overlay, subs, 0, 0.05)
+        trio.run(storm)
+        ended = cpu_seconds(pid)
+        time.sleep(1.0)  # a figure: CPU b spends in the second after the storm
+        after = cpu_seconds(pid) - ended
+        received = honest.result()
+    print(probe.report("b during the GETHELD storm"))
+    print(f"b CPU in the second after the storm: {after:.2f} s")
+    assert received["b"] == received["c"] == list(range(HONEST))
+    assert probe.latencies and not probe.failures, probe.failures[:3]
+    b = stats(overlay, "b")
+    assert b["requests_throttled"] > 0 and b["core_errors"] == 0, b
