@@ -23,6 +23,19 @@ for run in $(seq 1 "${PACED_RUNS:-2}"); do
     $PY benchmarks/loopback.py --system iroh --python "$IROH_PYTHON" --nodes 8 --size 256 \
         --messages 1000 --rate 100 --out $R/iroh_n8_256B_paced100_run$run.json
 done
+# Many publishers on one topic (a delivery tree per publisher stream) beside one publisher
+# paced at the same total rate, and iroh-gossip's many-publisher run beside them.
+for run in 1 2 3; do
+    for n in 8 16; do
+        $PY benchmarks/loopback.py --system episub --nodes $n --size 256 --messages 1500 \
+            --rate 100 --out $R/episub_n${n}_256B_paced100_m1500_run$run.json
+        $PY benchmarks/loopback.py --system episub --nodes $n --publishers $n --size 256 \
+            --messages 1500 --rate 50 --out $R/episub_n${n}_p${n}_256B_paced50_run$run.json
+        $PY benchmarks/loopback.py --system iroh --python "$IROH_PYTHON" --nodes $n \
+            --publishers $n --size 256 --messages 1500 --rate 50 \
+            --out $R/iroh_n${n}_p${n}_256B_paced50_run$run.json
+    done
+done
 for run in 1 2 3; do
     $PY benchmarks/config_broadcast.py --system episub --nodes 32 --out $R/config_episub_n32_run$run.json
     $PY benchmarks/config_broadcast.py --system redis --nodes 32 --out $R/config_redis_n32_run$run.json

@@ -183,11 +183,14 @@ def check_node(node: NodeState) -> None:
         raise InvariantBroken(f"{me}: passive view {len(passive)} > {mc.passive_size}")
     if active & passive or me in active or me in passive:
         raise InvariantBroken(f"{me}: views overlap or hold ourselves: {active} {passive}")
-    eager, lazy = set(bc.eager), set(bc.lazy)
-    if eager & lazy:
-        raise InvariantBroken(f"{me}: eager and lazy overlap: {eager & lazy}")
-    if eager | lazy != active:
-        raise InvariantBroken(f"{me}: eager {eager} + lazy {lazy} != active view {active}")
+    for stream, tree in bc.trees:  # every delivery tree, `shared` (None) first
+        eager, lazy = set(tree.eager), set(tree.lazy)
+        if eager & lazy:
+            raise InvariantBroken(f"{me}: tree {stream!r}: eager and lazy overlap: {eager & lazy}")
+        if eager | lazy != active:
+            raise InvariantBroken(
+                f"{me}: tree {stream!r}: eager {eager} + lazy {lazy} != active view {active}"
+            )
     bounds = [
         ("cache", len(bc.cache), bcfg.cache_max_messages),
         ("cache bytes", bc.cache_bytes, bcfg.cache_max_bytes),
@@ -195,6 +198,7 @@ def check_node(node: NodeState) -> None:
         ("missing", len(bc.missing), bcfg.max_missing),
         ("missing due", len(bc.missing_due), 2 * bcfg.max_missing),
         ("streams", len(bc.streams), bcfg.max_publishers),
+        ("stream trees", len(bc.trees), bcfg.max_stream_trees),
         ("fetches", len(bc.fetches), bcfg.max_fetches),
         ("dropped ids", len(bc.ordering.dropped), bcfg.max_held_per_publisher),
         ("by_seq", len(bc.by_seq), len(bc.cache)),

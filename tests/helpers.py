@@ -279,10 +279,13 @@ def broadcast(node: NodeState, topic: str = TOPIC) -> Broadcast:
     return node._topics[topic].broadcast
 
 
-def make_lazy(node: NodeState, *peers: PeerId, now: float = 0.0) -> None:
-    """Move neighbours to the lazy set the real way: each sends us a PRUNE."""
+def make_lazy(
+    node: NodeState, *peers: PeerId, now: float = 0.0, streams: tuple[PeerId, ...] = ()
+) -> None:
+    """Move neighbours to the lazy set the real way: each sends us a PRUNE, for these
+    publishers' streams (none: for every stream, the whole link)."""
     for peer in peers:
-        assert node.handle(received(peer, m.Prune()), now) == []
+        assert node.handle(received(peer, m.Prune(streams=streams)), now) == []
     assert all(p in node.lazy_peers(TOPIC) for p in peers)
 
 

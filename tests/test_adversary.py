@@ -196,9 +196,13 @@ class Adversary(RuleBasedStateMachine):
             case "ihave":
                 return TOPIC, m.IHave(ranges=self._ranges(draw, least=1))
             case "graft":
-                return TOPIC, m.Graft(ranges=self._ranges(draw, least=0))
+                streams = tuple(draw(st.lists(publishers, max_size=3), label="streams"))
+                return TOPIC, m.Graft(ranges=self._ranges(draw, least=0), streams=streams)
             case "prune":
-                return TOPIC, m.Prune()
+                # For the streams named (the honest publisher's among them), or, naming
+                # none, for every tree: the whole link.
+                streams = tuple(draw(st.lists(publishers, max_size=3), label="streams"))
+                return TOPIC, m.Prune(streams=streams)
             case "heads":
                 heads = tuple((p, last, last, h) for p, _, last, h in self._ranges(draw, least=1))
                 return TOPIC, m.Heads(ranges=heads)

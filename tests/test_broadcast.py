@@ -27,6 +27,7 @@ from episub.proto.events import (
     JoinTopic,
     LeaveTopic,
     NeighborDown,
+    OutEvent,
     PeerMisbehaved,
     Publish,
     Published,
@@ -57,6 +58,7 @@ from tests.helpers import (
 )
 
 PUBLISHER = 9
+S = (PUBLISHER,)  # PRUNE and GRAFT name the stream of the tree they change (trees.py)
 IHAVE_TIMER = ScheduleTimer(0.125, token("ihave"))
 FIRST_GRAFT_TIMER = ScheduleTimer(0.125, token("missing"))  # graft_timeout after an IHAVE
 MISSING_TIMER = ScheduleTimer(0.25, token("missing"))  # then missing_check_interval
@@ -144,7 +146,7 @@ def test_first_receipt_delivers_and_forwards_to_eager_peers_except_sender_with_h
 def test_duplicate_gossip_prunes_the_sender_which_becomes_lazy():
     node = node_with(1, 2, 3)
     node.handle(received(1, gossip(env(0), hops=2)), 1.0)
-    assert node.handle(received(2, gossip(env(0), hops=4)), 1.0) == [send(2, m.Prune())]
+    assert node.handle(received(2, gossip(env(0), hops=4)), 1.0) == [send(2, m.Prune(streams=S))]
     assert node.eager_peers(TOPIC) == [1, 3]
     assert node.lazy_peers(TOPIC) == [2]
     # Copies it sent before our PRUNE reached it need no second PRUNE...
@@ -158,7 +160,7 @@ def test_a_lazy_peer_still_pushing_after_the_grace_is_pruned_again():
     node.handle(received(1, gossip(env(0), hops=2)), 1.0)
     node.handle(received(2, gossip(env(0), hops=4)), 1.0)
     node.handle(received(1, gossip(env(1), hops=2)), 2.0)
-    assert node.handle(received(2, gossip(env(1), hops=4)), 2.0) == [send(2, m.Prune())]
+    assert node.handle(received(2, gossip(env(1), hops=4)), 2.0) == [send(2, m.Prune(streams=S))]
     assert node.lazy_peers(TOPIC) == [2]
 
 
@@ -167,7 +169,7 @@ def test_our_own_message_coming_back_is_a_duplicate():
     out = node.handle(Publish(TOPIC, b"hi"), 1.0)
     mine = out[0]
     back = m.Gossip(id=mine.id, envelope=mine.envelope, hops=3)
-    assert node.handle(received(2, back), 1.25) == [send(2, m.Prune())]
+    assert node.handle(received(2, back), 1.25) == [send(2, m.Prune(streams=(ME,)))]
 
 
 def test_gossip_whose_id_does_not_match_its_envelope_is_dropped_as_misbehaviour():
@@ -398,13 +400,13 @@ def test_a_peer_that_just_grafted_us_is_not_pruned_for_copies_already_in_flight(
     proximity swap took a node's parent: it was left with no eager parent at all."""
     node = node_with(1, 2, graft_grace=0.5)
     make_lazy(node, 2)
-    node.handle(received(2, m.Graft()), 1.0)
+    node.handle(received(2, m.Graft(streams=S)), 1.0)
     node.handle(received(1, gossip(env(0), hops=2)), 1.0)
     assert node.handle(received(2, gossip(env(0), hops=5)), 1.2) == []
     assert node.eager_peers(TOPIC) == [1, 2]
     # After the grace a duplicate prunes it as usual.
     node.handle(received(1, gossip(env(1), hops=2)), 1.6)
-    assert node.handle(received(2, gossip(env(1), hops=5)), 1.6) == [send(2, m.Prune())]
+    assert node.handle(received(2, gossip(env(1), hops=5)), 1.6) == [send(2, m.Prune(streams=S))]
     assert node.lazy_peers(TOPIC) == [2]
 
 
@@ -440,7 +442,7 @@ def test_the_answer_to_our_graft_from_a_second_announcer_is_not_pruned():
     assert node.handle(received(3, gossip(e, hops=2)), 1.85) == []  # we asked 3 for it
     assert node.eager_peers(TOPIC) == [1, 2, 3]
     # A copy we did not ask for is a redundant path as usual.
-    assert node.handle(received(3, gossip(e, hops=2)), 1.9) == [send(3, m.Prune())]
+    assert node.handle(received(3, gossip(e, hops=2)), 1.9) == [send(3, m.Prune(streams=S))]
 
 
 def test_a_copy_from_a_peer_we_just_pruned_leaves_it_lazy():
@@ -449,7 +451,7 @@ def test_a_copy_from_a_peer_we_just_pruned_leaves_it_lazy():
     it (a benchmark trace: cut off 320 ms)."""
     node = node_with(1, 2, graft_grace=0.5)
     node.handle(received(1, gossip(env(0), hops=2)), 1.0)
-    assert node.handle(received(2, gossip(env(0), hops=3)), 1.01) == [send(2, m.Prune())]
+    assert node.handle(received(2, gossip(env(0), hops=3)), 1.01) == [send(2, m.Prune(streams=S))]
     out = node.handle(received(2, gossip(env(1), hops=3)), 1.02)
     assert deliver(env(1), 3) in out
     assert (node.eager_peers(TOPIC), node.lazy_peers(TOPIC)) == ([1], [2])
@@ -470,7 +472,7 @@ def test_pruned_parents_crossing_leave_us_with_a_parent():
     node.handle(received(2, gossip(env(1), hops=3)), 1.02)  # forwarded to 1
     fire(node, "ihave", 1.125)
     assert node.handle(received(1, gossip(env(1), hops=2)), 1.13) == []
-    assert node.handle(received(1, m.Prune()), 1.14) == [send(2, m.Graft())]
+    assert node.handle(received(1, m.Prune()), 1.14) == [send(2, m.Graft(streams=S))]
     assert (node.eager_peers(TOPIC), node.lazy_peers(TOPIC)) == ([2], [1])
     assert broadcast(node).counters.regrafts == 1
 
@@ -481,8 +483,8 @@ def test_a_prune_from_our_last_feeder_grafts_the_parent_that_fed_us_most_lately(
     node.handle(received(1, gossip(env(0), hops=2)), 1.0)
     node.handle(received(2, gossip(env(1), hops=2)), 1.05)  # 2 fed us last
     fire(node, "ihave", 1.125)
-    assert node.handle(received(1, m.Prune()), 1.2) == []  # 2 still feeds us
-    assert node.handle(received(2, m.Prune()), 1.3) == [send(1, m.Graft())]
+    assert node.handle(received(1, m.Prune(streams=S)), 1.2) == []  # 2 still feeds us
+    assert node.handle(received(2, m.Prune(streams=S)), 1.3) == [send(1, m.Graft(streams=S))]
     assert (node.eager_peers(TOPIC), node.lazy_peers(TOPIC)) == ([1], [3, 2])
 
 
@@ -517,7 +519,7 @@ def test_a_first_copy_from_a_lazy_peer_grafts_it_so_both_ends_agree():
     make_lazy(node, 2)
     e = env(0)
     out = node.handle(received(2, gossip(e, hops=3)), 1.0)
-    assert send(2, m.Graft()) in out
+    assert send(2, m.Graft(streams=S)) in out
     assert node.eager_peers(TOPIC) == [1, 2]
 
 
@@ -527,7 +529,7 @@ def test_a_duplicate_from_our_last_eager_link_does_not_prune_it():
     IHAVEs lost it missed all 50 counted messages (`--drop ihave=1.0 --seed 2`)."""
     node = node_with(1, 2)
     node.handle(received(9, gossip(env(0), hops=2)), 1.0)  # 9: no longer a neighbour
-    assert node.handle(received(2, gossip(env(0), hops=3)), 1.0) == [send(2, m.Prune())]
+    assert node.handle(received(2, gossip(env(0), hops=3)), 1.0) == [send(2, m.Prune(streams=S))]
     assert node.handle(received(1, gossip(env(0), hops=3)), 1.0) == []
     assert node.eager_peers(TOPIC) == [1]
 
@@ -555,8 +557,8 @@ def announced_then_received(eager_hops: int) -> tuple[NodeState, list, m.Envelop
 def test_tree_optimisation_swaps_when_the_lazy_path_is_shorter_by_the_threshold():
     # Through 2 the message is 1 + 1 = 2 hops away; through 1 it is 9: shorter by 7.
     node, out, _ = announced_then_received(eager_hops=9)
-    assert sends(out, m.Graft) == [send(2, m.Graft())]
-    assert sends(out, m.Prune) == [send(1, m.Prune())]
+    assert sends(out, m.Graft) == [send(2, m.Graft(streams=S))]
+    assert sends(out, m.Prune) == [send(1, m.Prune(streams=S))]
     assert (node.eager_peers(TOPIC), node.lazy_peers(TOPIC)) == ([2], [1])
 
 
@@ -594,7 +596,7 @@ def test_a_near_lazy_announcer_as_early_as_the_far_parent_takes_its_place():
     """The zones model: a node's first copy came over a far link while a lazy zone-mate
     held the message within a ms or two; it is the parent that costs a near link."""
     node, out, _ = far_parent_and_near_announcer()
-    assert out == [send(2, m.Graft()), send(1, m.Prune())]
+    assert out == [send(2, m.Graft(streams=S)), send(1, m.Prune(streams=S))]
     assert (node.eager_peers(TOPIC), node.lazy_peers(TOPIC)) == ([2], [1])
     assert broadcast(node).counters.near_parent_swaps == 1
 
@@ -628,8 +630,8 @@ def test_near_parent_swaps_happen_at_most_once_per_graft_grace():
     node.handle(received(4, gossip(c, hops=3)), 2.0)
     out = node.handle(received(3, m.IHave(ranges=(at(c, 2),))), 2.13)
     assert (sends(out, m.Graft), sends(out, m.Prune)) == (
-        [send(3, m.Graft())],
-        [send(4, m.Prune())],
+        [send(3, m.Graft(streams=S))],
+        [send(4, m.Prune(streams=S))],
     )
     assert broadcast(node).counters.near_parent_swaps == 2
 
@@ -653,7 +655,7 @@ def test_a_link_that_comes_up_while_a_parent_feeds_us_starts_lazy_and_is_pruned(
     node = node_with(1)
     node.handle(received(1, gossip(env(0), hops=2)), 1.0)
     out = node.handle(received(4, request(high_priority=True)), 1.1)
-    assert sends(out, m.Prune) == [send(4, m.Prune())]
+    assert sends(out, m.Prune) == [send(4, m.Prune(streams=S))]
     assert node.eager_peers(TOPIC) == [1]
     assert node.lazy_peers(TOPIC) == [4]
     # Its pushes sent before our PRUNE arrived leave it lazy: no GRAFT, no second PRUNE.
@@ -722,6 +724,89 @@ def test_without_lazy_start_a_link_always_starts_eager():
     assert node.eager_peers(TOPIC) == [1, 4]
 
 
+# -- a delivery tree per publisher stream (trees.py) ----------------------------------------
+
+OTHER = 8  # a second publisher that is not a neighbour
+
+
+def forwarded_to(out: list[OutEvent]) -> list[object]:
+    return [e.peer for e in sends(out, m.Gossip)]
+
+
+def test_a_duplicate_prunes_the_link_for_its_own_stream_only():
+    node = node_with(1, 2, 3)
+    node.handle(received(1, gossip(env(0), hops=2)), 1.0)
+    assert node.handle(received(2, gossip(env(0), hops=4)), 1.0) == [send(2, m.Prune(streams=S))]
+    # Another publisher's messages still go to 2: its tree kept the link eager.
+    out = node.handle(received(1, gossip(envelope(OTHER, 0), hops=2)), 1.1)
+    assert forwarded_to(out) == [2, 3]
+    # And the first stream's do not.
+    assert forwarded_to(node.handle(received(1, gossip(env(1), hops=2)), 1.2)) == [3]
+
+
+def test_a_prune_naming_a_stream_leaves_the_other_streams_eager():
+    node = node_with(1, 2, 3)
+    make_lazy(node, 2, streams=(OTHER,))
+    assert forwarded_to(node.handle(received(1, gossip(env(0), hops=2)), 1.0)) == [2, 3]
+    assert forwarded_to(node.handle(received(1, gossip(envelope(OTHER, 0))), 1.1)) == [3]
+
+
+def test_a_graft_naming_a_stream_makes_the_link_eager_for_that_stream_only():
+    node = node_with(1, 2, 3)
+    make_lazy(node, 2)  # the whole link: every tree, and what new ones start from
+    node.handle(received(2, m.Graft(streams=(OTHER,))), 1.0)
+    assert forwarded_to(node.handle(received(1, gossip(env(0), hops=2)), 1.1)) == [3]
+    assert forwarded_to(node.handle(received(1, gossip(envelope(OTHER, 0))), 1.2)) == [3, 2]
+
+
+def test_past_max_stream_trees_the_least_recently_seen_stream_starts_again_from_the_links():
+    node = node_with(1, 2, 3, max_stream_trees=2)
+    node.handle(received(1, gossip(env(0), hops=2)), 1.0)
+    node.handle(received(2, gossip(env(0), hops=4)), 1.0)  # 2 pruned for PUBLISHER
+    assert forwarded_to(node.handle(received(1, gossip(env(1), hops=2)), 1.1)) == [3]
+    node.handle(received(1, gossip(envelope(OTHER, 0))), 1.2)
+    node.handle(received(1, gossip(envelope(7, 0))), 1.3)  # a third stream: PUBLISHER's goes
+    trees = broadcast(node).trees
+    assert list(trees.by_stream) == [OTHER, 7]
+    # PUBLISHER's next message takes a fresh copy of the links' sets: 2 is eager again
+    # (its first duplicate prunes it once more), and the least recent tree, OTHER's, goes.
+    assert forwarded_to(node.handle(received(1, gossip(env(2), hops=2)), 1.4)) == [2, 3]
+    assert list(trees.by_stream) == [7, PUBLISHER]
+
+
+def test_max_stream_trees_0_is_one_tree_for_every_stream():
+    node = node_with(1, 2, 3, max_stream_trees=0)
+    node.handle(received(1, gossip(env(0), hops=2)), 1.0)
+    node.handle(received(2, gossip(env(0), hops=4)), 1.0)
+    assert len(broadcast(node).trees) == 0
+    assert forwarded_to(node.handle(received(1, gossip(envelope(OTHER, 0))), 1.1)) == [3]
+
+
+def test_a_near_link_races_in_the_near_race_trees_seen_most_lately_only():
+    # Each race costs its tree a duplicate or two: in every tree, a node's link churn cost
+    # O(streams) redundant copies. The others start the link lazy, as for a RAND link.
+    node = node_with(1, 2, near_race_trees=1)
+    node.handle(received(1, gossip(env(0), hops=2)), 1.0)
+    node.handle(received(1, gossip(envelope(OTHER, 0))), 1.0)  # OTHER: seen most lately
+    out = node.handle(received(4, request(NEAR, high_priority=True)), 1.1)
+    assert sends(out, m.Prune) == [send(4, m.Prune(streams=S))]
+    trees = broadcast(node).trees
+    assert 4 in trees.by_stream[OTHER].eager and 4 in trees.by_stream[PUBLISHER].lazy
+    assert 4 in trees.shared.eager  # what a new stream starts from: every link as it came
+
+
+def test_a_link_coming_up_or_going_down_changes_every_tree():
+    node = node_with(1, 2)
+    node.handle(received(1, gossip(env(0), hops=2)), 1.0)
+    node.handle(received(1, gossip(envelope(OTHER, 0))), 1.0)
+    node.handle(received(5, request(high_priority=True)), 1.1)
+    for _, tree in broadcast(node).trees:
+        assert set(tree.eager) | set(tree.lazy) == {1, 2, 5}
+    node.handle(received(2, m.Disconnect()), 1.2)
+    for _, tree in broadcast(node).trees:
+        assert set(tree.eager) | set(tree.lazy) == {1, 5}
+
+
 # -- eager repair -------------------------------------------------------------------------
 
 
@@ -744,9 +829,9 @@ def test_eager_repair_grafts_at_most_eager_repair_grafts_lazy_peers_fed_us_first
     node = node_with(1, 2, 3, 4, 5, eager_repair=True, eager_repair_grafts=2)
     node.handle(received(4, gossip(env(0), hops=2)), 1.0)
     node.handle(received(1, gossip(env(1), hops=2)), 1.1)
-    make_lazy(node, 2, 3, 4, 5, now=1.2)
+    make_lazy(node, 2, 3, 4, 5, now=1.2, streams=S)
     out = node.handle(received(1, m.Disconnect()), 1.3)
-    assert sends(out, m.Graft) == [send(4, m.Graft()), send(2, m.Graft())]
+    assert sends(out, m.Graft) == [send(4, m.Graft(streams=S)), send(2, m.Graft(streams=S))]
     assert node.eager_peers(TOPIC) == [4, 2]
     assert node.lazy_peers(TOPIC) == [3, 5]
 
@@ -777,7 +862,7 @@ def test_eager_repair_is_skipped_while_another_eager_neighbour_feeds_us():
     # 1 last sent us a message first before 2 did: losing 1 (a child, or a parent that
     # 2 replaced) leaves 2 feeding us, and grafting every lazy peer would only set off
     # duplicates and PRUNEs. Losing 2, our latest parent, is repaired as before.
-    for lost, grafts in ((1, []), (2, [send(3, m.Graft())])):
+    for lost, grafts in ((1, []), (2, [send(3, m.Graft(streams=S))])):
         node = node_with(1, 2, 3, eager_repair=True)
         make_lazy(node, 3)
         node.handle(received(1, gossip(env(0), hops=2)), 1.0)

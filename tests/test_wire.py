@@ -14,6 +14,7 @@ from episub.proto.messages import (
     MAX_HELD_SPANS,
     MAX_HOPS,
     MAX_PEERS_PER_MESSAGE,
+    MAX_STREAMS_PER_MESSAGE,
     MAX_TTL,
     MESSAGE_ID_SIZE,
     Disconnect,
@@ -95,8 +96,11 @@ TOPIC_EXAMPLES: list[PeerMessage] = [
     Gossip(id=ID2, envelope=Envelope(publisher=BOB, seq=0, timestamp_ms=0, payload=b""), hops=1),
     IHave(ranges=((ALICE, 0, 9, 2), (BOB, (1 << 63) - 4086, (1 << 63) - 1, MAX_HOPS))),
     Prune(),
+    Prune(streams=(ALICE, BOB)),
     Graft(ranges=((ALICE, 3, 3, 0), (BOB, 7, 9, 0))),
     Graft(),
+    Graft(streams=(CAROL,)),
+    Graft(ranges=((ALICE, 3, 3, 0),), streams=(BOB,)),
     Pull(publisher=ALICE, first_seq=100, last_seq=163),
     Heads(ranges=((ALICE, 9, 9, 2), (BOB, (1 << 63) - 1, (1 << 63) - 1, MAX_HOPS))),
     GetView(),
@@ -355,6 +359,16 @@ def test_ihave_naming_more_than_4096_messages_is_refused() -> None:
     assert_refused(raw_item(topic="t", graft=pb.Graft(ranges=many)), "at most 1024 ranges")
 
 
+def test_prune_or_graft_naming_too_many_or_bad_streams_is_refused() -> None:
+    # The trees a PRUNE or GRAFT changes (a link-up touches every tree of the topic) are
+    # bounded at entry, before any stream is looked at.
+    many = [ALICE] * (MAX_STREAMS_PER_MESSAGE + 1)
+    assert_refused(raw_item(topic="t", prune=pb.Prune(streams=many)), "at most 256 streams")
+    assert_refused(raw_item(topic="t", graft=pb.Graft(streams=many)), "at most 256 streams")
+    assert_refused(raw_item(topic="t", prune=pb.Prune(streams=[b""])), "peer id must be")
+    assert_refused(raw_item(topic="t", graft=pb.Graft(streams=[b"x" * 65])), "peer id must be")
+
+
 def test_ihave_without_ranges_is_refused() -> None:
     assert_refused(raw_item(topic="t", ihave=pb.IHave()), "invalid ihave")
 
@@ -602,14 +616,18 @@ topic_messages = st.one_of(
     ),
     st.builds(Gossip, id=message_ids, envelope=envelopes, hops=hops),
     st.builds(IHave, ranges=st.lists(stream_ranges, min_size=1, max_size=5).map(tuple)),
-    st.just(Prune()),
+    st.builds(Prune, streams=st.lists(peer_ids, max_size=3).map(tuple)),
     st.builds(
         Heads,
         ranges=st.lists(
             stream_ranges.map(lambda r: (r[0], r[2], r[2], r[3])), min_size=1, max_size=5
         ).map(tuple),
     ),
-    st.builds(Graft, ranges=st.lists(stream_ranges, max_size=5).map(tuple)),
+    st.builds(
+        Graft,
+        ranges=st.lists(stream_ranges, max_size=5).map(tuple),
+        streams=st.lists(peer_ids, max_size=3).map(tuple),
+    ),
     st.builds(
         lambda publisher, first, span: Pull(
             publisher=publisher, first_seq=first, last_seq=first + span

@@ -77,11 +77,11 @@ Rules from the draft (and Plumtree):
 
 from __future__ import annotations
 
-import math
 import zlib
 from collections import OrderedDict, deque
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import Any, TypeAlias, assert_never
 
 from episub.proto import messages as m
@@ -105,6 +105,7 @@ from episub.proto.ordering import OrderedDelivery, PublisherStream
 from episub.proto.peers import RttTable
 from episub.proto.signing import Signer, check_message
 from episub.proto.tables import BroadcastCounters
+from episub.proto.trees import Tree, Trees
 
 # Ranges a neighbour announced to us that we note between two flushes (to leave out of
 # what we announce to it): a few per publisher it relays; beyond, we may announce some
@@ -160,8 +161,9 @@ class Broadcast:
         self.signer = signer
         self._message_id = IdHasher(topic, id_key)
         self._timer_prefix = timer_prefix
-        self.eager: dict[PeerId, None] = {}
-        self.lazy: dict[PeerId, None] = {}
+        # Eager and lazy neighbours per publisher stream (trees.py), with the times each
+        # tree's rules look at (parents, GRAFTs and PRUNEs sent and received).
+        self.trees = Trees(config.max_stream_trees)
         # Seen ids and cached envelope bytes, one table (cache.py); `seen`, `cache` and
         # `by_seq` (place -> cached id) are its views.
         self.messages = MessageCache(config)
@@ -185,24 +187,11 @@ class Broadcast:
         # order: each entry is due graft_timeout after its first announcement, then every
         # missing_check_interval. A place received meanwhile leaves a stale row, skipped.
         self.missing_due: deque[tuple[float, Place, Missing]] = deque()
-        # neighbour -> when it last sent us an empty GRAFT (it lost its parent); at most
-        # one entry per active neighbour, dropped when it goes down.
-        self.grafted_at: dict[PeerId, float] = {}
-        # neighbour -> when we last sent it a GRAFT, to recognise a PRUNE that crossed it;
-        # at most one entry per active neighbour, dropped when it goes down.
-        self.graft_sent_at: dict[PeerId, float] = {}
-        # neighbour -> when it last sent us a message first: our tree parents, most recent
-        # last. At most one entry per active neighbour, dropped when it goes down.
-        self.first_from: dict[PeerId, float] = {}
-        # neighbour -> when we last sent it a PRUNE; at most one entry per active neighbour.
-        self.pruned_at: dict[PeerId, float] = {}
         # hub_parent: the NEAR neighbours (hub links); at most one entry per active neighbour.
         self.hubs: dict[PeerId, None] = {}
         # id -> the peers we GRAFTed it from that have not answered yet; their answers are
         # copies we asked for, not a redundant path (bounded by max_missing).
         self.graft_answers: OrderedDict[MessageId, list[PeerId]] = OrderedDict()
-        # When we last swapped a far parent for a near one (the rule's rate limit).
-        self.near_swapped_at = -math.inf
         self.next_seq = 0
         # Each stream's newest place, named in a HEADS once the stream goes quiet.
         self.heads = StreamHeads(config)
@@ -230,154 +219,240 @@ class Broadcast:
 
     # -- neighbours ---------------------------------------------------------------------
 
+    @property
+    def eager(self) -> dict[PeerId, None]:
+        """Eager neighbours of the tree the latest message took (`shared` before any)."""
+        return self._latest_tree().eager
+
+    @property
+    def lazy(self) -> dict[PeerId, None]:
+        """Lazy neighbours of the tree the latest message took (`shared` before any)."""
+        return self._latest_tree().lazy
+
+    def _latest_tree(self) -> Tree:
+        by_stream = self.trees.by_stream
+        return next(reversed(by_stream.values())) if by_stream else self.trees.shared
+
     def neighbor_up(
         self, peer: PeerId, now: float, out: list[OutEvent], kind: LinkKind = LinkKind.RAND
     ) -> None:
-        """A new link starts eager, unless it is a RAND link and we have a parent
-        (`_has_parent`): then it starts lazy, and a PRUNE tells the other end, which makes
-        it lazy there too (and grafts it back if that leaves it with no eager link:
-        `_on_prune`). A NEAR link, chosen for its low RTT, starts eager: its first copies
-        race our parent's, and the loser is pruned, so the tree moves onto fast links."""
-        self.lazy.pop(peer, None)
-        self.eager.pop(peer, None)
+        """A new link joins every tree. In each it starts eager, unless it is a RAND link
+        and that tree has a parent (`Tree.has_parent`): then it starts lazy there, and a
+        PRUNE naming those streams tells the other end, which makes it lazy there too (and
+        grafts it back where that leaves it with no eager link: `_on_prune`). A NEAR link,
+        chosen for its low RTT, starts eager: its first copies race our parent's, and the
+        loser is pruned, so the trees move onto fast links. O(trees)."""
+        trees = self.trees
+        for _, tree in trees:
+            tree.lazy.pop(peer, None)
+            tree.eager.pop(peer, None)
         self.heads.link_up(peer, now)
         if self.lazy_queue:
             self.queued_before[peer] = len(self.lazy_queue)
         hub_parent = self.config.hub_parent
         if hub_parent and kind is LinkKind.NEAR:
             # Our contact, or our joiner: the links of our own that came up before it go
-            # lazy (they would relay a second copy of what the hub link carries).
-            for other in [p for p in self.eager if p not in self.hubs]:
-                self._make_lazy(other)
-                self._prune(other, now, out)
+            # lazy in every tree (they would relay a second copy of what the hub link carries).
+            for other in [p for p in trees.shared.eager if p not in self.hubs]:
+                for _, tree in trees:
+                    tree.make_lazy(other)
+                self._prune(other, (), now, out)
             self.hubs[peer] = None
-        if (
-            self.config.lazy_start
-            and kind is not LinkKind.NEAR
-            and (self._has_parent() or (hub_parent and bool(self.hubs)))
-        ):
-            self.lazy[peer] = None
-            self._prune(peer, now, out)
-        else:
-            self.eager[peer] = None
+        lazy_start = self.config.lazy_start
+        hubbed = hub_parent and bool(self.hubs)
+        racing = self._racing(kind)
+        lazy_in: list[tuple[PeerId | None, Tree]] = []
+        for publisher, tree in trees:
+            if racing is not None and (publisher is None or publisher in racing):
+                tree.eager[peer] = None
+            elif lazy_start and (hubbed or tree.has_parent()):
+                tree.lazy[peer] = None
+                lazy_in.append((publisher, tree))
+            else:
+                tree.eager[peer] = None
+        if len(lazy_in) == len(trees) + 1:
+            self._prune(peer, (), now, out)  # every tree, `shared` too: the whole link
+        elif lazy_in:
+            self._prune(peer, lazy_in, now, out)
 
-    def _has_parent(self) -> bool:
-        """Does an eager neighbour send us messages first (has it ever)?"""
-        first_from = self.first_from
-        return any(p in first_from for p in self.eager)
+    def _racing(self, kind: LinkKind) -> dict[PeerId, None] | set[PeerId] | None:
+        """The streams whose trees a new link starts eager in whatever their parents: for
+        a NEAR link the `near_race_trees` seen most lately (every one with hub_parent,
+        where a NEAR link is a hub link); None for a RAND link. Each race costs its
+        tree a duplicate or two, so racing in every tree made a node's link churn cost
+        O(streams) redundant copies: with 32 publishers RMR 0.22 (docs/protocol.md)."""
+        if kind is not LinkKind.NEAR:
+            return None
+        by_stream = self.trees.by_stream
+        budget = self.config.near_race_trees
+        if self.config.hub_parent or len(by_stream) <= budget:
+            return by_stream
+        return set(islice(reversed(by_stream), budget))
 
     def neighbor_down(
         self, peer: PeerId, now: float, out: list[OutEvent], *, repair: bool = True
     ) -> None:
-        """`repair` False when we are leaving: nothing to repair then."""
-        was_eager = peer in self.eager
-        self.eager.pop(peer, None)
-        self.lazy.pop(peer, None)
-        self.grafted_at.pop(peer, None)
-        self.graft_sent_at.pop(peer, None)
-        self.pruned_at.pop(peer, None)
+        """The link leaves every tree (O(trees)); a tree it was the parent of is repaired
+        (`repair` False when we are leaving: nothing to repair then)."""
         self.hubs.pop(peer, None)
         self.announced.pop(peer, None)
         self.queued_before.pop(peer, None)
         self.heads.link_down(peer)
-        lost_at = self.first_from.pop(peer, None)
-        if was_eager and repair and self.config.eager_repair and not self._still_fed(lost_at):
-            for lazy_peer in self._repair_targets():
-                self._graft(lazy_peer, (), now, out)
-                self._make_eager(lazy_peer, out)
+        repairing = repair and self.config.eager_repair
+        targets: dict[PeerId, list[tuple[PeerId | None, Tree]]] = {}
+        for publisher, tree in self.trees:
+            was_eager, lost_at = tree.drop(peer)
+            if was_eager and repairing and self._parentless(publisher, tree, lost_at, down=True):
+                for lazy_peer in self._repair_targets(tree):
+                    targets.setdefault(lazy_peer, []).append((publisher, tree))
+        for lazy_peer, trees in targets.items():
+            self._graft(lazy_peer, trees, now, out)
 
-    def _repair_targets(self) -> list[PeerId]:
-        """At most `eager_repair_grafts` lazy neighbours to graft when our parent went: those
-        that fed us most lately first, then the others in the order they became lazy.
-        Grafting every lazy one (up to 13 with near links chosen by each end) pushed a
-        copy of each message over every one of them, both ways, unpruned for graft_grace."""
-        lazy = self.lazy
-        fed = [p for p in reversed(self.first_from) if p in lazy]
-        others = [p for p in lazy if p not in self.first_from]
+    def _parentless(
+        self, publisher: PeerId | None, tree: Tree, lost_at: float | None, *, down: bool
+    ) -> bool:
+        """Has `tree` lost its parent with a link that went `down` or was pruned (whose
+        feeding, if it fed us, ended at `lost_at`)? A tree that carries messages has, when
+        no remaining eager link fed us as lately (after a PRUNE: when it has no eager link
+        left, or the pruner fed us last). `shared` beside the streams' own trees carries
+        none, only what a new tree starts from: it is repaired when left with no eager link."""
+        if publisher is None and self.trees.cap:
+            return not tree.eager
+        if down:
+            return not tree.still_fed(lost_at)
+        return not tree.eager or (lost_at is not None and not tree.still_fed(lost_at))
+
+    def _repair_targets(self, tree: Tree) -> list[PeerId]:
+        """At most `eager_repair_grafts` lazy neighbours to graft when a tree's parent went:
+        those that fed us most lately first, then the others in the order they became
+        lazy. Grafting every lazy one (up to 13 with near links chosen by each end) pushed
+        a copy of each message over every one of them, both ways, unpruned for graft_grace."""
+        lazy = tree.lazy
+        fed = [p for p in reversed(tree.first_from) if p in lazy]
+        others = [p for p in lazy if p not in tree.first_from]
         return (fed + others)[: self.config.eager_repair_grafts]
 
     def _graft(
+        self,
+        peer: PeerId,
+        trees: list[tuple[PeerId | None, Tree]],
+        now: float,
+        out: list[OutEvent],
+    ) -> None:
+        """Graft `peer` for these trees, making it eager in them: an empty GRAFT naming
+        their streams; with `shared` among them, naming none: every tree, the whole link."""
+        if any(publisher is None for publisher, _ in trees):
+            trees = list(self.trees)
+        for _, tree in trees:
+            tree.note_graft_sent(peer, now)
+        for streams in _stream_chunks(trees):
+            out.append(Send(peer, self.topic, m.Graft(streams=streams)))
+        self._make_eager(peer, trees, out)
+
+    def _graft_ranges(
         self, peer: PeerId, ranges: tuple[m.StreamRange, ...], now: float, out: list[OutEvent]
     ) -> None:
-        self.graft_sent_at[peer] = now
+        """GRAFT the messages of `ranges`, which makes us eager for their streams there."""
+        for publisher in dict.fromkeys(r[0] for r in ranges):
+            self.trees.get(publisher).note_graft_sent(peer, now)
         out.append(Send(peer, self.topic, m.Graft(ranges=ranges)))
 
-    def _prune(self, peer: PeerId, now: float, out: list[OutEvent]) -> None:
-        self.pruned_at[peer] = now
-        self.counters.prunes_sent += 1
-        out.append(Send(peer, self.topic, m.Prune()))
+    def _prune(
+        self,
+        peer: PeerId,
+        trees: tuple[()] | list[tuple[PeerId | None, Tree]],
+        now: float,
+        out: list[OutEvent],
+    ) -> None:
+        """PRUNE `peer` for these trees (the caller made it lazy in them); () or a list
+        with `shared`: for every tree, the whole link."""
+        if not trees:
+            trees = list(self.trees)
+        for _, tree in trees:
+            tree.note_pruned(peer, now)
+        for streams in _stream_chunks(trees):
+            self.counters.prunes_sent += 1
+            out.append(Send(peer, self.topic, m.Prune(streams=streams)))
 
-    def _on_prune(self, peer: PeerId, now: float, out: list[OutEvent]) -> None:
-        sent = self.graft_sent_at.pop(peer, None)
-        if sent is not None and now - sent < self.config.graft_grace and peer in self.eager:
-            # The peer pruned us before our GRAFT reached it: the two crossed, and it has
-            # made us eager since. Taking its PRUNE would leave the link eager at its end
-            # only, and us maybe with no eager link at all (the property tests found it:
-            # eager repair after a neighbour left, against a PRUNE for a duplicate). GRAFT
-            # again, once, so the last word on the link is the same at both ends.
-            self.counters.crossed_prunes += 1
-            # Not through _graft: no new graft_sent_at, so a second PRUNE is taken.
-            out.append(Send(peer, self.topic, m.Graft()))
-            return
-        lost_at = self.first_from.get(peer)
-        was_eager = peer in self.eager
-        self._make_lazy(peer)
-        if not was_eager:
-            return
-        # Left with no eager link, or the PRUNE came from the neighbour that fed us last
-        # and no eager one has fed us since (PRUNEs crossed: we pruned our other parent
-        # for a duplicate while this one pruned us for one): we have no parent.
-        orphaned = lost_at is not None and not self._still_fed(lost_at)
-        if not self.eager or orphaned:
-            self._keep_a_parent(peer, now, out)
+    def _trees_named(self, streams: tuple[PeerId, ...]) -> list[tuple[PeerId | None, Tree]]:
+        """The trees a PRUNE or GRAFT names: every one when it names no stream."""
+        if not streams:
+            return list(self.trees)
+        get = self.trees.get
+        return [(p, get(p)) for p in dict.fromkeys(streams)]
 
-    def _keep_a_parent(self, pruned: PeerId, now: float, out: list[OutEvent]) -> None:
-        """Graft a parent back at once, as eager repair does when a parent goes down. With
+    def _on_prune(
+        self, peer: PeerId, streams: tuple[PeerId, ...], now: float, out: list[OutEvent]
+    ) -> None:
+        if not self._is_neighbor(peer):
+            return
+        grace = self.config.graft_grace
+        crossed: list[tuple[PeerId | None, Tree]] = []
+        orphans: list[tuple[PeerId | None, Tree]] = []
+        for publisher, tree in self._trees_named(streams):
+            sent = tree.take_graft_sent(peer)
+            if sent is not None and now - sent < grace and peer in tree.eager:
+                # The peer pruned us before our GRAFT reached it: the two crossed, and it
+                # has made us eager since. Taking its PRUNE would leave the link eager at
+                # its end only, and us maybe with no eager link at all (the property tests
+                # found it: eager repair after a neighbour left, against a PRUNE for a
+                # duplicate). GRAFT again, once, so the last word on the link is the same
+                # at both ends.
+                self.counters.crossed_prunes += 1
+                crossed.append((publisher, tree))
+                continue
+            lost_at = tree.first_from.get(peer)
+            # Left with no eager link, or the PRUNE came from the neighbour that fed us last
+            # and no eager one has fed us since (PRUNEs crossed: we pruned our other parent
+            # for a duplicate while this one pruned us for one): we have no parent.
+            if tree.make_lazy(peer) and self._parentless(publisher, tree, lost_at, down=False):
+                orphans.append((publisher, tree))
+        # Not through _graft: no new graft_sent_at, so a second PRUNE is taken.
+        for named in _stream_chunks(crossed):
+            out.append(Send(peer, self.topic, m.Graft(streams=named)))
+        targets: dict[PeerId, list[tuple[PeerId | None, Tree]]] = {}
+        for publisher, tree in orphans:
+            target = self._parent_to_keep(tree, peer)
+            if target is not None:
+                self.counters.regrafts += 1
+                targets.setdefault(target, []).append((publisher, tree))
+        for target, trees in targets.items():
+            self._graft(target, trees, now, out)
+
+    def _parent_to_keep(self, tree: Tree, pruned: PeerId) -> PeerId | None:
+        """Whom to graft back at once, as eager repair does when a parent goes down. With
         no parent every message waits for IHAVE and a GRAFT (0.3-0.5 s), or never comes
         when IHAVEs are lost (`--drop ihave=1.0`: both remaining parents pruned a node that
         forwarded repaired messages, and it missed the rest of the stream). The lazy
         neighbour that fed us most lately, the pruner itself only if no other did; with no
         such record, another lazy neighbour than the pruner. Its graft_grace keeps our
         in-flight forwards from pruning us again."""
-        if not self.lazy:
-            return
-        parents = [p for p in self.first_from if p in self.lazy]
+        if not tree.lazy:
+            return None
+        parents = [p for p in tree.first_from if p in tree.lazy]
         others = [p for p in parents if p != pruned]
-        another = next((p for p in self.lazy if p != pruned), pruned)
-        target = (others or parents or [another])[-1]
-        self.counters.regrafts += 1
-        self._graft(target, (), now, out)
-        self._make_eager(target, out)
-
-    def _only_parent(self, peer: PeerId) -> bool:
-        """Has `peer` sent us messages first, and no other eager neighbour ever?"""
-        first_from = self.first_from
-        return peer in first_from and not any(p != peer and p in first_from for p in self.eager)
-
-    def _still_fed(self, lost_at: float | None) -> bool:
-        """Does a remaining eager peer send us messages first, at least as lately as a lost
-        neighbour did (`lost_at`: when it last did; None: never)? Then the lost one was
-        not our parent, or not our only one, and there is no tree to repair. Grafting
-        every lazy peer whenever a child's link went (overlay upkeep: evictions, swaps)
-        set off bursts of duplicates and crossing PRUNEs that cut other nodes off."""
-        first_from = self.first_from
-        return any(
-            (t := first_from.get(p)) is not None and (lost_at is None or t >= lost_at)
-            for p in self.eager
-        )
+        another = next((p for p in tree.lazy if p != pruned), pruned)
+        return (others or parents or [another])[-1]
 
     def _make_eager(
-        self, peer: PeerId, out: list[OutEvent], skip: tuple[m.StreamRange, ...] = ()
+        self,
+        peer: PeerId,
+        trees: list[tuple[PeerId | None, Tree]],
+        out: list[OutEvent],
+        skip: tuple[m.StreamRange, ...] = (),
     ) -> None:
-        if peer not in self.lazy:
+        made = [publisher for publisher, tree in trees if tree.make_eager(peer)]
+        if not made:
             return
-        del self.lazy[peer]
-        self.eager[peer] = None
         # What was queued for IHAVE while the peer was lazy was not pushed to it, and the
         # next flush goes to lazy peers only: announce it now, or it falls through the gap
         # (seen in the simulator after a partition: a node lost its eager parent, grafted
         # its lazy peers, and a message that had just passed them never reached it).
-        self._send_ihave(peer, self._unheld(peer, self._queued_for(peer), skip), out)
+        queue = self._queued_for(peer)
+        if None not in made:
+            streams = set(made)
+            queue = [item for item in queue if item[1] in streams]
+        self._send_ihave(peer, self._unheld(peer, queue, skip), out)
 
     def _queued_for(self, peer: PeerId) -> list[tuple[MessageId, PeerId, int, int]]:
         """What waits for the IHAVE flush that `peer` may be announced: what was queued
@@ -429,13 +504,9 @@ class Broadcast:
             for ranges in _chunks(_runs(places[start : start + limit])):
                 out.append(Send(peer, self.topic, m.IHave(ranges=ranges)))
 
-    def _make_lazy(self, peer: PeerId) -> None:
-        if peer in self.eager:
-            del self.eager[peer]
-            self.lazy[peer] = None
-
     def _is_neighbor(self, peer: PeerId) -> bool:
-        return peer in self.eager or peer in self.lazy
+        shared = self.trees.shared
+        return peer in shared.eager or peer in shared.lazy
 
     # -- publishing ---------------------------------------------------------------------
 
@@ -524,7 +595,7 @@ class Broadcast:
             self.ordering.deliver(mid, envelope, 0, now, out)
         gossip = m.Gossip(id=mid, envelope=envelope, hops=1)
         topic = self.topic
-        for peer in self.eager:
+        for peer in self.trees.get(envelope.publisher).eager:
             out.append(Send(peer, topic, gossip))
         self._note_head(envelope.publisher, envelope.seq, 0, None, now, out)
         self._queue_ihave(mid, envelope.publisher, envelope.seq, 0, None, out)
@@ -540,10 +611,10 @@ class Broadcast:
                 self._on_gossip(peer, msg, now, out)
             case m.IHave(ranges=ranges):
                 self._on_ihave(peer, ranges, now, out)
-            case m.Prune():
-                self._on_prune(peer, now, out)
-            case m.Graft(ranges=ranges):
-                self._on_graft(peer, ranges, now, out)
+            case m.Prune(streams=streams):
+                self._on_prune(peer, streams, now, out)
+            case m.Graft(ranges=ranges, streams=streams):
+                self._on_graft(peer, ranges, streams, now, out)
             case m.Pull(publisher=publisher, first_seq=first, last_seq=last):
                 self._on_pull(peer, publisher, first, last, out)
             case m.Heads(ranges=ranges):
@@ -578,13 +649,13 @@ class Broadcast:
                 self.missing.pop(place, None)
                 return
         missing = self.missing.pop(place, None)
+        publisher = envelope.publisher
+        tree = self.trees.get(publisher)
         neighbor = self._is_neighbor(peer)
         if neighbor:
-            if peer in self.lazy:
-                self._lazy_sender_first(peer, now, out)
-            # Our latest parent: first_from keeps the most recent last.
-            self.first_from.pop(peer, None)
-            self.first_from[peer] = now
+            if peer in tree.lazy:
+                self._lazy_sender_first(publisher, tree, peer, now, out)
+            tree.fed_first(peer, now)
         holders: frozenset[PeerId] = frozenset()
         if missing is not None:
             # Announcers hold it: a push there is a duplicate, answered by a PRUNE.
@@ -592,12 +663,12 @@ class Broadcast:
             self._expect_answers(mid, peer, missing)
         forward = msg.forwarded(msg.hops + 1)
         topic = self.topic
-        for eager_peer in self.eager:
+        for eager_peer in tree.eager:
             if eager_peer != peer and eager_peer not in holders:
                 out.append(Send(eager_peer, topic, forward))
         if missing is not None and neighbor:
             # After the push, as Plumtree does: the announcer we graft must not get this copy.
-            self._maybe_optimize(peer, msg.hops, missing.announcers, now, out)
+            self._maybe_optimize(publisher, tree, peer, msg.hops, missing.announcers, now, out)
         self._note_head(envelope.publisher, envelope.seq, msg.hops, peer, now, out)
         self._queue_ihave(mid, envelope.publisher, envelope.seq, msg.hops, peer, out)
         if envelope.publisher != self.me:
@@ -609,8 +680,23 @@ class Broadcast:
         self._note_holder(mid, peer)
         if mid in self.ordering.dropped and self._take_again(msg, now, out):
             return
-        if not self._asked_for(peer, mid, now):
-            self._prune_redundant(peer, now, out)
+        publisher = self._publisher_of(msg)
+        if publisher is None:
+            return  # neither cached nor decodable: no stream to prune it for
+        tree = self.trees.get(publisher)
+        if not self._asked_for(tree, peer, mid, now):
+            self._prune_redundant(publisher, tree, peer, now, out)
+
+    def _publisher_of(self, msg: m.Gossip) -> PeerId | None:
+        """A duplicate's stream: from the cache, which holds the first copy (a duplicate's
+        bytes are not decoded), else from its envelope when that decodes."""
+        publisher = self.messages.publisher_of(msg.id)
+        if publisher is not None:
+            return publisher
+        try:
+            return msg.envelope.publisher
+        except ValueError:
+            return None
 
     def _take_again(self, msg: m.Gossip, now: float, out: list[OutEvent]) -> bool:
         """Deliver a copy of a message ordering dropped unheld (its held table was full):
@@ -630,12 +716,12 @@ class Broadcast:
         self.ordering.deliver(mid, again, msg.hops, now, out)
         return True
 
-    def _asked_for(self, peer: PeerId, mid: MessageId, now: float) -> bool:
+    def _asked_for(self, tree: Tree, peer: PeerId, mid: MessageId, now: float) -> bool:
         """Is this duplicate a copy we asked for rather than a redundant path? From a peer
         that sent us an empty GRAFT less than `graft_grace` ago (it lost its parent or
         swaps to us, and forwards what was in flight to it), or the answer to a GRAFT of
         ours for `mid` (we asked two announcers in turn and both answered)."""
-        grafted = self.grafted_at.get(peer)
+        grafted = tree.grafted_since(peer)
         if grafted is not None and now - grafted < self.config.graft_grace:
             return True
         asked = self.graft_answers.get(mid)
@@ -646,21 +732,20 @@ class Broadcast:
             return True
         return False
 
-    def _prune_redundant(self, peer: PeerId, now: float, out: list[OutEvent]) -> None:
+    def _prune_redundant(
+        self, publisher: PeerId, tree: Tree, peer: PeerId, now: float, out: list[OutEvent]
+    ) -> None:
         """Plumtree: the sender of a duplicate moves to lazy. Never our last eager link, nor
         our one parent (it alone has sent us messages first). A lazy peer that still pushes
         after `graft_grace` holds us eager (our PRUNE, or its GRAFT's answer, was lost): it
         is pruned again."""
         if peer in self.hubs:
             return  # hub_parent: the star's links stay eager
-        if peer in self.eager and len(self.eager) > 1 and not self._only_parent(peer):
-            self._make_lazy(peer)
-            self._prune(peer, now, out)
-        elif (
-            peer in self.lazy
-            and now - self.pruned_at.get(peer, -math.inf) >= self.config.graft_grace
-        ):
-            self._prune(peer, now, out)
+        if peer in tree.eager and len(tree.eager) > 1 and not tree.only_parent(peer):
+            tree.make_lazy(peer)
+            self._prune(peer, [(publisher, tree)], now, out)
+        elif peer in tree.lazy and now - tree.pruned_since(peer) >= self.config.graft_grace:
+            self._prune(peer, [(publisher, tree)], now, out)
 
     def _checked_envelope(
         self, peer: PeerId, msg: m.Gossip, out: list[OutEvent]
@@ -689,15 +774,15 @@ class Broadcast:
             return None
         return envelope
 
-    def _lazy_sender_first(self, peer: PeerId, now: float, out: list[OutEvent]) -> None:
+    def _lazy_sender_first(
+        self, publisher: PeerId, tree: Tree, peer: PeerId, now: float, out: list[OutEvent]
+    ) -> None:
         """A lazy neighbour sent us a message first: it becomes eager at both ends (an empty
         GRAFT: the copy may be a PULL answer, not an eager push), unless we pruned it less
         than `graft_grace` ago: then the copy left before our PRUNE arrived, and the peer
         makes us lazy on reading it."""
-        pruned = self.pruned_at.get(peer)
-        if pruned is None or now - pruned >= self.config.graft_grace:
-            self._graft(peer, (), now, out)
-            self._make_eager(peer, out)
+        if now - tree.pruned_since(peer) >= self.config.graft_grace:
+            self._graft(peer, [(publisher, tree)], now, out)
 
     def _expect_answers(self, mid: MessageId, peer: PeerId, missing: Missing) -> None:
         """The other announcers we GRAFTed `mid` from will answer: their copies are ones we
@@ -737,6 +822,8 @@ class Broadcast:
 
     def _maybe_optimize(
         self,
+        publisher: PeerId,
+        tree: Tree,
         eager_sender: PeerId,
         hops: int,
         announcers: list[tuple[PeerId, int]],
@@ -745,7 +832,7 @@ class Broadcast:
     ) -> None:
         """Plumtree's optimisation: a lazy path `threshold` hops shorter replaces the eager one."""
         best = min(
-            ((h, p) for p, h in announcers if p in self.lazy),
+            ((h, p) for p, h in announcers if p in tree.lazy),
             default=None,
             key=lambda item: item[0],
         )
@@ -754,13 +841,18 @@ class Broadcast:
         lazy_hops, lazy_peer = best
         if hops - (lazy_hops + 1) >= self.config.optimization_threshold:
             self.counters.optimizations += 1
-            self._graft(lazy_peer, (), now, out)
-            self._make_eager(lazy_peer, out)
-            self._prune(eager_sender, now, out)
-            self._make_lazy(eager_sender)
+            self._graft(lazy_peer, [(publisher, tree)], now, out)
+            tree.make_lazy(eager_sender)
+            self._prune(eager_sender, [(publisher, tree)], now, out)
 
     def _prefer_near_parent(
-        self, peer: PeerId, mid: MessageId, hops: int, now: float, out: list[OutEvent]
+        self,
+        publisher: PeerId,
+        peer: PeerId,
+        mid: MessageId,
+        hops: int,
+        now: float,
+        out: list[OutEvent],
     ) -> None:
         """Swap a far eager parent for a near lazy announcer of a message it sent us first.
 
@@ -778,31 +870,32 @@ class Broadcast:
         before the next."""
         c = self.config
         rtts = self.rtts
+        if c.near_parent_factor == 0 or rtts is None:
+            return
+        tree = self.trees.peek(publisher)
         if (
-            c.near_parent_factor == 0
-            or rtts is None
-            or peer not in self.lazy
-            or now - self.near_swapped_at < c.graft_grace
-            or now - self.pruned_at.get(peer, -math.inf) < c.graft_grace
+            peer not in tree.lazy
+            or now - tree.near_swapped_at < c.graft_grace
+            or now - tree.pruned_since(peer) < c.graft_grace
         ):
             return
         cached = self.cache.get(mid)
         if cached is None or hops >= cached.hops:
             return
         parent = cached.sender
-        if parent is None or parent not in self.eager:
+        if parent is None or parent not in tree.eager:
             return
         near_rtt, far_rtt = rtts.measured(peer), rtts.measured(parent)
         if near_rtt is None or far_rtt is None or near_rtt * c.near_parent_factor >= far_rtt:
             return
         if now - c.ihave_interval > cached.received_at + near_rtt:
             return
-        self.near_swapped_at = now
+        tree = self.trees.get(publisher)  # the stream's own (peek gave it, or shared)
+        tree.near_swapped_at = now
         self.counters.near_parent_swaps += 1
-        self._graft(peer, (), now, out)
-        self._make_eager(peer, out)
-        self._prune(parent, now, out)
-        self._make_lazy(parent)
+        self._graft(peer, [(publisher, tree)], now, out)
+        tree.make_lazy(parent)
+        self._prune(parent, [(publisher, tree)], now, out)
 
     def _on_ihave(
         self,
@@ -824,7 +917,7 @@ class Broadcast:
             if c.near_parent_factor:
                 held = self.by_seq.get((publisher, last))
                 if held is not None:
-                    self._prefer_near_parent(peer, held, hops, now, out)
+                    self._prefer_near_parent(publisher, peer, held, hops, now, out)
             if publisher == self.me:
                 continue  # our own stream: we hold all of it that exists
             stream = streams.get(publisher)
@@ -887,18 +980,44 @@ class Broadcast:
         return place in self.by_seq or self.ordering.place_taken(*place)
 
     def _on_graft(
-        self, peer: PeerId, ranges: tuple[m.StreamRange, ...], now: float, out: list[OutEvent]
+        self,
+        peer: PeerId,
+        ranges: tuple[m.StreamRange, ...],
+        streams: tuple[PeerId, ...],
+        now: float,
+        out: list[OutEvent],
     ) -> None:
         if self._is_neighbor(peer):
-            self._make_eager(peer, out, skip=ranges)
-            if not ranges:
-                self.grafted_at[peer] = now
+            self._grafted(peer, ranges, streams, now, out)
         by_seq = self.by_seq
         for publisher, first, last, _ in ranges:
             for seq in range(first, last + 1):
                 mid = by_seq.get((publisher, seq))
                 if mid is not None:
                     self._send_cached(peer, mid, out)
+
+    def _grafted(
+        self,
+        peer: PeerId,
+        ranges: tuple[m.StreamRange, ...],
+        streams: tuple[PeerId, ...],
+        now: float,
+        out: list[OutEvent],
+    ) -> None:
+        """A GRAFT makes the sender eager in the trees of the streams it names and of its
+        ranges' publishers (every tree when it names neither). A stream it names without
+        a range is a lost parent or a swap: its in-flight duplicates are not pruned for
+        graft_grace (`_asked_for`)."""
+        if ranges:
+            get = self.trees.get
+            named = dict.fromkeys((*streams, *(r[0] for r in ranges)))
+            self._make_eager(peer, [(p, get(p)) for p in named], out, skip=ranges)
+            trees = [(p, get(p)) for p in dict.fromkeys(streams)]
+        else:
+            trees = self._trees_named(streams)
+            self._make_eager(peer, trees, out)
+        for _, tree in trees:
+            tree.note_grafted(peer, now)
 
     def _on_pull(
         self, peer: PeerId, publisher: PeerId, first: int, last: int, out: list[OutEvent]
@@ -932,7 +1051,8 @@ class Broadcast:
             self._missing_armed = False
             self._graft_due(now, out)
         elif name == "gap":
-            self.ordering.on_gap_timer([*self.eager, *self.lazy], now, out)
+            tree = self._latest_tree()
+            self.ordering.on_gap_timer([*tree.eager, *tree.lazy], now, out)
         elif name == "settle":
             self.ordering.on_settle_timer(now, out)
         elif name == "heads":
@@ -996,8 +1116,14 @@ class Broadcast:
             holders.append(peer)
 
     def _flush_ihave(self, out: list[OutEvent]) -> None:
-        for peer in self.lazy:
-            self._send_ihave(peer, self._unheld(peer, self._queued_for(peer)), out)
+        """Announce to each neighbour what it is lazy for: the queued messages of the
+        streams whose tree has it lazy now (the latest tree's lazy neighbours first)."""
+        peek = self.trees.peek
+        shared = self.trees.shared
+        latest = self._latest_tree()
+        for peer in dict.fromkeys([*latest.lazy, *shared.eager, *shared.lazy]):
+            queue = [item for item in self._queued_for(peer) if peer not in peek(item[1]).eager]
+            self._send_ihave(peer, self._unheld(peer, queue), out)
         self.lazy_queue = []
         self.queued_before = {}
         self.holders = {}
@@ -1038,13 +1164,15 @@ class Broadcast:
                 entry.grafted_from.append(peer)
             grafts.setdefault(peer, []).append((*place, 0))
             self._due(now + c.missing_check_interval, place, entry)
+        get = self.trees.get
         for peer, places in grafts.items():
-            self._make_eager(peer, out)
+            publishers = dict.fromkeys(place[0] for place in places)
+            self._make_eager(peer, [(p, get(p)) for p in publishers], out)
             for start in range(0, len(places), c.max_graft_ids):
                 for ranges in _chunks(_runs(places[start : start + c.max_graft_ids])):
                     self.counters.grafts_sent += 1
                     self.counters.graft_ids_sent += sum(r[2] - r[1] + 1 for r in ranges)
-                    self._graft(peer, ranges, now, out)
+                    self._graft_ranges(peer, ranges, now, out)
         while due and missing.get(due[0][1]) is not due[0][2]:
             due.popleft()  # received since: no wakeup for it
         if due:
@@ -1088,6 +1216,16 @@ def _runs(places: list[tuple[PeerId, int, int]]) -> list[m.StreamRange]:
         open_runs[publisher] = run
         runs.append(run)
     return [(p, first, last, hops) for p, first, last, hops in runs]
+
+
+def _stream_chunks(trees: list[tuple[PeerId | None, Tree]]) -> list[tuple[PeerId, ...]]:
+    """The streams of `trees` in groups of at most MAX_STREAMS_PER_MESSAGE, one PRUNE or
+    GRAFT each; one naming none (every tree, the whole link) when `shared` is among them."""
+    streams = [p for p, _ in trees if p is not None]
+    if len(streams) < len(trees):
+        return [()]
+    size = m.MAX_STREAMS_PER_MESSAGE
+    return [tuple(streams[i : i + size]) for i in range(0, len(streams), size)]
 
 
 def _chunks(ranges: list[m.StreamRange]) -> list[tuple[m.StreamRange, ...]]:

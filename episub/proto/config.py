@@ -225,6 +225,15 @@ class BroadcastConfig:
     # its way (by about an IHAVE + GRAFT round); the stream's start is fixed after this.
     stream_settle: float = 0.5  # guess: ihave_interval + 2 * missing_check_interval; 0: off
     max_publishers: int = 100_000  # guess: per-publisher state entries per topic
+    # Publisher streams of a topic with a delivery tree of their own (trees.py); the least
+    # recently seen give theirs up past it and start again from the links' sets when next
+    # seen. ~1.2 KB a tree (docs/protocol.md). 0: one tree for every stream (Plumtree's).
+    max_stream_trees: int = 1024  # guess: a Spark job's sink partitions and executors, with room
+    # A NEAR link starts eager (races the parent's copies, so trees move onto fast links)
+    # in the trees of at most this many streams, those seen most lately; lazy in the
+    # others that have a parent. Every race costs a duplicate or two: racing in all 32
+    # trees gave RMR 0.22, in none p99 1.4x (docs/protocol.md, "Delivery trees").
+    near_race_trees: int = 8  # measured: 8 publishers at one publisher's p99
     max_fetches: int = 1024  # guess: publishers whose history one topic fetches at once
     max_message_size: int = 1024 * 1024  # issue: 1 MiB default, configurable
 
@@ -260,6 +269,12 @@ class BroadcastConfig:
             )
         if self.max_message_size < 1:
             raise ValueError(f"max_message_size must be >= 1, not {self.max_message_size}")
+        if self.near_race_trees < 0:
+            raise ValueError(f"near_race_trees must be >= 0, not {self.near_race_trees}")
+        if self.max_stream_trees < 0:
+            raise ValueError(
+                f"max_stream_trees must be >= 0 (0: one tree), not {self.max_stream_trees}"
+            )
         if self.eager_repair_grafts < 1:
             raise ValueError(
                 f"eager_repair_grafts must be >= 1 (eager_repair=False: none), "

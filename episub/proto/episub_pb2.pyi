@@ -309,14 +309,18 @@ class Heads(_message.Message):
     def __init__(self, ranges: _Optional[_Iterable[_Union[StreamRange, _Mapping]]] = ...) -> None: ...
 
 class Prune(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
+    __slots__ = ("streams",)
+    STREAMS_FIELD_NUMBER: _ClassVar[int]
+    streams: _containers.RepeatedScalarFieldContainer[bytes]
+    def __init__(self, streams: _Optional[_Iterable[bytes]] = ...) -> None: ...
 
 class Graft(_message.Message):
-    __slots__ = ("ranges",)
+    __slots__ = ("ranges", "streams")
     RANGES_FIELD_NUMBER: _ClassVar[int]
+    STREAMS_FIELD_NUMBER: _ClassVar[int]
     ranges: _containers.RepeatedCompositeFieldContainer[StreamRange]
-    def __init__(self, ranges: _Optional[_Iterable[_Union[StreamRange, _Mapping]]] = ...) -> None: ...
+    streams: _containers.RepeatedScalarFieldContainer[bytes]
+    def __init__(self, ranges: _Optional[_Iterable[_Union[StreamRange, _Mapping]]] = ..., streams: _Optional[_Iterable[bytes]] = ...) -> None: ...
 
 class Pull(_message.Message):
     __slots__ = ("publisher", "first_seq", "last_seq")

@@ -37,6 +37,9 @@ MAX_TTL = 64  # walks longer than this only cost traffic; the draft's walks are 
 MAX_PEERS_PER_MESSAGE = 256  # SHUFFLE/NODES/PONG lists; views are 7 + 42 by default
 MAX_IDS_PER_MESSAGE = 4096  # messages one IHAVE or GRAFT names, over all its ranges
 MAX_RANGES_PER_MESSAGE = 1024  # ranges of one IHAVE or GRAFT: a few per publisher heard
+# Streams one PRUNE or GRAFT names (each a delivery tree, trees.py): a link-up or a lost
+# parent touches every tree of a topic, up to max_stream_trees (1024), in a few messages.
+MAX_STREAMS_PER_MESSAGE = 256
 MAX_TOPICS_PER_MESSAGE = 1024
 MAX_PULL_SPAN = 4096  # sequence numbers one PULL may ask for
 MAX_HOPS = 1 << 16
@@ -466,15 +469,35 @@ class IHave:
         _check_ranges(self.ranges, "IHAVE")
 
 
+def _check_streams(streams: tuple[PeerId, ...], what: str) -> None:
+    """At most MAX_STREAMS_PER_MESSAGE publishers, each a valid publisher name."""
+    if len(streams) > MAX_STREAMS_PER_MESSAGE:
+        raise ValueError(
+            f"{what} names at most {MAX_STREAMS_PER_MESSAGE} streams, not {len(streams)}"
+        )
+    for publisher in streams:
+        if isinstance(publisher, bytes):
+            if not 0 < len(publisher) <= MAX_PUBLISHER_NAME:
+                raise ValueError(
+                    f"a stream's publisher must be 1..{MAX_PUBLISHER_NAME} bytes, "
+                    f"not {len(publisher)}"
+                )
+        elif not isinstance(publisher, int) or isinstance(publisher, bool) or publisher < 0:
+            raise TypeError(f"a stream's publisher must be bytes, not {publisher!r:.80}")
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Graft:
-    """Move me to your eager set and send me the messages of these ranges (publisher,
-    first_seq, last_seq, hops unused: 0); none: only the move."""
+    """Move me to your eager set for the streams of these ranges (publisher, first_seq,
+    last_seq, hops unused: 0) and send me their messages, and for the `streams` named
+    (ours: a delivery tree per publisher); neither: for every stream, the whole link."""
 
     ranges: tuple[StreamRange, ...] = ()
+    streams: tuple[PeerId, ...] = ()
 
     def __post_init__(self) -> None:
         _check_ranges(self.ranges, "GRAFT")
+        _check_streams(self.streams, "GRAFT")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -497,7 +520,13 @@ class Heads:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Prune:
-    """Move me to your lazy set."""
+    """Move me to your lazy set for the `streams` named (ours: a delivery tree per
+    publisher); none: for every stream, the whole link."""
+
+    streams: tuple[PeerId, ...] = ()
+
+    def __post_init__(self) -> None:
+        _check_streams(self.streams, "PRUNE")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

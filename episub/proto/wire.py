@@ -37,6 +37,7 @@ from episub.proto.framing import (
 from episub.proto.messages import (
     MAX_HOPS,
     MAX_RANGES_PER_MESSAGE,
+    MAX_STREAMS_PER_MESSAGE,
     MESSAGE_ID_SIZE,
     Disconnect,
     ForwardJoin,
@@ -260,6 +261,21 @@ def _ranges_from_pb(p: pb.IHave | pb.Graft | pb.Heads) -> tuple[StreamRange, ...
     return tuple((_peer_from_pb(r.publisher), r.first_seq, r.last_seq, r.hops) for r in p.ranges)
 
 
+def _streams_to_pb(m: Prune | Graft, out: pb.Prune | pb.Graft) -> None:
+    out.streams.extend(_peer_to_pb(publisher) for publisher in m.streams)
+
+
+def _streams_from_pb(p: pb.Prune | pb.Graft) -> tuple[PeerId, ...]:
+    if len(p.streams) > MAX_STREAMS_PER_MESSAGE:  # before any is looked at
+        raise FrameError(f"at most {MAX_STREAMS_PER_MESSAGE} streams, not {len(p.streams)}")
+    return _peers_from_pb(p.streams)
+
+
+def _graft_to_pb(m: Graft, out: pb.Graft) -> None:
+    _ranges_to_pb(m, out)
+    _streams_to_pb(m, out)
+
+
 def _pull_to_pb(m: Pull, out: pb.Pull) -> None:
     out.publisher = _peer_to_pb(m.publisher)
     out.first_seq = m.first_seq
@@ -394,8 +410,12 @@ _CODECS: dict[type, _Codec] = {
     Pong: _Codec("pong", _pong_to_pb, _pong_from_pb),
     Gossip: _Codec("gossip", _nothing_to_pb, _gossip_from_pb),  # encoded by _gossip_item
     IHave: _Codec("ihave", _ranges_to_pb, lambda p: IHave(ranges=_ranges_from_pb(p))),
-    Prune: _Codec("prune", _nothing_to_pb, lambda p: Prune()),
-    Graft: _Codec("graft", _ranges_to_pb, lambda p: Graft(ranges=_ranges_from_pb(p))),
+    Prune: _Codec("prune", _streams_to_pb, lambda p: Prune(streams=_streams_from_pb(p))),
+    Graft: _Codec(
+        "graft",
+        _graft_to_pb,
+        lambda p: Graft(ranges=_ranges_from_pb(p), streams=_streams_from_pb(p)),
+    ),
     Pull: _Codec("pull", _pull_to_pb, _pull_from_pb),
     Heads: _Codec("heads", _ranges_to_pb, lambda p: Heads(ranges=_ranges_from_pb(p))),
     GetView: _Codec("get_view", _nothing_to_pb, lambda p: GetView()),

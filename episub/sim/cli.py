@@ -103,8 +103,18 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         default=d.near_parent_factor,
         help="broadcast's near parent rule: RTT factor (0: off, the default)",
     )
+    add(
+        "--stream-trees",
+        type=NONNEGATIVE_INT,
+        default=d.stream_trees,
+        help="streams with a delivery tree of their own (0: one tree for all, Plumtree's)",
+    )
     add("--join-rate", type=POSITIVE, help="joins per second (default N/20 within 100..500)")
-    add("--senders", type=COUNT, default=d.senders, help="multi-sender: publishers")
+    add(
+        "--senders",
+        type=COUNT,
+        help="publishers, round-robin (default: multi-sender 4, the other scenarios 1)",
+    )
     add("--fraction", type=SHARE, default=d.fraction, help="crash: share of nodes that crash")
     add("--settle-after", type=SECONDS, default=d.settle_after, help="crash/partition: probing")
     add("--rate", type=_number(float, 0, 1), default=d.rate, help="churn: share replaced per s")
@@ -198,6 +208,7 @@ def params_from_args(args: argparse.Namespace) -> SimParams:
         delay=tuple(args.delay),
         one_way_partition=args.one_way_partition,
         near_parent_factor=args.near_parent_factor,
+        stream_trees=args.stream_trees,
     )
 
 
@@ -275,6 +286,14 @@ def _lines(m: dict[str, Any]) -> list[tuple[str, str]]:
             (
                 "heal",
                 f"{_fmt(m['heal_seconds'], ' s')}  ({m['probes_reached']}/{m['probes']} probes)",
+            )
+        )
+    for sender, s in m.get("per_sender", {}).items():
+        rows.append(
+            (
+                f"sender {sender}",
+                f"rel {_fmt(s['reliability'])}, rmr {_fmt(s['rmr'])}, ldh {_fmt(s['ldh'])}, "
+                f"p50/p99 {_fmt(s['latency_p50_ms'])} / {_fmt(s['latency_p99_ms'], ' ms')}",
             )
         )
     events = f"{m['events']} in {_fmt(m['sim_seconds'], ' sim s')}"

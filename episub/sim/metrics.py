@@ -22,6 +22,8 @@ Definitions (the paper's metrics, made precise where the brief left room):
   `Gossip` with that id (eager pushes and GRAFT/PULL answers); mean over messages
   that reached at least one node.
 - ldh: the largest `hops` of any Deliver of a counted message.
+- per_sender (runs with several senders): reliability, rmr, ldh and latency percentiles
+  as above over each sender's own counted messages, keyed by the sender's node number.
 - latency: deliver time - publish time over every Deliver of a counted message;
   percentiles by nearest rank. stretch: the same latency over the direct one-way
   delay publisher->node, averaged over those deliveries.
@@ -138,6 +140,7 @@ class Collector:
         self.self_deliveries = 0
         self.unknown_deliveries = 0
         self.latencies = array("d")
+        self.latencies_by_publisher: dict[int, array[float]] = {}  # counted, per sender
         self.stretch_sum = 0.0
         self.ldh = 0
 
@@ -172,6 +175,10 @@ class Collector:
             record.on_time += 1
         if record.kind == COUNTED:
             self.latencies.append(latency)
+            by_publisher = self.latencies_by_publisher.get(record.publisher)
+            if by_publisher is None:
+                by_publisher = self.latencies_by_publisher[record.publisher] = array("d")
+            by_publisher.append(latency)
             self.stretch_sum += latency / self._direct(record.publisher, node)
             if out.hops > record.max_hops:
                 record.max_hops = out.hops
@@ -271,8 +278,13 @@ def summarize(
     """The report's numbers (see the module docstring for the definitions)."""
     c = collector
     expected = delivered = 0
+    # publisher -> [expected, delivered, rmr sum, rmr count, ldh]
+    senders: dict[int, list[float]] = {}
     joined = list(c.first_up.items())
     for record in c.counted:
+        mine = senders.setdefault(record.publisher, [0, 0, 0.0, 0, 0])
+        mine[4] = max(mine[4], record.max_hops)
+        was = expected, delivered
         start, end = record.published_at, record.published_at + lifetime
         got, size, publisher = record.got, len(record.got), record.publisher
         for node, up in joined:
@@ -284,11 +296,16 @@ def summarize(
             expected += 1
             if node < size and got[node]:
                 delivered += 1
+        mine[0] += expected - was[0]
+        mine[1] += delivered - was[1]
 
     rmrs = []
     for record in c.counted:
         if record.delivered > 0:
             rmrs.append(c.gossip_sends.get(record.id, 0) / record.delivered - 1.0)
+            mine = senders[record.publisher]
+            mine[2] += rmrs[-1]
+            mine[3] += 1
 
     ordered = sorted(c.latencies)
     n_counted = len(c.counted)
@@ -305,6 +322,18 @@ def summarize(
     passive = [passive_sizes.get(node, 0) for node in live]
 
     outputs = {name: c.outputs.get(cls, 0) for cls, name in _OUTPUT_NAMES.items()}
+    per_sender = {}
+    if len(senders) > 1:
+        for publisher in sorted(senders):
+            exp, got_, rmr_sum, rmr_n, ldh = senders[publisher]
+            mine_ordered = sorted(c.latencies_by_publisher.get(publisher, ()))
+            per_sender[str(publisher)] = {
+                "reliability": _round(got_ / exp) if exp else None,
+                "rmr": _round(rmr_sum / rmr_n) if rmr_n else None,
+                "ldh": int(ldh),
+                "latency_p50_ms": _ms(_percentile(mine_ordered, 0.50)),
+                "latency_p99_ms": _ms(_percentile(mine_ordered, 0.99)),
+            }
     return {
         "reliability": _round(delivered / expected) if expected else None,
         "expected": expected,
@@ -316,6 +345,7 @@ def summarize(
         "latency_p50_ms": _ms(_percentile(ordered, 0.50)),
         "latency_p99_ms": _ms(_percentile(ordered, 0.99)),
         "latency_mean_ms": _ms(sum(ordered) / len(ordered)) if ordered else None,
+        **({"per_sender": per_sender} if per_sender else {}),
         "stretch_mean": _round(c.stretch_sum / len(ordered)) if ordered else None,
         "cross_zone_copies_per_message": cross_zone,
         "active_view_hist": {str(size): hist[size] for size in sorted(hist)},

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from episub.proto.config import MembershipConfig
+from episub.proto.config import BroadcastConfig, MembershipConfig
 from episub.sim.faults import MESSAGE_KINDS, OneWayPartition, parse_delay, parse_drop
 from episub.sim.latency import MODELS
 
@@ -21,6 +21,7 @@ SCENARIOS = ("steady", "multi-sender", "crash", "churn", "partition", "proximity
 JOIN_RATE_PER_NODE = 1 / 20
 JOIN_RATE_MIN = 100.0
 JOIN_RATE_MAX = 500.0
+DEFAULT_SENDERS = 4  # multi-sender's publishers; see SimParams.senders
 DEFAULT_ZONES = 4  # guess: a handful of regions, as in a multi-region deployment
 DEFAULT_SETTLE = 30.0  # seconds; see SimParams.settle
 PROXIMITY_SETTLE = 90.0  # seconds; see SimParams.settle
@@ -48,7 +49,9 @@ class SimParams:
     loss: float = 0.0
     hop_cost_ms: float = 0.0  # per-hop processing time added to every delivery
     join_rate: float | None = None  # None: N / 20 within 100..500 joins per second
-    senders: int = 4  # multi-sender; guess: a few producers, as in a Spark job's executors
+    # Publishers, round-robin. None: 4 for multi-sender (guess: a few producers, as in a
+    # Spark job's executors), 1 for every other scenario; steady is always one.
+    senders: int | None = None
     fraction: float = 0.2  # crash; guess: HyParView's experiments range from 10% to 95%
     settle_after: float = 10.0  # crash/partition: probing time before the counted messages
     rate: float = 0.01  # churn: 1% of the nodes replaced per second (guess)
@@ -65,6 +68,9 @@ class SimParams:
     # broadcast.py's near parent rule (BroadcastConfig.near_parent_factor); 0: off, the
     # core's default. On only where proximity is (a near parent is a proximity rule).
     near_parent_factor: float = 0.0
+    # BroadcastConfig.max_stream_trees: publisher streams with a delivery tree of their
+    # own; 0: one tree for every stream (Plumtree's), to compare against.
+    stream_trees: int = BroadcastConfig().max_stream_trees
 
     def __post_init__(self) -> None:
         if self.scenario not in SCENARIOS:
@@ -77,12 +83,16 @@ class SimParams:
             raise ValueError(
                 f"near_parent_factor must be 0 (off) or >= 1, not {self.near_parent_factor}"
             )
+        if self.stream_trees < 0:
+            raise ValueError(f"stream_trees must be >= 0, not {self.stream_trees}")
         if self.nodes < 2:
             raise ValueError(f"nodes must be >= 2, not {self.nodes}")
         if self.messages < 1 or self.warmup < 0:
             raise ValueError("messages must be >= 1 and warmup >= 0")
-        if not 1 <= self.senders <= self.nodes:
+        if self.senders is not None and not 1 <= self.senders <= self.nodes:
             raise ValueError(f"senders must be in 1..nodes, not {self.senders}")
+        if self.scenario == "steady" and self.senders not in (None, 1):
+            raise ValueError("steady has one sender; multi-sender is steady with several")
         if not 0.0 <= self.fraction < 1.0:
             raise ValueError(f"fraction must be in [0, 1), not {self.fraction}")
         if not 0.0 <= self.loss < 1.0:
@@ -133,6 +143,12 @@ class SimParams:
 
     def delay_by_class(self) -> dict[type, float]:
         return {MESSAGE_KINDS[kind]: s for kind, s in self.delay}
+
+    @property
+    def sender_count(self) -> int:
+        if self.senders is not None:
+            return self.senders
+        return DEFAULT_SENDERS if self.scenario == "multi-sender" else 1
 
     @property
     def latency_model(self) -> str:

@@ -12,7 +12,8 @@ Every scenario uses one topic (`TOPIC`) and starts the same way:
 Then, per scenario:
 
 - steady: one sender (drawn from the seed) publishes `messages` counted messages.
-- multi-sender: `senders` senders publish them round-robin.
+- multi-sender: `senders` senders publish them round-robin (crash, churn, partition and
+  proximity take `senders` too; steady is one sender).
 - crash: a `fraction` of the nodes (never the sender) crash at once; probes every
   `probe_interval` for `settle_after` seconds measure heal_seconds; then the counted
   messages. Reliability is over the survivors.
@@ -118,7 +119,10 @@ class ScenarioRun:
 
             config = NodeConfig(
                 membership=membership_config(proximity),
-                broadcast=BroadcastConfig(near_parent_factor=params.near_parent_factor),
+                broadcast=BroadcastConfig(
+                    near_parent_factor=params.near_parent_factor,
+                    max_stream_trees=params.stream_trees,
+                ),
             )
 
             def node_factory(peer: int, rng: random.Random) -> Any:
@@ -301,17 +305,20 @@ class ScenarioRun:
         self.pick_senders(1)
         self.drain(self.counted(self.warmup(start)) - self.p.interval)
 
-    _proximity = _steady
+    def _proximity(self) -> None:
+        start = self.bootstrap()
+        self.pick_senders(self.p.sender_count)
+        self.drain(self.counted(self.warmup(start)) - self.p.interval)
 
     def _multi_sender(self) -> None:
         start = self.bootstrap()
-        self.pick_senders(self.p.senders)
+        self.pick_senders(self.p.sender_count)
         self.drain(self.counted(self.warmup(start)) - self.p.interval)
 
     def _crash(self) -> None:
         p = self.p
         start = self.bootstrap()
-        self.pick_senders(1)
+        self.pick_senders(p.sender_count)
         at = self.warmup(start)
         candidates = [node for node in range(p.nodes) if node not in self.senders]
         victims = sorted(self.rng.sample(candidates, round(p.fraction * p.nodes)))
@@ -322,7 +329,7 @@ class ScenarioRun:
     def _partition(self) -> None:
         p, sim = self.p, self.sim
         start = self.bootstrap()
-        self.pick_senders(1)
+        self.pick_senders(p.sender_count)
         at = self.warmup(start)
         sides = bytearray(p.nodes)
         for node in self.rng.sample(range(p.nodes), p.nodes // 2):
@@ -336,7 +343,7 @@ class ScenarioRun:
     def _churn(self) -> None:
         p, sim = self.p, self.sim
         start = self.bootstrap()
-        self.pick_senders(1)
+        self.pick_senders(p.sender_count)
         at = self.warmup(start)
         steps = round(p.rate * p.nodes * p.duration)
         for k in range(steps):
@@ -406,8 +413,12 @@ def run(
         "interval": params.interval,
         "join_rate": params.effective_join_rate,
     }
+    if params.sender_count > 1:
+        header["sender_count"] = params.sender_count
     if params.near_parent_factor:
         header["near_parent_factor"] = params.near_parent_factor
+    if params.stream_trees != _broadcast.max_stream_trees:
+        header["stream_trees"] = params.stream_trees
     if params.drop or params.delay or params.one_way_partition is not None:
         header["faults"] = {
             "drop": {kind: p for kind, p in params.drop},
