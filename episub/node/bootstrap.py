@@ -56,6 +56,13 @@ class BootstrapError(ConnectionError):
         detail = "; ".join(f"{address}: {error}" for address, error in self.failures.items())
         super().__init__(f"could not reach any bootstrap address ({detail})")
 
+    @property
+    def unanswered(self) -> bool:
+        """Every address failed to connect (refused, unreachable, timed out): maybe not
+        listening yet. False when one answered and refused us (a HandshakeError: another
+        key, signing setting or version), which no retry mends."""
+        return all(isinstance(error, OSError) for error in self.failures.values())
+
 
 async def reach(runtime: Runtime, addresses: list[Address]) -> list[bytes]:
     """The peer ids of the addresses that answered (in the order given); BootstrapError
@@ -95,8 +102,9 @@ async def patiently(
     on_retry: Callable[[BootstrapError, float], None],
 ) -> _T:
     """`attempt()` (a join that dials bootstrap addresses), tried again with backoff while it
-    raises BootstrapError, for up to `within` seconds (0: once); `on_retry(error, left)` is
-    called before each wait. The last BootstrapError is raised when the time is up."""
+    raises a BootstrapError whose addresses did not answer, for up to `within` seconds (0:
+    once); `on_retry(error, left)` is called before each wait. The last BootstrapError is
+    raised when the time is up, or at once when an address answered and refused us."""
     deadline = trio.current_time() + within
     delay = _RETRY_FIRST
     while True:
@@ -104,7 +112,7 @@ async def patiently(
             return await attempt()
         except BootstrapError as exc:
             left = deadline - trio.current_time()
-            if left <= 0:
+            if left <= 0 or not exc.unanswered:
                 raise
             on_retry(exc, left)
             await trio.sleep(min(delay, left))
