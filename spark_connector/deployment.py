@@ -35,6 +35,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
+import itertools
 import json
 import logging
 import os
@@ -312,20 +313,20 @@ def executor_client(deployment: Deployment) -> AgentClient:
         deployment = kept
     elif deployment.id:
         _keep_deployment(socket_path, deployment)
-    settings = deployment  # the keyed deployment (kept or given), as closures see it
+    keyed = deployment
 
     def ensure(listen: str) -> AgentInfo:
         return ensure_agent(
             socket_path,
-            key=settings.key,
+            key=keyed.key,
             listen=listen,
-            bootstrap=settings.bootstrap,
+            bootstrap=keyed.bootstrap,
             owner_pid=owner,
-            owner_files=(_kept_path(socket_path),) if settings.id else (),
+            owner_files=(_kept_path(socket_path),) if keyed.id else (),
             idle_timeout=EXECUTOR_IDLE_TIMEOUT,
-            config_file=agent_config_file(directory, settings.agent_config),
-            sign=settings.signed,
-            metrics_port=0 if settings.metrics else None,
+            config_file=agent_config_file(directory, keyed.agent_config),
+            sign=keyed.signed,
+            metrics_port=0 if keyed.metrics else None,
         )
 
     host = local_address_toward(deployment.host)
@@ -348,9 +349,10 @@ def _ensure_in_range(
     """This executor's agent (attached to, or started on the first free port of `ports`:
     the executors of one host share the range, a port each)."""
     low, high = ports
-    free = [port for port in range(low, high + 1) if _port_free(host, port)]
-    # None free: this executor's agent may hold one already (ensure attaches to it).
-    for port in free or [low]:
+    # A running agent is attached to whatever port is asked, so the first free one does;
+    # none free: this executor's agent may hold the last one (ensure attaches to it).
+    free = (port for port in range(low, high + 1) if _port_free(host, port))
+    for port in itertools.chain(free, [low]):
         try:
             return ensure(f"{_bracketed(host)}:{port}")
         except AgentUnavailable:
