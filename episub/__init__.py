@@ -12,6 +12,7 @@ from episub.node import BootstrapError, Neighbor, Node, Receipt
 from episub.proto.config import BroadcastConfig, MembershipConfig, NodeConfig
 from episub.proto.envelope import Record
 from episub.proto.errors import LocalProtocolError, MessageTooLarge
+from episub.records import format_publisher, parse_publisher
 from episub.retention import RetentionConfig
 from episub.subscription import Delivery, Lagged, Lost, Subscription
 
@@ -48,5 +49,7 @@ __all__ = [
     "Record",
     "RetentionConfig",
     "Subscription",
+    "format_publisher",
+    "parse_publisher",
     "zones_link_delay",
 ]

@@ -19,11 +19,30 @@ __all__ = [
     "Lost",
     "Neighbor",
     "Receipt",
+    "format_publisher",
+    "parse_publisher",
 ]
 
 SUBSCRIPTION_BUFFER = 1024  # guess: ~a second of a busy topic; trio has no default on purpose
 HELD_TIMEOUT = 2.0  # guess: as node.VIEW_TIMEOUT, per page of a held_by answer
 CRAWL_TIMEOUT = 10.0  # guess: a few VIEW_TIMEOUTs of breadth-first rounds
+
+
+def format_publisher(publisher: bytes) -> str:
+    """A publisher id as users see it everywhere (the CLI's text and JSON, the Spark
+    source's `publisher` column): a node's peer id reads `host:port/tag`, a named stream
+    (a Spark sink's) its name. Each byte is one character (latin-1), so any id has one
+    spelling and `parse_publisher` gives its bytes back."""
+    return publisher.decode("latin-1")
+
+
+def parse_publisher(text: str) -> bytes:
+    """The publisher id spelled `text` (as `format_publisher` writes it), for `fetch`,
+    `retained` and offsets; ValueError for a character no publisher id holds."""
+    try:
+        return text.encode("latin-1")
+    except UnicodeEncodeError:
+        raise ValueError(f"not a publisher id: {text!r:.100}") from None
 
 
 @dataclass(frozen=True, slots=True)

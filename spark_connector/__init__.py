@@ -9,8 +9,16 @@
     cfg.set("threshold", 0.7)                    # tasks read spark_connector.config.get(...)
     spark_connector.lag(query.lastProgress)      # rows a source query is behind
 
-Nothing here is imported by `episub`; this package imports pyspark.
+Nothing here is imported by `episub`; this package imports pyspark, from the `spark` extra.
 """
+
+from episub.extras import MissingExtra, require
+
+try:
+    require("spark", "pyspark", "pyarrow")
+except MissingExtra as missing:
+    # One line naming the extra, not the bare "No module named 'pyspark'" of the first import.
+    raise ModuleNotFoundError(f"spark_connector: {missing}", name="pyspark") from None
 
 from spark_connector import config
 from spark_connector.config import ClusterConfig, ConfigError, cluster_config

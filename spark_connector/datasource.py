@@ -15,15 +15,23 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import secrets
 from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
 from pyspark.sql.datasource import DataSource
 from pyspark.sql.types import StructType
 
+from episub.agent import AgentClient, AgentError, AgentUnavailable
+from episub.net.peer_id import parse_address
 from episub.retention import RetentionConfig
-from spark_connector.config import DEFAULT_NAME, remember_driver_deployment
+from spark_connector.config import (
+    DEFAULT_NAME,
+    registered_deployment,
+    remember_driver_deployment,
+)
 from spark_connector.connect import (
     SESSION_CONF,
     ControlDataSource,
@@ -39,9 +47,20 @@ from spark_connector.deployment import (
     place_driver,
     start_driver_agent,
 )
-from spark_connector.options import OptionError, parse_batch_source, parse_sink, parse_source
+from spark_connector.options import (
+    OptionError,
+    check_reader_options,
+    parse_batch_source,
+    parse_sink,
+    parse_source,
+)
 
 __all__ = ["SCHEMA", "EpisubDataSource", "register"]
+
+# Spark conf keys in our namespace, read by register() when its argument is not given.
+PORT_CONF = "spark.episub.port"
+EXECUTOR_PORTS_CONF = "spark.episub.executorPorts"
+AGENT_PROBE_TIMEOUT = 5.0  # guess: a live agent answers inspect in milliseconds
 
 # Kafka's source columns, with publisher/seq in place of partition/offset; `headers` goes
 # with includeHeaders=false.
@@ -61,6 +80,10 @@ class EpisubDataSource(DataSource):
         return "episub"
 
     def schema(self) -> str:
+        # Spark asks for the schema when a read is defined (`load()`), in the caller's
+        # thread: the one place a streaming query's option mistakes can fail there, rather
+        # than after `start()` inside the query's own error.
+        check_reader_options(self.options)
         include = self.options.get("includeHeaders", "true").strip().lower() != "false"
         return SCHEMA if include else SCHEMA_NO_HEADERS
 
@@ -133,8 +156,16 @@ def register(
     signed: bool = False,
     bootstrap: Sequence[str] = (),
     metrics: bool = False,
+    port: int | None = None,
+    executor_ports: str | tuple[int, int] | None = None,
 ) -> Deployment:
     """Start the driver's node and register the `episub` format with `spark`.
+
+    Called again in the same driver process while its node runs (a second call, a new
+    session after `spark.stop()`), it reuses that node and its key: with no `key` (or the
+    same one) and no setting that differs from the running node's; a different `key`,
+    `port`, `host`, `signed`, `retention`, `metrics` or `executor_ports` is refused with a
+    ValueError naming them (the node keeps its settings while this process lives).
 
     spark: a classic SparkSession, or a Spark Connect one (`builder.remote("sc://...")`),
         whose driver's node is started beside the Connect server, never in this process.
@@ -151,14 +182,17 @@ def register(
         did not sign, so no executor can publish as another. The sink's rows and live
         configuration writes travel on named streams, which signing does not cover.
         Outside nodes must use `--signed` too.
+    port: the TCP port the driver's node listens on (default: Spark conf `spark.episub.port`,
+        else any free port).
+    executor_ports: "LOW-HIGH", the ports executors' nodes listen on, the first free one on
+        each host (default: Spark conf `spark.episub.executorPorts`, else any free port);
+        give a port for every executor a host may run.
     Returns the Deployment: `.bootstrap` is the driver node's address, for outside nodes.
     """
-    if key is None:
-        key = secrets.token_bytes(32)
-    if not isinstance(key, bytes) or len(key) != 32:
+    if key is not None and (not isinstance(key, bytes) or len(key) != 32):
         raise ValueError(f"key must be 32 bytes, not {key!r:.20}")
-    if host is None:
-        host = _default_host(spark)
+    driver_port = _driver_port(spark, port)
+    ports = _executor_ports(spark, executor_ports)
     if retention is not None and not isinstance(retention, RetentionConfig):
         raise TypeError(f"retention must be an episub RetentionConfig, not {retention!r:.60}")
     agent_config = (
@@ -174,9 +208,29 @@ def register(
 
         require("metrics", "prometheus_client")
     if is_connect(spark):
-        deployment = _register_connect(spark, key, host, agent_config, signed, contacts, metrics)
+        deployment = _register_connect(
+            spark, key or secrets.token_bytes(32), host or _default_host(spark), agent_config,
+            signed, contacts, metrics, driver_port, ports,
+        )  # fmt: skip
     else:
-        deployment = start_driver_agent(key, host, agent_config, signed, contacts, metrics)
+        settings = _Settings(
+            key, host or _default_host(spark), agent_config, signed, metrics, driver_port, ports
+        )
+        given = {
+            label
+            for label, value in (
+                ("key", key), ("host", host), ("retention", retention),
+                ("port", driver_port or None), ("executor_ports", ports),
+                ("signed", signed or None), ("metrics", metrics or None),
+            )
+            if value is not None
+        }  # fmt: skip
+        settings = _this_process_settings(settings, given)
+        deployment = start_driver_agent(
+            settings.key or secrets.token_bytes(32), settings.host, settings.agent_config,
+            settings.signed, contacts, settings.metrics, settings.driver_port,
+            settings.executor_ports,
+        )  # fmt: skip
         # The default live configuration's replica starts with the driver's node, so
         # executors reading it always find it (a topic is joined through a node in it).
         with driver_client(deployment) as client:
@@ -184,6 +238,103 @@ def register(
         _bind(spark, deployment)
     remember_driver_deployment(deployment, spark)
     return deployment
+
+
+@dataclass(frozen=True, slots=True)
+class _Settings:
+    """What the driver's node of this process is started with, and keeps while it runs."""
+
+    key: bytes | None  # None: not given
+    host: str
+    agent_config: str  # retention
+    signed: bool
+    metrics: bool
+    driver_port: int
+    executor_ports: tuple[int, int] | None
+
+
+def _this_process_settings(wanted: _Settings, given: set[str]) -> _Settings:
+    """The settings of this process's driver node. While the node of an earlier register()
+    runs: its own (it keeps them), after a check that none given differs (ValueError naming
+    them). Otherwise `wanted`, with the earlier key when none is given: executors' nodes
+    of that deployment may still run with it."""
+    previous = registered_deployment()
+    if previous is None or previous.driver_pid != os.getpid() or not previous.driver_socket:
+        return wanted
+    if not _answers(previous.driver_socket):
+        return wanted if wanted.key is not None else replace(wanted, key=previous.key)
+    running_port = parse_address(previous.driver_address).port
+    differs = {
+        "key": wanted.key != previous.key,
+        "host": wanted.host != previous.host,
+        "retention": wanted.agent_config != previous.agent_config,
+        "port": wanted.driver_port != running_port,
+        "executor_ports": wanted.executor_ports != previous.executor_ports,
+        "signed": wanted.signed != previous.signed,
+        "metrics": wanted.metrics != previous.metrics,
+    }
+    conflicts = [label for label, differ in differs.items() if differ and label in given]
+    if conflicts:
+        raise ValueError(
+            "spark_connector.register(): the driver's episub node of this process (at "
+            f"{previous.driver_address}) runs already with another {', '.join(conflicts)}, "
+            "which it keeps while this process lives; call register(spark) without them to "
+            "reuse it (same key)"
+        )
+    return _Settings(
+        previous.key, previous.host, previous.agent_config, previous.signed, previous.metrics,
+        previous.driver_port, previous.executor_ports,
+    )  # fmt: skip
+
+
+def _answers(socket_path: str) -> bool:
+    try:
+        with AgentClient(socket_path, timeout=AGENT_PROBE_TIMEOUT) as client:
+            client.inspect()
+    except (AgentUnavailable, AgentError, OSError):
+        return False
+    return True
+
+
+def _driver_port(spark: Any, port: int | None) -> int:
+    if port is None:
+        text = _conf(spark, PORT_CONF)
+        if text is None:
+            return 0
+        try:
+            port = int(text)
+        except ValueError:
+            raise ValueError(f"{PORT_CONF} must be a TCP port, not {text!r}") from None
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+        raise ValueError(f"port must be a TCP port (0..65535), not {port!r:.40}")
+    return port
+
+
+def _executor_ports(spark: Any, ports: str | tuple[int, int] | None) -> tuple[int, int] | None:
+    where = "executor_ports"
+    if ports is None:
+        ports = _conf(spark, EXECUTOR_PORTS_CONF)
+        where = EXECUTOR_PORTS_CONF
+        if ports is None:
+            return None
+    if isinstance(ports, str):
+        low_text, _, high_text = ports.strip().partition("-")
+        try:
+            low, high = int(low_text), int(high_text or low_text)
+        except ValueError:
+            raise ValueError(f"{where} must be LOW-HIGH (e.g. 7400-7420), not {ports!r}") from None
+    elif isinstance(ports, tuple) and len(ports) == 2:
+        low, high = ports
+    else:
+        raise ValueError(f"{where} must be 'LOW-HIGH' or (low, high), not {ports!r:.40}")
+    if not (isinstance(low, int) and isinstance(high, int) and 1 <= low <= high <= 65535):
+        raise ValueError(f"{where} must be LOW-HIGH with 1 <= LOW <= HIGH <= 65535, not {ports!r}")
+    return (low, high)
+
+
+def _conf(spark: Any, name: str) -> str | None:
+    value = spark.conf.get(name, None)
+    return None if value in (None, "") else str(value)
 
 
 def _addresses(bootstrap: Sequence[str]) -> list[str]:
@@ -200,6 +351,8 @@ def _register_connect(
     signed: bool,
     contacts: tuple[str, ...],
     metrics: bool,
+    driver_port: int,
+    executor_ports: tuple[int, int] | None,
 ) -> Deployment:
     """The classes go first with the deployment as this client knows it; a control job then
     places the driver's node beside the server (its replica of the default configuration
@@ -217,6 +370,8 @@ def _register_connect(
         driver_idle_timeout=EXECUTOR_IDLE_TIMEOUT,
         contacts=contacts,
         metrics=metrics,
+        driver_port=driver_port,
+        executor_ports=executor_ports,
     )
     _bind(spark, draft)
     deployment = place_remotely(spark, draft)

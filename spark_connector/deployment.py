@@ -35,13 +35,14 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
+import itertools
 import json
 import logging
 import os
 import re
 import socket
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -108,6 +109,11 @@ class Deployment:
     # planners ask them what they hold.
     contacts: tuple[str, ...] = ()
     metrics: bool = False  # every agent serves Prometheus metrics on a free port
+    # Fixed ports, for firewalls (register(port=..., executor_ports=...)): the driver's node
+    # listens on driver_port (0: any free one); an executor's node on the first free port of
+    # executor_ports (low, high), inclusive, on its host (None: any free one).
+    driver_port: int = 0
+    executor_ports: tuple[int, int] | None = None
 
     def joins(self) -> tuple[str, ...]:
         """The addresses a node of the application joins a data topic through: the driver's
@@ -166,6 +172,8 @@ def start_driver_agent(
     signed: bool = False,
     contacts: tuple[str, ...] = (),
     metrics: bool = False,
+    driver_port: int = 0,
+    executor_ports: tuple[int, int] | None = None,
 ) -> Deployment:
     """The driver's agent (started if needed), owned by this process (classic Spark)."""
     directory = agent_dir()
@@ -179,6 +187,8 @@ def start_driver_agent(
         signed=signed,
         contacts=contacts,
         metrics=metrics,
+        driver_port=driver_port,
+        executor_ports=executor_ports,
     )
     return _joined_driver(draft)
 
@@ -241,12 +251,14 @@ def _ensure_driver(deployment: Deployment) -> AgentInfo:
         try:
             return ensure(deployment.driver_address)
         except AgentUnavailable as exc:
+            if deployment.driver_port:
+                raise  # a fixed port is the firewall's: no other will do
             log.warning(
                 "the driver's episub node cannot listen on %s again (%s); it starts on a new "
                 "port, which executors' nodes learn only from the next query's plan",
                 deployment.driver_address, exc,
             )  # fmt: skip
-    return ensure(f"{_bracketed(deployment.host)}:0")
+    return ensure(f"{_bracketed(deployment.host)}:{deployment.driver_port}")
 
 
 def executor_owner() -> int:
@@ -301,18 +313,27 @@ def executor_client(deployment: Deployment) -> AgentClient:
         deployment = kept
     elif deployment.id:
         _keep_deployment(socket_path, deployment)
-    ensure_agent(
-        socket_path,
-        key=deployment.key,
-        listen=f"{_bracketed(local_address_toward(deployment.host))}:0",
-        bootstrap=deployment.bootstrap,
-        owner_pid=owner,
-        owner_files=(_kept_path(socket_path),) if deployment.id else (),
-        idle_timeout=EXECUTOR_IDLE_TIMEOUT,
-        config_file=agent_config_file(directory, deployment.agent_config),
-        sign=deployment.signed,
-        metrics_port=0 if deployment.metrics else None,
-    )
+    keyed = deployment
+
+    def ensure(listen: str) -> AgentInfo:
+        return ensure_agent(
+            socket_path,
+            key=keyed.key,
+            listen=listen,
+            bootstrap=keyed.bootstrap,
+            owner_pid=owner,
+            owner_files=(_kept_path(socket_path),) if keyed.id else (),
+            idle_timeout=EXECUTOR_IDLE_TIMEOUT,
+            config_file=agent_config_file(directory, keyed.agent_config),
+            sign=keyed.signed,
+            metrics_port=0 if keyed.metrics else None,
+        )
+
+    host = local_address_toward(deployment.host)
+    if deployment.executor_ports is None:
+        ensure(f"{_bracketed(host)}:0")
+    else:
+        _ensure_in_range(ensure, host, deployment.executor_ports)
     client = AgentClient(socket_path, timeout=AGENT_TIMEOUT)
     try:
         client.join(CLUSTER_TOPIC)  # a no-op once joined
@@ -320,6 +341,36 @@ def executor_client(deployment: Deployment) -> AgentClient:
         client.close()
         raise
     return client
+
+
+def _ensure_in_range(
+    ensure: Callable[[str], AgentInfo], host: str, ports: tuple[int, int]
+) -> AgentInfo:
+    """This executor's agent (attached to, or started on the first free port of `ports`:
+    the executors of one host share the range, a port each)."""
+    low, high = ports
+    # A running agent is attached to whatever port is asked, so the first free one does;
+    # none free: this executor's agent may hold the last one (ensure attaches to it).
+    free = (port for port in range(low, high + 1) if _port_free(host, port))
+    for port in itertools.chain(free, [low]):
+        try:
+            return ensure(f"{_bracketed(host)}:{port}")
+        except AgentUnavailable:
+            continue  # taken between the look and the agent's bind: the next one
+    raise AgentUnavailable(
+        f"no port of spark.episub.executorPorts {low}-{high} is free on {host} for this "
+        "executor's episub node: give a range with a port for every executor of a host"
+    )
+
+
+def _port_free(host: str, port: int) -> bool:
+    """Can a listener bind `host:port` now? (As the agent's does, with SO_REUSEADDR.)"""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        with socket.create_server((host, port), family=family):
+            return True
+    except OSError:
+        return False
 
 
 # This process's client of its executor's agent, by socket path: Spark reuses a Python

@@ -9,6 +9,7 @@ has the table), and a Kafka option that means nothing here fails naming what doe
 
 from __future__ import annotations
 
+import difflib
 import json
 import re
 from collections.abc import Mapping
@@ -22,6 +23,7 @@ __all__ = [
     "OptionError",
     "SinkOptions",
     "SourceOptions",
+    "check_reader_options",
     "parse_batch_source",
     "parse_sink",
     "parse_source",
@@ -111,6 +113,20 @@ _SOURCE = {
 }
 _BATCH_ONLY = {"endingoffsets", "endingtimestamp", "endingoffsetsbytimestamp"}
 _SINK = {"topic", "topics", "bootstrap", "batchsize", "acks", "acktimeout"}
+# Spark lower-cases option names before we see them: each in the spelling the docs use
+# (Kafka's where the name is Kafka's), for messages.
+_SPELLED = {
+    name.lower(): name
+    for name in (
+        "topic", "topics", "subscribe", "subscribePattern", "startingOffsets",
+        "startingTimestamp", "startingOffsetsByTimestamp",
+        "startingOffsetsByTimestampStrategy", "maxRowsPerTrigger", "maxOffsetsPerTrigger",
+        "minRowsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay", "failOnDataLoss",
+        "includeHeaders", "bootstrap", "fetchTimeout", "maxRowsPerPartition",
+        "maxRecordsPerPartition", "minPartitions", "endingOffsets", "endingTimestamp",
+        "endingOffsetsByTimestamp", "batchSize", "acks", "ackTimeout",
+    )
+}  # fmt: skip
 
 # Kafka's options that have no meaning here, and what to use instead.
 _KAFKA_ONLY = {
@@ -155,15 +171,31 @@ def _lower(options: Mapping[str, str], known: set[str], what: str) -> dict[str, 
                 "is there at the start, then stops)"
             )
         if low not in known:
-            shown = sorted(k for k in known if k not in _ALIASES)
-            raise OptionError(
-                f"unknown option {name!r} for the episub {what}; known options: {', '.join(shown)}"
-            )
+            raise OptionError(_unknown(name, known, what))
         canonical = _ALIASES.get(low, low)
         if canonical in out and canonical != low and out[canonical] != value:
             raise OptionError(f"option {name!r} and its alias disagree: give one of them")
         out[canonical] = value
     return out
+
+
+def _unknown(name: str, known: set[str], what: str) -> str:
+    """One line: the unknown option, the nearest known one if any is near, the rest."""
+    near = difflib.get_close_matches(name.lower(), sorted(known), n=1, cutoff=0.6)
+    guess = f'did you mean "{_SPELLED[near[0]]}"? ' if near else ""
+    shown = ", ".join(sorted((_SPELLED[k] for k in known if k not in _ALIASES), key=str.lower))
+    return f"unknown option {name!r} for the episub {what}: {guess}known options: {shown}"
+
+
+def check_reader_options(options: Mapping[str, str]) -> None:
+    """What `schema()` can check before Spark knows whether the read is a stream or a batch
+    (a streaming query's own checks come only after `start()`, off the caller's thread):
+    every name, and every value as the one kind of read the options allow."""
+    names = set(_lower(options, _SOURCE | _BATCH_ONLY, "reader"))  # names of either kind
+    if names & _BATCH_ONLY:
+        parse_batch_source(options)
+    else:
+        parse_source(options)  # as lenient as a batch read, but on startingOffsets=latest
 
 
 # Alias -> the name it stands for (Kafka's name, or ours).
@@ -426,7 +458,9 @@ def parse_batch_source(options: Mapping[str, str]) -> SourceOptions:
     opts = _lower(options, _SOURCE | _BATCH_ONLY, "batch source")
     for stream_only in ("maxrowspertrigger", "minrowspertrigger", "maxtriggerdelay"):
         if stream_only in opts:
-            raise OptionError(f'option "{stream_only}" is for streaming queries; a batch reads all')
+            raise OptionError(
+                f'option "{_SPELLED[stream_only]}" is for streaming queries; a batch reads all'
+            )
     common = _source_common(opts, batch=True)
     topics: tuple[str, ...] = common["topics"]  # type: ignore[assignment]
     ending = _offsets_json(opts, "endingoffsets", "endingOffsets", topics, (LATEST,))

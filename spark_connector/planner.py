@@ -35,6 +35,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from episub.proto.messages import HeldSpan
+from episub.records import format_publisher
 
 __all__ = [
     "CONTROL_PREFIX_TEXT",
@@ -71,11 +72,11 @@ class DataLossError(RuntimeError):
 
 
 def publisher_text(publisher: bytes) -> str:
-    return publisher.decode("latin-1")
+    return format_publisher(publisher)  # the spelling users see everywhere (episub.records)
 
 
 def publisher_bytes(text: str) -> bytes:
-    return text.encode("latin-1")
+    return text.encode("latin-1")  # parse_publisher's, without its check: offsets we wrote
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,6 +8,7 @@ import pytest
 
 from spark_connector.options import (
     OptionError,
+    check_reader_options,
     parse_batch_source,
     parse_sink,
     parse_source,
@@ -128,3 +129,58 @@ def test_a_batch_read_refuses_streaming_only_options_and_latest_as_a_start() -> 
         parse_batch_source({"topic": "t", "endingOffsets": "earliest"})
     with pytest.raises(OptionError, match="-1"):
         parse_batch_source({"topic": "t", "endingOffsets": '{"t": {"p": -2}}'})
+
+
+def test_an_unknown_option_names_the_nearest_known_one_in_the_docs_spelling() -> None:
+    # Spark lower-cases names before the source sees them.
+    with pytest.raises(OptionError) as raised:
+        parse_source({"topic": "t", "startingoffset": "earliest"})
+    message = str(raised.value)
+    assert 'did you mean "startingOffsets"?' in message and "\n" not in message
+    assert "known options: " in message and "maxRowsPerTrigger" in message
+    with pytest.raises(OptionError, match='did you mean "acks"'):
+        parse_sink({"topic": "t", "ack": "all"})
+    with pytest.raises(OptionError) as raised:
+        parse_source({"topic": "t", "zzzz": "1"})
+    assert "did you mean" not in str(raised.value)
+
+
+def test_reader_options_are_checked_for_either_kind_of_read() -> None:
+    check_reader_options({"topic": "t", "maxOffsetsPerTrigger": "5"})  # a stream's
+    check_reader_options({"topic": "t", "endingOffsets": "latest"})  # a batch's
+    with pytest.raises(OptionError, match='did you mean "endingOffsets"'):
+        check_reader_options({"topic": "t", "endingoffset": "latest"})
+    with pytest.raises(OptionError, match="streaming queries"):
+        check_reader_options({"topic": "t", "endingOffsets": "latest", "maxrowspertrigger": "5"})
+
+
+# Run with pyspark hidden, as in an environment without the spark extra.
+_WITHOUT_PYSPARK = """
+import sys
+
+class Hide:
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] == "pyspark":
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+
+sys.meta_path.insert(0, Hide())
+import spark_connector
+"""
+
+
+def test_importing_the_connector_without_pyspark_says_which_extra_to_install() -> None:
+    import subprocess
+    import sys
+
+    from tests.proc_helpers import env
+
+    result = subprocess.run(
+        [sys.executable, "-c", _WITHOUT_PYSPARK], capture_output=True, text=True, env=env()
+    )
+    assert result.returncode == 1
+    last = result.stderr.strip().splitlines()[-1]
+    assert last == (
+        "ModuleNotFoundError: spark_connector: pyspark not installed: pip install 'episub[spark]'"
+    ), result.stderr
+    assert "No module named 'pyspark'" not in result.stderr

@@ -38,10 +38,13 @@ from episub.agent.options import (
     load_link_delay,
     load_retention,
     number_type,
+    topic_name,
 )
 from episub.agent.runner import NodeOptions, run_node
 from episub.extras import require
 from episub.node import Node
+from episub.node.bootstrap import BOOTSTRAP_PATIENCE
+from episub.records import format_publisher
 
 __all__ = ["add_parsers"]
 
@@ -92,6 +95,17 @@ def add_node_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_bootstrap_timeout_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--bootstrap-timeout",
+        type=number_type(float, 0),
+        default=BOOTSTRAP_PATIENCE,
+        metavar="SECONDS",
+        help="keep trying --bootstrap addresses that do not answer yet for this long, with "
+        "backoff, before giving up (default: %(default)s; 0: give up at once)",
+    )
+
+
 def add_metrics_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--metrics-port",
@@ -128,9 +142,12 @@ def add_parsers(subparsers: Any) -> None:
         "protocol on a Unix socket.",
     )
     add_node_arguments(node)
-    node.add_argument("--topic", action="append", default=[], help="join at start (repeatable)")
+    node.add_argument(
+        "--topic", action="append", default=[], type=topic_name, help="join at start (repeatable)"
+    )
     node.add_argument("--link-delay", metavar="FILE", help="emulated zone latencies (JSON)")
     node.add_argument("--socket", metavar="PATH", help="also serve the agent protocol here")
+    add_bootstrap_timeout_argument(node)
     add_metrics_argument(node)
     add_logging_arguments(node)
     node.set_defaults(func=run_node_command)
@@ -143,7 +160,9 @@ def add_parsers(subparsers: Any) -> None:
     )
     add_node_arguments(agent)
     agent.add_argument("--socket", metavar="PATH", required=True, help="Unix socket to serve")
-    agent.add_argument("--topic", action="append", default=[], help="join at start (repeatable)")
+    agent.add_argument(
+        "--topic", action="append", default=[], type=topic_name, help="join at start (repeatable)"
+    )
     agent.add_argument("--link-delay", metavar="FILE", help="emulated zone latencies (JSON)")
     agent.add_argument("--owner-pid", type=PID, help="exit once this process is gone")
     agent.add_argument(
@@ -162,6 +181,7 @@ def add_parsers(subparsers: Any) -> None:
     )
     agent.add_argument("--ready-fd", type=FD, help="write 'ready' to this descriptor when serving")
     agent.add_argument("--detach", action="store_true", help="fork; the first process exits")
+    add_bootstrap_timeout_argument(agent)
     add_metrics_argument(agent)
     add_logging_arguments(agent)
     agent.set_defaults(func=run_agent_command)
@@ -172,14 +192,21 @@ def add_parsers(subparsers: Any) -> None:
         description="Ask the agent at --agent for its node's state.",
     )
     inspect.add_argument("--agent", metavar="PATH", required=True, help="the agent's socket")
-    inspect.add_argument("--json", action="store_true", help="print one JSON object")
+    inspect.add_argument(
+        "--json", action="store_true", help="print one JSON object (with every counter)"
+    )
+    inspect.add_argument(
+        "--all", action="store_true", help="list every counter, not only those above zero"
+    )
     inspect.add_argument(
         "--draw",
         metavar="FILE.png",
         help="walk the topic's overlay (every node reports its view) and draw it; needs the "
         "viz extra",
     )
-    inspect.add_argument("--topic", help="--draw: the topic (default: the node's first)")
+    inspect.add_argument(
+        "--topic", type=topic_name, help="--draw: the topic (default: the node's first)"
+    )
     inspect.add_argument(
         "--publisher",
         metavar="ADDR",
@@ -218,6 +245,7 @@ def _node_options(args: argparse.Namespace, **extra: Any) -> NodeOptions:
         encrypt=args.encrypt,
         sign=args.sign,
         metrics_port=args.metrics_port,
+        bootstrap_timeout=args.bootstrap_timeout,
         **extra,
     )
 
@@ -227,7 +255,7 @@ def run_node_command(args: argparse.Namespace) -> int:
     setup_logging(args, logging.WARNING)
 
     def ready(node: Node) -> None:
-        print(f"episub node {node.id.decode('ascii')} listening on {node.address}", flush=True)
+        print(f"episub node {format_publisher(node.id)} listening on {node.address}", flush=True)
 
     reason = trio.run(run_node, options, ready)
     logging.getLogger("episub.agent").info("stopped: %s", reason)
@@ -281,19 +309,19 @@ def run_inspect_command(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(status_json(status), sort_keys=True))
     else:
-        print(format_status(status))
+        print(format_status(status, every_counter=args.all))
     return 0
 
 
 def status_json(status: AgentStatus) -> dict[str, Any]:
     return {
-        "node_id": status.node_id.decode("ascii", "replace"),
+        "node_id": format_publisher(status.node_id),
         "address": status.address,
         "pid": status.pid,
         "topics": {
             topic: [
                 {
-                    "peer_id": n.peer_id.decode("ascii", "replace"),
+                    "peer_id": format_publisher(n.peer_id),
                     "address": n.address,
                     "kind": n.kind,
                     "role": n.role,
@@ -307,9 +335,11 @@ def status_json(status: AgentStatus) -> dict[str, Any]:
     }
 
 
-def format_status(status: AgentStatus) -> str:
+def format_status(status: AgentStatus, every_counter: bool = False) -> str:
+    """The text `inspect` prints: the counters above zero only, unless `every_counter`
+    (most of ~95 are zero on a given node, and would bury the ones that say something)."""
     lines = [
-        f"node     {status.node_id.decode('ascii', 'replace')}",
+        f"node     {format_publisher(status.node_id)}",
         f"address  {status.address}",
         f"pid      {status.pid}",
     ]
@@ -320,7 +350,9 @@ def format_status(status: AgentStatus) -> str:
             lines.append(f"  {n.kind:4}  {n.role:5}  {rtt:>10}  {n.address}")
     if not status.topics:
         lines.append("no topics joined")
-    width = max((len(name) for name in status.stats), default=0)
-    lines.append("counters:")
-    lines += [f"  {name:{width}}  {value}" for name, value in status.stats.items()]
+    shown = {n: v for n, v in status.stats.items() if every_counter or v}
+    hidden = len(status.stats) - len(shown)
+    width = max((len(name) for name in shown), default=0)
+    lines.append("counters:" if not hidden else f"counters ({hidden} at zero not shown; --all):")
+    lines += [f"  {name:{width}}  {value}" for name, value in shown.items()]
     return "\n".join(lines)

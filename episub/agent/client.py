@@ -260,8 +260,10 @@ class AgentClient:
             if record_size > MAX_REQUEST_SIZE - _BATCH_OVERHEAD:
                 raise AgentError(
                     "too_large",
-                    f"a record of {record_size} bytes does not fit a request "
-                    f"({MAX_REQUEST_SIZE - _BATCH_OVERHEAD} bytes at most)",
+                    f"a record of {record_size} bytes does not fit one agent request "
+                    f"({MAX_REQUEST_SIZE - _BATCH_OVERHEAD} bytes at most, a fixed bound of "
+                    "the agent protocol that no option raises); publish it through an "
+                    "episub.Node of your own, whose bound is max_message_size",
                     out,
                 )
             if chunk and (

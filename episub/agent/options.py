@@ -27,6 +27,7 @@ from typing import Any
 from episub.net.link_delay import LinkDelay, zones_link_delay
 from episub.net.peer_id import PeerIdError, parse_address
 from episub.proto.config import BroadcastConfig, MembershipConfig, NodeConfig
+from episub.proto.messages import check_topic_name
 from episub.retention import RetentionConfig
 
 __all__ = [
@@ -38,6 +39,7 @@ __all__ = [
     "load_link_delay",
     "load_retention",
     "number_type",
+    "topic_name",
 ]
 
 KEY_ENV = "EPISUB_KEY"
@@ -199,6 +201,15 @@ def number_type(kind: type, low: float, *, above: bool = False) -> Any:
 
     parse.__name__ = kind.__name__  # argparse names the type in its messages
     return parse
+
+
+def topic_name(text: str) -> str:
+    """An argparse type: a topic name (check_topic_name), else one line and status 2."""
+    try:
+        check_topic_name(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
 
 
 def check_addresses(listen: str, bootstrap: list[str]) -> None:

@@ -24,6 +24,7 @@ from episub.allocator import ReleaseWatch, limit_heap_growth
 from episub.net.link_delay import LinkDelay
 from episub.net.peer_id import format_address, parse_address
 from episub.node import Node
+from episub.node.bootstrap import BOOTSTRAP_PATIENCE, BootstrapError, patiently
 from episub.proto.config import NodeConfig
 from episub.retention import RetentionConfig
 
@@ -59,6 +60,9 @@ class NodeOptions:
     encrypt: bool = True  # seal frames after the handshake (episub.net.sealing)
     sign: bool = False  # signed publishing (episub.proto.signing)
     metrics_port: int | None = None  # serve Prometheus metrics here (episub.metrics)
+    # How long joining the start topics keeps trying bootstrap addresses that refuse (nodes
+    # started together: the bootstrap node may not listen yet); 0: fail at once.
+    bootstrap_timeout: float = BOOTSTRAP_PATIENCE
 
 
 async def run_node(options: NodeOptions, on_ready: Callable[[Node], None]) -> str:
@@ -126,7 +130,7 @@ async def _serve(
             service.metrics_url = f"http://{format_address(shown, port)}/metrics"
         for topic in options.topics:
             try:
-                await service.join(topic)
+                await _join_patiently(service, topic, options.bootstrap_timeout)
             except AgentRequestError as exc:
                 if exc.kind != "timeout":
                     raise
@@ -147,6 +151,20 @@ async def _serve(
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(path)
         stop(reason)
+
+
+async def _join_patiently(service: AgentService, topic: str, within: float) -> None:
+    """Join a start topic, trying its bootstrap addresses again for up to `within` seconds
+    while none answers; said once at WARNING (shown by `episub node`), then at DEBUG."""
+    said = False
+
+    def on_retry(error: BootstrapError, left: float) -> None:
+        nonlocal said
+        level = logging.DEBUG if said else logging.WARNING
+        said = True
+        log.log(level, "topic %r: %s; trying again for %.0f s more", topic, error, left)
+
+    await patiently(lambda: service.join(topic), within, on_retry)
 
 
 async def _watch_releases(release: ReleaseWatch, node: Node) -> None:

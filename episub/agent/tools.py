@@ -1,7 +1,9 @@
 """`episub publish` and `episub subscribe`: through an agent, or a node of their own.
 
     episub publish --agent /tmp/a.sock --topic prices 42 43 44       # prints "<seq> <id>"
-    seq 100 | episub publish --agent /tmp/a.sock --topic prices      # one message a line
+    seq 100 | episub publish --agent /tmp/a.sock --topic prices --lines   # one message a line
+    episub publish --agent /tmp/a.sock --topic blobs --file model.bin    # the file, one value
+    episub publish --agent /tmp/a.sock --topic blobs < model.bin         # stdin, one value
     episub publish --agent /tmp/a.sock --topic t --count 2000 --size 100   # a summary
     episub subscribe --agent /tmp/a.sock --topic prices --json --count 10
     EPISUB_KEY=... episub publish --bootstrap 10.0.0.5:7000 --topic prices 42
@@ -12,11 +14,12 @@ address, waits for its first neighbour (a message published before any link exis
 reach nobody), publishes or subscribes, and leaves on exit.
 
 `subscribe` says "subscribed to TOPIC" on stderr once items flow, then prints each message:
-its value as text, or with `--json` one object a line (topic, publisher and id in hex, seq,
+its value as text, or with `--json` one object a line (topic, publisher, id in hex, seq,
 timestamp_ms, key, value, headers; each bytes field as UTF-8 text, or base64 with
-`"<field>_encoding": "base64"`). A record batch (episub/recordbatch.py: a Spark sink's
-rows) prints a line per row, its seq the row's offset. Lagged and Lost notices go to
-stderr.
+`"<field>_encoding": "base64"`; a publisher id as everywhere else, episub.format_publisher:
+`host:port/tag` for a node's own stream). A record batch (episub/recordbatch.py: a Spark
+sink's rows) prints a line per row, its seq the row's offset. Lagged and Lost notices go
+to stderr.
 """
 
 from __future__ import annotations
@@ -37,11 +40,12 @@ from episub.agent.options import (
     load_config,
     load_key,
     number_type,
+    topic_name,
 )
 from episub.agent.wire import Record
 from episub.node import JOIN_TIMEOUT, SUBSCRIPTION_BUFFER, Node
 from episub.recordbatch import BatchFormatError, unbatch
-from episub.records import Receipt
+from episub.records import Receipt, format_publisher
 from episub.subscription import Delivery, Item, Lagged, Lost
 
 __all__ = ["add_parsers"]
@@ -55,11 +59,14 @@ def add_parsers(subparsers: Any, add_node_arguments: Callable[[Any], None]) -> N
     publish = subparsers.add_parser(
         "publish",
         help="publish messages to a topic",
-        description="Publish the VALUEs, or stdin's lines, or --count generated payloads.",
+        description="Publish the VALUEs, or a file as one value, or stdin as one value (its "
+        "lines with --lines), or --count generated payloads.",
     )
     _target_arguments(publish, add_node_arguments)
     add = publish.add_argument
-    add("values", nargs="*", metavar="VALUE", help="one message each (default: stdin's lines)")
+    add("values", nargs="*", metavar="VALUE", help="one message each (default: stdin)")
+    add("--file", metavar="PATH", help="publish this file's content as one message")
+    add("--lines", action="store_true", help="stdin: one message a line (default: all of it, one)")
     add("--count", type=COUNT, help="publish this many generated payloads instead")
     add("--size", type=COUNT, default=100, help="bytes of each generated payload")
     add("--key", help="the messages' key (UTF-8)")
@@ -83,7 +90,7 @@ def add_parsers(subparsers: Any, add_node_arguments: Callable[[Any], None]) -> N
 def _target_arguments(parser: argparse.ArgumentParser, add_node_arguments: Any) -> None:
     parser.add_argument("--agent", metavar="PATH", help="the agent's socket")
     add_node_arguments(parser)  # --bootstrap and friends, for a temporary node
-    parser.add_argument("--topic", required=True)
+    parser.add_argument("--topic", required=True, type=topic_name)
     parser.add_argument(
         "--join-timeout",
         type=POSITIVE,
@@ -112,15 +119,38 @@ def _records(args: argparse.Namespace) -> Iterator[Record]:
         if not sep or not name:
             raise UsageError(f"--header takes NAME=VALUE, not {header!r}")
         headers.append((name, value.encode()))
-    if args.count is not None and args.values:
-        raise UsageError("give VALUEs or --count, not both")
+    given = [
+        name
+        for name, present in (
+            ("VALUEs", bool(args.values)),
+            ("--count", args.count is not None),
+            ("--file", args.file is not None),
+            ("--lines", args.lines),
+        )
+        if present
+    ]
+    if len(given) > 1:
+        raise UsageError(f"give one of VALUEs, --file, --lines (stdin) or --count, not {given}")
+    values: Any
     if args.count is not None:
-        values: Any = (_payload(i, args.size) for i in range(args.count))
+        values = (_payload(i, args.size) for i in range(args.count))
     elif args.values:
         values = (value.encode() for value in args.values)
-    else:
+    elif args.file is not None:
+        values = [_read_file(args.file)]
+    elif args.lines:
         values = (line.rstrip(b"\r\n") for line in sys.stdin.buffer)
+    else:
+        values = [sys.stdin.buffer.read()]  # binary data has no lines to split at
     return (Record(value, key, tuple(headers)) for value in values)
+
+
+def _read_file(path: str) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError as exc:
+        raise UsageError(f"--file: cannot read {path!r}: {exc.strerror}") from None
 
 
 def _payload(i: int, size: int) -> bytes:
@@ -149,7 +179,7 @@ def run_publish_command(args: argparse.Namespace) -> int:
         published = _report(trio.run(_publish_alone, args, key, config, list(records)), summary)
     if summary:
         if published:
-            publisher = published[0].publisher.decode("ascii", "replace")
+            publisher = format_publisher(published[0].publisher)
             print(
                 f"published {len(published)} messages to {args.topic!r} as {publisher} "
                 f"(seq {published[0].seq}..{published[-1].seq})"
@@ -261,7 +291,7 @@ def _print_item(item: Item, show: Callable[[Delivery], str]) -> int:
     if isinstance(item, Lagged):
         print(f"lagged: {item.count} items dropped here", file=sys.stderr, flush=True)
     elif isinstance(item, Lost):
-        publisher = item.publisher.decode("ascii", "replace")
+        publisher = format_publisher(item.publisher)
         print(
             f"lost: {publisher} seq {item.first_seq}..{item.last_seq}", file=sys.stderr, flush=True
         )
@@ -284,7 +314,7 @@ def _bytes_fields(name: str, value: bytes | None) -> dict[str, Any]:
 def message_json(message: Delivery) -> dict[str, Any]:
     out: dict[str, Any] = {
         "topic": message.topic,
-        "publisher": message.publisher.hex(),
+        "publisher": format_publisher(message.publisher),
         "seq": message.seq,
         "timestamp_ms": message.timestamp_ms,
         "id": message.id.hex(),

@@ -3,12 +3,17 @@ does the same with addresses of one host); once one answers, the others get
 BOOTSTRAP_GRACE to answer as well, then are cancelled. A topic left with no neighbour and
 no passive peer goes back to its addresses: at each of the core's recovery attempts
 (`Isolated`, with backoff) they are dialled again and the ids they answer with now (a
-contact that restarted has a new one) are handed to the core (`RefreshContacts`)."""
+contact that restarted has a new one) are handed to the core (`RefreshContacts`).
+
+A node started together with its bootstrap nodes (`episub node ... &` three times, a
+service manager starting a fleet) may dial them before they listen: `patiently` tries a
+join again with backoff for a bounded time instead of failing at the first refusal."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TypeVar
 
 import trio
 
@@ -17,12 +22,30 @@ from episub.net.peer_id import Address
 from episub.net.runtime import Runtime
 from episub.proto.events import RefreshContacts
 
-__all__ = ["BOOTSTRAP_GRACE", "BootstrapError", "Bootstraps", "reach"]
+__all__ = [
+    "BOOTSTRAP_GRACE",
+    "BOOTSTRAP_PATIENCE",
+    "BootstrapError",
+    "Bootstraps",
+    "patiently",
+    "reach",
+]
 
 log = logging.getLogger(__name__)
 
 # After the first bootstrap contact answers, how long the others may still answer.
 BOOTSTRAP_GRACE = 0.25  # trio's happy_eyeballs_delay default: "is the next one coming?"
+# How long a node started with bootstrap addresses keeps trying them before it gives up
+# (`episub node --bootstrap-timeout`). Guess: room for nodes started together on a loaded
+# machine, or a bootstrap node being restarted, yet short enough that a wrong address is
+# reported while someone is still looking.
+BOOTSTRAP_PATIENCE = 30.0
+# Backoff between those tries: the first soon (a node started a moment later), then
+# doubling up to the cap, so a node waiting for a long-absent peer dials it every few s.
+_RETRY_FIRST = 0.1
+_RETRY_CAP = 2.0
+
+_T = TypeVar("_T")
 
 
 class BootstrapError(ConnectionError):
@@ -32,6 +55,13 @@ class BootstrapError(ConnectionError):
         self.failures = dict(failures)
         detail = "; ".join(f"{address}: {error}" for address, error in self.failures.items())
         super().__init__(f"could not reach any bootstrap address ({detail})")
+
+    @property
+    def unanswered(self) -> bool:
+        """Every address failed to connect (refused, unreachable, timed out): maybe not
+        listening yet. False when one answered and refused us (a HandshakeError: another
+        key, signing setting or version), which no retry mends."""
+        return all(isinstance(error, OSError) for error in self.failures.values())
 
 
 async def reach(runtime: Runtime, addresses: list[Address]) -> list[bytes]:
@@ -64,6 +94,29 @@ async def reach(runtime: Runtime, addresses: list[Address]) -> list[bytes]:
     if not found:
         raise BootstrapError(failures)
     return [found[a] for a in addresses if a in found]
+
+
+async def patiently(
+    attempt: Callable[[], Awaitable[_T]],
+    within: float,
+    on_retry: Callable[[BootstrapError, float], None],
+) -> _T:
+    """`attempt()` (a join that dials bootstrap addresses), tried again with backoff while it
+    raises a BootstrapError whose addresses did not answer, for up to `within` seconds (0:
+    once); `on_retry(error, left)` is called before each wait. The last BootstrapError is
+    raised when the time is up, or at once when an address answered and refused us."""
+    deadline = trio.current_time() + within
+    delay = _RETRY_FIRST
+    while True:
+        try:
+            return await attempt()
+        except BootstrapError as exc:
+            left = deadline - trio.current_time()
+            if left <= 0 or not exc.unanswered:
+                raise
+            on_retry(exc, left)
+            await trio.sleep(min(delay, left))
+            delay = min(delay * 2, _RETRY_CAP)
 
 
 class Bootstraps:

@@ -7,7 +7,7 @@ from collections.abc import Iterable
 
 from episub.net.peer_id import format_address, parse_address
 from episub.proto.envelope import Record
-from episub.proto.errors import MessageTooLarge
+from episub.proto.errors import MessageTooLarge, too_large
 
 __all__ = [
     "FETCH_MAX_SPAN",
@@ -59,10 +59,7 @@ def check_records(checked: list[Record], me: bytes, limit: int, topic: str) -> N
             raise ValueError("this node's own stream is numbered by the node: name another")
         if record.size > limit:
             where = f"record {i} of {count}: " if count > 1 else ""
-            raise MessageTooLarge(
-                f"{where}message of {record.size} bytes exceeds max_message_size "
-                f"({limit} bytes) on topic {topic!r}"
-            )
+            raise MessageTooLarge(where + too_large(record.size, limit, topic))
 
 
 def check_fetch_range(first_seq: int, last_seq: int) -> None:

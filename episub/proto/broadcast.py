@@ -88,7 +88,7 @@ from episub.proto import messages as m
 from episub.proto.cache import MessageCache
 from episub.proto.config import BroadcastConfig
 from episub.proto.envelope import IdHasher, Record
-from episub.proto.errors import LocalProtocolError, MessageTooLarge
+from episub.proto.errors import LocalProtocolError, MessageTooLarge, too_large
 from episub.proto.events import (
     AlreadyPublished,
     HistoryAsked,
@@ -565,10 +565,7 @@ class Broadcast:
                 self._publish(stamp(record, place[0], place[1], at), place, now, out)
 
     def _too_large(self, size: int) -> str:
-        return (
-            f"message of {size} bytes exceeds max_message_size "
-            f"({self.config.max_message_size} bytes) on topic {self.topic!r}"
-        )
+        return too_large(size, self.config.max_message_size, self.topic)
 
     def _publish(
         self,

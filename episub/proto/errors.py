@@ -10,3 +10,13 @@ class LocalProtocolError(Exception):
 
 class MessageTooLarge(LocalProtocolError, ValueError):
     """A publish over `max_message_size`."""
+
+
+def too_large(size: int, limit: int, topic: str) -> str:
+    """MessageTooLarge's message: the size, the limit, and how to raise it."""
+    return (
+        f"message of {size} bytes exceeds max_message_size ({limit} bytes) on topic "
+        f"{topic!r}; raise it alike on every node of the deployment: "
+        '{"broadcast": {"max_message_size": BYTES}} in `episub node --config FILE`, '
+        "or NodeConfig(broadcast=BroadcastConfig(max_message_size=BYTES))"
+    )

@@ -1,0 +1,128 @@
+"""What a Spark engineer meets in a first week, in real Spark (local[2]): fixed ports for
+the driver's and executors' nodes, `register()` called again in one process, a batch read
+of a topic nobody published to, and option mistakes caught where the read is defined.
+One SparkSession for the module; the driver's agent is stopped by its pid at the end."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import socket
+import sys
+from collections.abc import Iterator
+
+import pytest
+
+pytest.importorskip("pyspark", reason="the Spark connector needs the spark extra")
+
+from pyspark.sql import SparkSession
+
+import spark_connector
+from episub.agent import AgentClient
+from episub.net.peer_id import parse_address
+
+pytestmark = [pytest.mark.timeout(300), pytest.mark.spark]
+
+KEY = bytes(range(32))
+
+
+def _free_ports(count: int) -> list[int]:
+    """`count` consecutive ports that nothing listens on now (bound and closed again)."""
+    for _ in range(100):
+        base = random.randrange(20000, 60000 - count)
+        try:
+            for port in range(base, base + count):
+                with socket.create_server(("127.0.0.1", port)):
+                    pass
+        except OSError:
+            continue
+        return list(range(base, base + count))
+    raise AssertionError("no free port range")
+
+
+PORTS = _free_ports(4)  # the driver's, then the executors' range
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator[SparkSession]:
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    session = (
+        SparkSession.builder.master("local[2]")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.episub.executorPorts", f"{PORTS[1]}-{PORTS[3]}")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()
+
+
+@pytest.fixture(scope="module")
+def deployment(spark: SparkSession) -> Iterator[spark_connector.Deployment]:
+    deployment = spark_connector.register(spark, key=KEY, port=PORTS[0])
+    yield deployment
+    with AgentClient(deployment.driver_socket) as client:
+        pid = client.inspect().pid
+    os.kill(pid, signal.SIGTERM)  # the driver agent's owner (pytest) lives on
+
+
+def test_the_nodes_listen_on_the_configured_ports(
+    spark: SparkSession, deployment: spark_connector.Deployment
+) -> None:
+    assert deployment.bootstrap == (f"127.0.0.1:{PORTS[0]}",)
+    df = spark.createDataFrame([(b"v%d" % i,) for i in range(10)], "value binary")
+    df.write.format("episub").option("topic", "ports").mode("append").save()
+    views = spark_connector.overlay(spark)
+    assert views[0].role == "driver" and views[0].address == f"127.0.0.1:{PORTS[0]}"
+    executors = [v for v in views if v.role == "executor"]
+    assert executors, views
+    for view in executors:
+        assert PORTS[1] <= parse_address(view.address).port <= PORTS[3], view.address
+
+
+def test_register_again_reuses_the_running_node_and_its_key(
+    spark: SparkSession, deployment: spark_connector.Deployment
+) -> None:
+    again = spark_connector.register(spark)
+    assert again.key == deployment.key and again.bootstrap == deployment.bootstrap
+    df = spark.createDataFrame([(b"after",)], "value binary")
+    df.write.format("episub").option("topic", "again").mode("append").save()
+    rows = spark.read.format("episub").option("topic", "again").load().collect()
+    assert [r.value for r in rows] == [b"after"]
+
+
+@pytest.mark.parametrize(
+    ("arguments", "named"),
+    [({"key": bytes(32)}, "key"), ({"port": PORTS[0] + 100}, "port"), ({"signed": True}, "signed")],
+)
+def test_register_again_with_a_conflicting_setting_is_refused_in_one_line(
+    spark: SparkSession,
+    deployment: spark_connector.Deployment,
+    arguments: dict[str, object],
+    named: str,
+) -> None:
+    with pytest.raises(ValueError, match=f"runs already with another {named}") as raised:
+        spark_connector.register(spark, **arguments)  # type: ignore[arg-type]
+    assert "\n" not in str(raised.value)
+
+
+def test_a_batch_read_of_a_topic_nobody_published_to_is_empty(
+    spark: SparkSession, deployment: spark_connector.Deployment
+) -> None:
+    df = spark.read.format("episub").option("topic", "nobody-wrote-here").load()
+    assert df.collect() == []
+
+
+def test_a_misspelt_option_fails_at_load_with_the_spelling_to_use(
+    spark: SparkSession, deployment: spark_connector.Deployment
+) -> None:
+    reader = spark.readStream.format("episub").option("topic", "t")
+    with pytest.raises(Exception, match='did you mean "startingOffsets"') as raised:
+        reader.option("startingOffset", "earliest").load()  # load(), before any start()
+    assert "UnboundLocalError" not in str(raised.value)
+    with pytest.raises(Exception, match='option "maxOffsetsPerTrigger" must be a whole number'):
+        spark.readStream.format("episub").option("topic", "t").option(
+            "maxOffsetsPerTrigger", "many"
+        ).load()
