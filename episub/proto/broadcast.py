@@ -79,7 +79,7 @@ from __future__ import annotations
 
 import zlib
 from collections import OrderedDict, deque
-from collections.abc import Hashable, Sequence
+from collections.abc import Container, Hashable, Sequence
 from dataclasses import dataclass, field
 from itertools import islice
 from typing import Any, TypeAlias, assert_never
@@ -275,7 +275,7 @@ class Broadcast:
         elif lazy_in:
             self._prune(peer, lazy_in, now, out)
 
-    def _racing(self, kind: LinkKind) -> dict[PeerId, None] | set[PeerId] | None:
+    def _racing(self, kind: LinkKind) -> Container[PeerId] | None:
         """The streams whose trees a new link starts eager in whatever their parents: for
         a NEAR link the `near_race_trees` seen most lately (every one with hub_parent,
         where a NEAR link is a hub link); None for a RAND link. Each race costs its
