@@ -70,7 +70,7 @@ Rules from the draft (and Plumtree):
 - per-publisher gaps are pulled (PULL first..last) from neighbours in turn (ordering.py).
 - stream heads (ours, heads.py): `heads_quiet` after a stream's newest message came, its
   seq is named once in a HEADS to every neighbour not known to hold it. A HEADS is taken
-  as an IHAVE of the places from our stream's position up to the head (at most
+  as an IHAVE of the places above what our stream holds, up to the head (at most
   MAX_TAIL_PLACES per stream and MAX_IDS_PER_MESSAGE per HEADS): a lost last message is
   GRAFTed as an announced one is.
 """
