@@ -177,14 +177,14 @@ class CatchUp:
         self._catch_ups += 1
         # Seqs this catch-up may still ask for: no more than retention can hold.
         allowance = self._store.config.max_messages
-        with trio.move_on_after(CATCH_UP_TIMEOUT):
+        with trio.move_on_after(CATCH_UP_TIMEOUT) as scope:
             for span in spans:
                 if allowance <= 0 or self._store.bytes >= self._store.config.max_bytes:
-                    break
+                    break  # retention holds what it can: the rest would push it out
                 if span.publisher != me:
                     allowance -= await self._catch_up_stream(topic, peer, span, allowance)
-            else:
-                self._history_due.discard(topic)  # ran to its end: the history is held
+        if not scope.cancelled_caught:
+            self._history_due.discard(topic)  # ran to its end: the history is held
 
     def _since_ms(self, topic: str, joined_ms: int) -> int:
         """From when (publishers' stamps, ms) a catch-up asks: since the join (less the
