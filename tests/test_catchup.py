@@ -4,6 +4,7 @@ something, asks first; then this end compares back and pulls what it lacks."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 from contextlib import AsyncExitStack
 
@@ -133,3 +134,79 @@ def test_a_node_joining_a_topic_with_history_pulls_what_was_published_as_it_join
             assert c.stats()["catch_ups"] >= 1  # the comparison its neighbour's ask started
 
     run(main)
+
+
+class History(Neighbourhood):
+    """A neighbour holding seqs 0..9 of each of `publishers`, all stamped before we
+    joined: it reports since_seq 0 when asked since a time before the stamps, else none
+    (10)."""
+
+    def __init__(self, stamp_ms: int) -> None:
+        super().__init__()
+        self.stamp_ms = stamp_ms
+        self.since: list[int] = []
+        self.publishers = [PUBLISHER]
+
+    async def held_by(self, topic: str, peer_id: bytes, *, since_ms: int) -> list[HeldSpan]:
+        self.asked.append((topic, peer_id))
+        self.since.append(since_ms)
+        since_seq = 0 if since_ms <= self.stamp_ms else 10
+        return [
+            HeldSpan(publisher=p, first_seq=0, last_seq=9, count=10, since_seq=since_seq)
+            for p in self.publishers
+        ]
+
+
+def late_join(config: RetentionConfig) -> History:
+    """We join TOPIC_NAME holding nothing; PEER, which holds 10 messages stamped a minute
+    before our join, asks what we hold; run until every catch-up is done."""
+    node = History(stamp_ms=int(time.time() * 1000) - 60_000)
+    store: RetentionStore[bytes] = RetentionStore(config)
+    catch_up = CatchUp(node, store, PAUSE)  # type: ignore[arg-type]
+    catch_up.joined(TOPIC_NAME)
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            catch_up.link_up(TOPIC_NAME, PEER, nursery)
+            catch_up.asked(TOPIC_NAME, PEER, nursery)
+
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    return node
+
+
+def test_a_late_joiner_asks_for_the_history_its_retention_would_keep() -> None:
+    """Stamped a minute before the join (past the clock slack), inside retention's age:
+    fetched (before, the catch-up asked only since the join and fetched nothing)."""
+    node = late_join(RetentionConfig())
+    assert node.fetched == [(PUBLISHER, 0, 9)]
+
+
+def test_a_late_joiner_asks_for_no_more_than_its_retention_holds() -> None:
+    node = late_join(RetentionConfig(max_messages=4))
+    assert node.fetched == [(PUBLISHER, 6, 9)]  # the newest 4
+
+
+def test_a_late_joiner_asks_for_nothing_older_than_its_retention_age() -> None:
+    node = late_join(RetentionConfig(max_age=30.0))  # the history is a minute old
+    assert node.fetched == []
+
+
+def test_a_late_joiner_whose_retention_is_full_stops_asking_for_history() -> None:
+    """Once retention holds what it can, the history counts as caught up: the next
+    catch-up asks only since the join (not the whole history on every GETHELD)."""
+    node = History(stamp_ms=int(time.time() * 1000) - 60_000)
+    node.publishers = [PUBLISHER, b"r" * 32]  # the second finds no room left
+    store: RetentionStore[bytes] = RetentionStore(RetentionConfig(max_messages=4))
+    catch_up = CatchUp(node, store, PAUSE)  # type: ignore[arg-type]
+    catch_up.joined(TOPIC_NAME)
+
+    async def main() -> None:
+        for _ in range(2):  # the link comes up, and PEER asks; twice
+            async with trio.open_nursery() as nursery:
+                catch_up.link_up(TOPIC_NAME, PEER, nursery)
+                catch_up.asked(TOPIC_NAME, PEER, nursery)
+
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    assert len(node.since) == 2
+    assert node.since[0] <= node.stamp_ms < node.since[1]
+    assert node.fetched == [(PUBLISHER, 6, 9)]

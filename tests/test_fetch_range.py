@@ -93,6 +93,8 @@ def test_fetched_messages_of_a_publisher_not_streamed_here_are_history() -> None
             assert stats["recovered"] == ROWS
             assert stats["delivered"] == 0
             assert stats["duplicates_received"] == 0
-            assert empty.held_seqs(TOPIC, first.id, 0, ROWS - 1) == []
+            # Not forwarded: the neighbour delivers none of it (it may pull it as history
+            # by its own catch-up, being a late joiner for it: catchup.py).
+            assert empty.stats()["delivered"] == 0
 
     run(main)

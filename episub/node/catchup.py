@@ -13,7 +13,18 @@ end that holds nothing of the topic skips its GETHELD when the link comes up, an
 only if the other end asks it (a GETHELD from that neighbour: the asker holds something,
 so there may be something to pull). An idle overlay's link churn then costs no round trip
 and no wakeups after the pause, and a node that lost every message of a burst with the
-link still pulls them once the neighbour that holds them asks."""
+link still pulls them once the neighbour that holds them asks.
+
+A node that joins a topic late has none of the history its neighbours retain: until one
+catch-up of the topic has run to its end, catch-ups ask for everything stamped within
+this node's own retention age (`max_age`), not only since the join, and fetch at most
+this node's `max_messages` seqs of it, the newest of each stream, stopping once retention
+is full by bytes: never more than this node can hold. The fetch asks only for what is
+still missing, so a catch-up cut by a lost link resumes where it stopped when the link
+returns. What is fetched this way is history: kept in retention for reads by range (the
+Spark source), not delivered to subscribers, who get what is published after their
+join (episub/proto/ordering.py: an answer to our own fetch of a stream we have none of
+is history)."""
 
 from __future__ import annotations
 
@@ -64,14 +75,16 @@ class _Asks(Protocol):
 class CatchUp:
     """Per-link catch-ups: (topic, peer) pending or running, one per link (so bounded by
     topics times the active view), each with whether the link came up again since it
-    started; and when each topic was joined (wall clock, ms): a catch-up asks only for
-    what was published since, what this node should hold."""
+    started; and when each topic was joined (wall clock, ms): once the topic's retained
+    history has been caught up, a catch-up asks only for what was published since."""
 
     def __init__(self, node: _Asks, store: RetentionStore[bytes], pause: float) -> None:
         self._node = node
         self._store = store
         self._pause = pause  # the broadcast's gap_timeout
         self._joined_ms: dict[str, int] = {}
+        # Joined topics whose neighbours' retained history no catch-up has finished yet.
+        self._history_due: set[str] = set()
         self._catching_up: dict[tuple[str, bytes], bool] = {}
         self._locks: dict[str, trio.Lock] = {}  # topics with a catch-up pending
         self._slots = trio.CapacityLimiter(CATCH_UP_AT_ONCE)
@@ -81,9 +94,11 @@ class CatchUp:
 
     def joined(self, topic: str) -> None:
         self._joined_ms[topic] = int(time.time() * 1000)
+        self._history_due.add(topic)
 
     def left(self, topic: str) -> None:
         self._joined_ms.pop(topic, None)
+        self._history_due.discard(topic)
 
     def link_up(self, topic: str, peer: bytes, nursery: trio.Nursery | None) -> None:
         if not self._store.holds(topic):
@@ -93,10 +108,11 @@ class CatchUp:
 
     def asked(self, topic: str, peer: bytes, nursery: trio.Nursery | None) -> None:
         """`peer` asked what we hold of `topic` (it holds something itself): if we hold
-        nothing, our link-up skipped its catch-up, so compare now, if `peer` is a
+        nothing, our link-up skipped its catch-up, so compare now (also while the topic's
+        retained history is due: a live message may have come before the history), if `peer` is a
         neighbour of the topic (else its asking is a query, not a link's catch-up)."""
         if (
-            self._store.holds(topic)
+            (self._store.holds(topic) and topic not in self._history_due)
             or topic not in self._joined_ms
             or (topic, peer) in self._catching_up
             or peer not in (n.peer_id for n in self._node.neighbors(topic))
@@ -152,36 +168,56 @@ class CatchUp:
                 joined = self._joined_ms.get(topic)
                 if joined is None:
                     return
-                since = max(1, joined - CATCH_UP_CLOCK_SLACK_MS)
+                since = max(1, self._since_ms(topic, joined))
                 spans = await node.held_by(topic, peer, since_ms=since)
                 if spans is not None:
                     break  # else no answer: the link may be closing, or the peer busy
         if spans is None:
             return
         self._catch_ups += 1
-        with trio.move_on_after(CATCH_UP_TIMEOUT):
+        # Seqs this catch-up may still ask for: no more than retention can hold.
+        allowance = self._store.config.max_messages
+        with trio.move_on_after(CATCH_UP_TIMEOUT) as scope:
             for span in spans:
+                if allowance <= 0 or self._store.bytes >= self._store.config.max_bytes:
+                    break  # retention holds what it can: the rest would push it out
                 if span.publisher != me:
-                    await self._catch_up_stream(topic, peer, span)
+                    allowance -= await self._catch_up_stream(topic, peer, span, allowance)
+        if not scope.cancelled_caught:
+            self._history_due.discard(topic)  # ran to its end: the history is held
 
-    async def _catch_up_stream(self, topic: str, peer: bytes, span: HeldSpan) -> None:
-        """Fetch from `peer` the seqs of `span` since our join (its since_seq) that this
-        node lacks, when `peer` holds more of them than we do; while the fetches gain."""
+    def _since_ms(self, topic: str, joined_ms: int) -> int:
+        """From when (publishers' stamps, ms) a catch-up asks: since the join (less the
+        clock slack), or, while the topic's retained history is due, since as long ago as
+        this node's retention keeps a message."""
+        since = joined_ms - CATCH_UP_CLOCK_SLACK_MS
+        if topic in self._history_due:
+            horizon = int(time.time() * 1000) - int(self._store.config.max_age * 1000)
+            since = min(since, horizon)
+        return since
+
+    async def _catch_up_stream(
+        self, topic: str, peer: bytes, span: HeldSpan, allowance: int
+    ) -> int:
+        """Fetch from `peer` the seqs of `span` since the asked time (its since_seq) that
+        this node lacks, at most the newest `allowance` of them, when `peer` holds more of
+        them than we do; while the fetches gain. Returns how many seqs it asked for."""
         publisher = span.publisher
         if not isinstance(publisher, bytes) or not publisher:
-            return
+            return 0
         last = span.last_seq
-        first = max(span.since_seq, span.first_seq, last - FETCH_MAX_SPAN + 1)
+        newest = max(last - FETCH_MAX_SPAN, last - allowance) + 1
+        first = max(span.since_seq, span.first_seq, newest)
         if first > last:
-            return
+            return 0
         # The peer holds at least this many of first..last (count covers first_seq..last).
         theirs = span.count - (first - span.first_seq)
         while True:
             ours = self._store.span(topic, publisher, first, last, trio.current_time())
             had = 0 if ours is None else ours.count
             if had >= last - first + 1 or had >= theirs:
-                return
+                return last - first + 1
             got = len(await self._node.fetch(topic, publisher, first, last, holders=[peer]))
             self._caught_up += max(0, got - had)
             if got <= had:
-                return  # nobody gave more: what is left is not to be had now
+                return last - first + 1  # nobody gave more: the rest is not to be had now
