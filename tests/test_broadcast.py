@@ -1316,7 +1316,8 @@ def test_a_rival_with_an_earlier_stamp_takes_the_place_everywhere_it_goes_withou
     assert not [e for e in out if isinstance(e, Deliver)]
     assert send(1, gossip(early, hops=2)) in out  # it goes on
     pull = m.Pull(publisher=b"s", first_seq=0, last_seq=0)
-    assert node.handle(received(1, pull), 3.0) == [send(1, gossip(early, hops=2))]
+    winner = m.History(publisher=b"s", envelopes=(early.raw,), hops=(2,))  # a PULL's answer
+    assert node.handle(received(1, pull), 3.0) == [Send(1, TOPIC, winner, answer=True)]
     assert node.stats()["rivals_won"] == 1
 
 

@@ -12,6 +12,7 @@ from episub.proto import episub_pb2 as pb
 from episub.proto.messages import (
     MAX_HEADERS,
     MAX_HELD_SPANS,
+    MAX_HISTORY_MESSAGES,
     MAX_HOPS,
     MAX_PEERS_PER_MESSAGE,
     MAX_STREAMS_PER_MESSAGE,
@@ -29,6 +30,7 @@ from episub.proto.messages import (
     Heads,
     Held,
     HeldSpan,
+    History,
     IHave,
     Join,
     Leave,
@@ -102,6 +104,8 @@ TOPIC_EXAMPLES: list[PeerMessage] = [
     Graft(streams=(CAROL,)),
     Graft(ranges=((ALICE, 3, 3, 0),), streams=(BOB,)),
     Pull(publisher=ALICE, first_seq=100, last_seq=163),
+    History(publisher=ALICE, envelopes=(ENVELOPE.raw,), hops=(1,)),
+    History(publisher=ALICE, envelopes=(ENVELOPE.raw, ENVELOPE.raw), hops=(2, MAX_HOPS)),
     Heads(ranges=((ALICE, 9, 9, 2), (BOB, (1 << 63) - 1, (1 << 63) - 1, MAX_HOPS))),
     GetView(),
     View(
@@ -479,6 +483,21 @@ def test_out_of_range_numbers_are_refused() -> None:
     assert_refused(raw_item(topic="t", neighbor=pb.Neighbor(rtt_seconds=-1.0)), "rtt")
     assert_refused(raw_item(topic="t", neighbor=pb.Neighbor(rtt_seconds=float("nan"))), "rtt")
     assert_refused(raw_item(topic="t", pong=pb.Pong(active_count=1, rand_count=2)), "invalid pong")
+
+
+def test_a_history_out_of_its_bounds_is_refused() -> None:
+    too_many = [ENVELOPE.raw] * (MAX_HISTORY_MESSAGES + 1)
+    bad = [
+        (pb.History(publisher=ALICE), "1..1024 messages"),
+        (pb.History(publisher=ALICE, envelopes=too_many, hops=[1] * len(too_many)), "at most"),
+        (pb.History(publisher=ALICE, envelopes=[ENVELOPE.raw] * 2, hops=[1]), "2 messages and 1"),
+        (pb.History(publisher=ALICE, envelopes=[ENVELOPE.raw], hops=[0]), "hops must be"),
+        (pb.History(publisher=ALICE, envelopes=[ENVELOPE.raw], hops=[MAX_HOPS + 1]), "hops"),
+        (pb.History(envelopes=[ENVELOPE.raw], hops=[1]), "peer id must be"),
+    ]
+    for wrong, match in bad:
+        assert_refused(raw_item(topic="t", history=wrong), match)
+    assert_refused(raw_item(history=pb.History(publisher=ALICE)), "history carries no topic")
 
 
 # -- encoding misuse --------------------------------------------------------------------

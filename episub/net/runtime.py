@@ -439,6 +439,12 @@ class Runtime:
         if type(message) is m.Gossip:
             key: Hashable = (out.topic, message.id)  # a repeat of a waiting answer merges
             size = len(message.raw) + _GOSSIP_OVERHEAD
+        elif type(message) is m.History:
+            # A repeated PULL packs the same messages (the cache's or retention's bytes
+            # objects, whose hashes are kept): it merges with the pack still waiting.
+            envelopes = message.envelopes
+            key = (out.topic, message.publisher, envelopes[0], envelopes[-1], len(envelopes))
+            size = sum(map(len, message.envelopes)) + _GOSSIP_OVERHEAD
         else:
             key = next(self._answer_keys)
             size = _ANSWER_SIZE.get(type(message), _GOSSIP_OVERHEAD)

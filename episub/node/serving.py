@@ -31,4 +31,4 @@ def serve_history(
     )
     found = tuple(kept)
     if found:
-        runtime.input(ServeHistory(event.topic, event.peer, found))
+        runtime.input(ServeHistory(event.topic, event.peer, found, event.publisher))

@@ -100,6 +100,7 @@ from episub.proto.events import (
     Send,
 )
 from episub.proto.heads import StreamHeads
+from episub.proto.history import history_packs
 from episub.proto.messages import Envelope, LinkKind, MessageId, PeerId
 from episub.proto.ordering import OrderedDelivery, PublisherStream
 from episub.proto.peers import RttTable
@@ -616,6 +617,8 @@ class Broadcast:
                 self._on_pull(peer, publisher, first, last, out)
             case m.Heads(ranges=ranges):
                 self._on_heads(peer, ranges, now, out)
+            case m.History():
+                self._on_history(peer, msg, now, out)
             case _:
                 assert_never(msg)  # a broadcast message without a case: a bug of ours
 
@@ -1021,14 +1024,62 @@ class Broadcast:
     ) -> None:
         """Answer from the cache; the seqs it lacks go to retention (above the core)."""
         lacking = []
+        found: list[tuple[bytes, int]] = []  # (envelope bytes, hops to send it with)
         for seq in range(first, last + 1):
             mid = self.by_seq.get((publisher, seq))
-            if mid is not None and mid in self.cache:
-                self._send_cached(peer, mid, out)
+            cached = None if mid is None else self.cache.get(mid)
+            if cached is not None:
+                found.append((cached.raw, min(cached.hops + 1, m.MAX_HOPS)))
             else:
                 lacking.append(seq)
+        if found and isinstance(publisher, bytes):  # the simulator's int ids: one by one
+            for pack in history_packs(publisher, found, self.config.max_message_size):
+                out.append(Send(peer, self.topic, pack, answer=True))
+        elif found:
+            for seq in range(first, last + 1):
+                mid = self.by_seq.get((publisher, seq))
+                if mid is not None:
+                    self._send_cached(peer, mid, out)
         if lacking:
             out.append(HistoryAsked(self.topic, peer, publisher, tuple(lacking)))
+
+    def _on_history(self, peer: PeerId, msg: m.History, now: float, out: list[OutEvent]) -> None:
+        """A PULL answered in bulk (history.py). Each envelope is checked as a GOSSIP's
+        first copy is, its id computed from its bytes. A first copy that is history we
+        fetched is kept as such (not delivered, not forwarded) without the live path's
+        bookkeeping; any other goes the GOSSIP way (a gap repair's answer is live). A pack
+        that is not one publisher's rising seqs, or holds a bad envelope, ends there."""
+        last_seq = -1
+        for raw, hops in zip(msg.envelopes, msg.hops, strict=True):
+            try:
+                envelope = Envelope.decode(raw)
+            except ValueError as exc:
+                out.append(PeerMisbehaved(peer, f"HISTORY envelope is not canonical: {exc}"))
+                return
+            if envelope.publisher != msg.publisher or envelope.seq <= last_seq:
+                out.append(PeerMisbehaved(peer, "HISTORY is not one publisher's rising seqs"))
+                return
+            last_seq = envelope.seq
+            mid = self._message_id(envelope.unsigned)
+            if mid in self.seen or not (
+                self.ordering.fetched(envelope) and self.ordering.behind_stream(envelope)
+            ):
+                self._on_gossip(peer, m.Gossip(id=mid, envelope=envelope, hops=hops), now, out)
+                continue
+            if envelope.size > self.config.max_message_size:
+                out.append(PeerMisbehaved(peer, f"HISTORY message of {envelope.size} bytes"))
+                return
+            if self.signer is not None and (problem := check_message(mid, envelope)) is not None:
+                self.counters.bad_signatures += 1
+                out.append(PeerMisbehaved(peer, f"HISTORY of {envelope.publisher!r} {problem}"))
+                return
+            if self._rival_loses(peer, mid, envelope, out):
+                continue
+            self.counters.gossip_received += 1
+            self.counters.recovered += 1
+            self._remember(mid, envelope, hops=hops, sender=peer, now=now)
+            out.append(Recovered(self.topic, mid, envelope))
+            self.missing.pop((envelope.publisher, envelope.seq), None)
 
     def _send_cached(self, peer: PeerId, mid: MessageId, out: list[OutEvent]) -> None:
         """Answer a GRAFT or PULL from the cache; an id we no longer hold is skipped. An

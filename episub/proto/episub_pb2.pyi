@@ -14,7 +14,7 @@ class Frame(_message.Message):
     def __init__(self, items: _Optional[_Iterable[_Union[Item, _Mapping]]] = ...) -> None: ...
 
 class Item(_message.Message):
-    __slots__ = ("topic", "gossip", "ihave", "graft", "prune", "pull", "ping", "pong", "neighbor", "disconnect", "join", "forward_join", "shuffle", "shuffle_reply", "leave", "get_nodes", "nodes", "get_topics", "topics", "get_view", "view", "get_held", "held", "heads")
+    __slots__ = ("topic", "gossip", "ihave", "graft", "prune", "pull", "ping", "pong", "neighbor", "disconnect", "join", "forward_join", "shuffle", "shuffle_reply", "leave", "get_nodes", "nodes", "get_topics", "topics", "get_view", "view", "get_held", "held", "heads", "history")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     GOSSIP_FIELD_NUMBER: _ClassVar[int]
     IHAVE_FIELD_NUMBER: _ClassVar[int]
@@ -39,6 +39,7 @@ class Item(_message.Message):
     GET_HELD_FIELD_NUMBER: _ClassVar[int]
     HELD_FIELD_NUMBER: _ClassVar[int]
     HEADS_FIELD_NUMBER: _ClassVar[int]
+    HISTORY_FIELD_NUMBER: _ClassVar[int]
     topic: str
     gossip: Gossip
     ihave: IHave
@@ -63,7 +64,8 @@ class Item(_message.Message):
     get_held: GetHeld
     held: Held
     heads: Heads
-    def __init__(self, topic: _Optional[str] = ..., gossip: _Optional[_Union[Gossip, _Mapping]] = ..., ihave: _Optional[_Union[IHave, _Mapping]] = ..., graft: _Optional[_Union[Graft, _Mapping]] = ..., prune: _Optional[_Union[Prune, _Mapping]] = ..., pull: _Optional[_Union[Pull, _Mapping]] = ..., ping: _Optional[_Union[Ping, _Mapping]] = ..., pong: _Optional[_Union[Pong, _Mapping]] = ..., neighbor: _Optional[_Union[Neighbor, _Mapping]] = ..., disconnect: _Optional[_Union[Disconnect, _Mapping]] = ..., join: _Optional[_Union[Join, _Mapping]] = ..., forward_join: _Optional[_Union[ForwardJoin, _Mapping]] = ..., shuffle: _Optional[_Union[Shuffle, _Mapping]] = ..., shuffle_reply: _Optional[_Union[ShuffleReply, _Mapping]] = ..., leave: _Optional[_Union[Leave, _Mapping]] = ..., get_nodes: _Optional[_Union[GetNodes, _Mapping]] = ..., nodes: _Optional[_Union[Nodes, _Mapping]] = ..., get_topics: _Optional[_Union[GetTopics, _Mapping]] = ..., topics: _Optional[_Union[Topics, _Mapping]] = ..., get_view: _Optional[_Union[GetView, _Mapping]] = ..., view: _Optional[_Union[View, _Mapping]] = ..., get_held: _Optional[_Union[GetHeld, _Mapping]] = ..., held: _Optional[_Union[Held, _Mapping]] = ..., heads: _Optional[_Union[Heads, _Mapping]] = ...) -> None: ...
+    history: History
+    def __init__(self, topic: _Optional[str] = ..., gossip: _Optional[_Union[Gossip, _Mapping]] = ..., ihave: _Optional[_Union[IHave, _Mapping]] = ..., graft: _Optional[_Union[Graft, _Mapping]] = ..., prune: _Optional[_Union[Prune, _Mapping]] = ..., pull: _Optional[_Union[Pull, _Mapping]] = ..., ping: _Optional[_Union[Ping, _Mapping]] = ..., pong: _Optional[_Union[Pong, _Mapping]] = ..., neighbor: _Optional[_Union[Neighbor, _Mapping]] = ..., disconnect: _Optional[_Union[Disconnect, _Mapping]] = ..., join: _Optional[_Union[Join, _Mapping]] = ..., forward_join: _Optional[_Union[ForwardJoin, _Mapping]] = ..., shuffle: _Optional[_Union[Shuffle, _Mapping]] = ..., shuffle_reply: _Optional[_Union[ShuffleReply, _Mapping]] = ..., leave: _Optional[_Union[Leave, _Mapping]] = ..., get_nodes: _Optional[_Union[GetNodes, _Mapping]] = ..., nodes: _Optional[_Union[Nodes, _Mapping]] = ..., get_topics: _Optional[_Union[GetTopics, _Mapping]] = ..., topics: _Optional[_Union[Topics, _Mapping]] = ..., get_view: _Optional[_Union[GetView, _Mapping]] = ..., view: _Optional[_Union[View, _Mapping]] = ..., get_held: _Optional[_Union[GetHeld, _Mapping]] = ..., held: _Optional[_Union[Held, _Mapping]] = ..., heads: _Optional[_Union[Heads, _Mapping]] = ..., history: _Optional[_Union[History, _Mapping]] = ...) -> None: ...
 
 class GetTopics(_message.Message):
     __slots__ = ()
@@ -331,6 +333,16 @@ class Pull(_message.Message):
     first_seq: int
     last_seq: int
     def __init__(self, publisher: _Optional[bytes] = ..., first_seq: _Optional[int] = ..., last_seq: _Optional[int] = ...) -> None: ...
+
+class History(_message.Message):
+    __slots__ = ("publisher", "envelopes", "hops")
+    PUBLISHER_FIELD_NUMBER: _ClassVar[int]
+    ENVELOPES_FIELD_NUMBER: _ClassVar[int]
+    HOPS_FIELD_NUMBER: _ClassVar[int]
+    publisher: bytes
+    envelopes: _containers.RepeatedScalarFieldContainer[bytes]
+    hops: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, publisher: _Optional[bytes] = ..., envelopes: _Optional[_Iterable[bytes]] = ..., hops: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class Handshake(_message.Message):
     __slots__ = ("hello", "proof")

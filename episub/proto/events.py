@@ -172,12 +172,13 @@ class AnswerHeld:
 
 @dataclass(frozen=True, slots=True)
 class ServeHistory:
-    """Command: send `peer` these messages of `topic` from retention (GOSSIP, one hop), for
-    the seqs of its PULL the cache no longer had (`HistoryAsked`)."""
+    """Command: send `peer` these messages of `publisher` in `topic` from retention
+    (HISTORY, one hop), for the seqs of its PULL the cache no longer had (`HistoryAsked`)."""
 
     topic: str
     peer: PeerId
     messages: tuple[tuple[MessageId, bytes], ...]  # (id, the envelope's canonical bytes)
+    publisher: PeerId | None = None  # None: sent one GOSSIP each
 
 
 @dataclass(frozen=True, slots=True)

@@ -42,6 +42,8 @@ MAX_RANGES_PER_MESSAGE = 1024  # ranges of one IHAVE or GRAFT: a few per publish
 MAX_STREAMS_PER_MESSAGE = 256
 MAX_TOPICS_PER_MESSAGE = 1024
 MAX_PULL_SPAN = 4096  # sequence numbers one PULL may ask for
+# Messages one HISTORY carries: a PULL's answer in a few bulk messages, not one per seq.
+MAX_HISTORY_MESSAGES = 1024  # guess: = fetching.FETCH_CHUNK, a fetch's chunk in one
 MAX_HOPS = 1 << 16
 MAX_TOPIC_NAME = 256  # bytes of UTF-8; Kafka caps topic names at 249 characters
 # Publisher spans one GETHELD asks about or one HELD reports: a HELD of 256 spans of 64-byte
@@ -544,6 +546,32 @@ class Pull:
             raise ValueError(f"a PULL spans at most {MAX_PULL_SPAN} sequence numbers")
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class History:
+    """An answer to a PULL in bulk (ours): consecutive stored messages of one publisher,
+    each as its envelope's canonical bytes and the hops it is passed on with, seqs rising.
+    No ids travel: the receiver computes each id from the bytes (broadcast.py checks each
+    envelope as it checks a GOSSIP's). At most MAX_HISTORY_MESSAGES; the sender keeps the
+    bytes within one frame."""
+
+    publisher: PeerId
+    envelopes: tuple[bytes, ...]
+    hops: tuple[int, ...]
+
+    def __post_init__(self) -> None:
+        _check_streams((self.publisher,), "HISTORY")
+        if not 0 < len(self.envelopes) <= MAX_HISTORY_MESSAGES:
+            raise ValueError(
+                f"HISTORY carries 1..{MAX_HISTORY_MESSAGES} messages, not {len(self.envelopes)}"
+            )
+        if len(self.hops) != len(self.envelopes):
+            raise ValueError(
+                f"HISTORY has {len(self.envelopes)} messages and {len(self.hops)} hops"
+            )
+        if not all(0 < hops <= MAX_HOPS for hops in self.hops):
+            raise ValueError(f"HISTORY hops must be in 1..{MAX_HOPS}")
+
+
 MembershipMessage: TypeAlias = (
     GetNodes
     | Nodes
@@ -557,7 +585,7 @@ MembershipMessage: TypeAlias = (
     | Ping
     | Pong
 )
-BroadcastMessage: TypeAlias = Gossip | IHave | Prune | Graft | Pull | Heads
+BroadcastMessage: TypeAlias = Gossip | IHave | Prune | Graft | Pull | Heads | History
 TopicMessage: TypeAlias = MembershipMessage | BroadcastMessage
 NodeMessage: TypeAlias = GetTopics | Topics
 ViewMessage: TypeAlias = GetView | View  # topic-level, answered by the node (node.py)

@@ -45,6 +45,7 @@ from episub.proto.events import (
     TopicsReport,
     ViewReport,
 )
+from episub.proto.history import history_packs
 from episub.proto.messages import LinkKind, PeerId
 from episub.proto.peers import Rng, RttTable
 from episub.proto.signing import Signer
@@ -133,11 +134,18 @@ class NodeState:
                 out.append(Send(peer, topic, query))
             case AnswerHeld(topic=topic, peer=peer, held=held):
                 out.append(Send(peer, topic, held, answer=True))
-            case ServeHistory(topic=topic, peer=peer, messages=messages):
+            case ServeHistory(topic=topic, peer=peer, messages=messages, publisher=publisher):
                 # Retention's own bytes, stored checked: not decoded (a copy) to be sent.
-                for mid, raw in messages:
-                    gossip = m.Gossip.from_wire(mid, raw, 1)
-                    out.append(Send(peer, topic, gossip, answer=True))
+                if isinstance(publisher, bytes):
+                    raws = [(raw, 1) for _, raw in messages]
+                    for pack in history_packs(
+                        publisher, raws, self.config.broadcast.max_message_size
+                    ):
+                        out.append(Send(peer, topic, pack, answer=True))
+                else:
+                    for mid, raw in messages:
+                        gossip = m.Gossip.from_wire(mid, raw, 1)
+                        out.append(Send(peer, topic, gossip, answer=True))
             case AskTopics(peer=peer):
                 out.append(Send(peer, None, m.GetTopics()))
             case _:
@@ -269,6 +277,7 @@ class NodeState:
                 | m.Prune()
                 | m.Pull()
                 | m.Heads()
+                | m.History()
             ):
                 pass  # answers, news or repairs of a topic we are not in: nothing to say
             case _:

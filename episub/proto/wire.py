@@ -35,6 +35,7 @@ from episub.proto.framing import (
     frame,
 )
 from episub.proto.messages import (
+    MAX_HISTORY_MESSAGES,
     MAX_HOPS,
     MAX_RANGES_PER_MESSAGE,
     MAX_STREAMS_PER_MESSAGE,
@@ -50,6 +51,7 @@ from episub.proto.messages import (
     Heads,
     Held,
     HeldSpan,
+    History,
     IHave,
     Join,
     Leave,
@@ -286,6 +288,21 @@ def _pull_from_pb(p: pb.Pull) -> Pull:
     return Pull(publisher=_peer_from_pb(p.publisher), first_seq=p.first_seq, last_seq=p.last_seq)
 
 
+def _history_to_pb(m: History, out: pb.History) -> None:
+    out.publisher = _peer_to_pb(m.publisher)
+    out.envelopes.extend(m.envelopes)
+    out.hops.extend(m.hops)
+
+
+def _history_from_pb(p: pb.History) -> History:
+    """Bounds checked before anything is copied; each envelope is checked by the core."""
+    if len(p.envelopes) > MAX_HISTORY_MESSAGES:
+        raise FrameError(f"HISTORY carries at most {MAX_HISTORY_MESSAGES} messages")
+    return History(
+        publisher=_peer_from_pb(p.publisher), envelopes=tuple(p.envelopes), hops=tuple(p.hops)
+    )
+
+
 def _nothing_to_pb(m: Any, out: Any) -> None:
     """Messages without fields: the caller has already marked the submessage present."""
 
@@ -417,6 +434,7 @@ _CODECS: dict[type, _Codec] = {
         lambda p: Graft(ranges=_ranges_from_pb(p), streams=_streams_from_pb(p)),
     ),
     Pull: _Codec("pull", _pull_to_pb, _pull_from_pb),
+    History: _Codec("history", _history_to_pb, _history_from_pb),
     Heads: _Codec("heads", _ranges_to_pb, lambda p: Heads(ranges=_ranges_from_pb(p))),
     GetView: _Codec("get_view", _nothing_to_pb, lambda p: GetView()),
     View: _Codec("view", _view_to_pb, _view_from_pb),
