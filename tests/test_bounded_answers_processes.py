@@ -158,9 +158,10 @@ def test_the_pull_amplification_sequence_keeps_the_target_within_its_memory_boun
     # The 48 MB relayed on at once may overflow a relay's queue to a or c (that is flow
     # control's business); answering the PULLs overflowed none.
     assert b["core_errors"] == 0 and b["queue_overflows"] == seeded["queue_overflows"], b
-    # What it asked 100 times over was answered at most once a message, and what was
-    # still waiting went with its connection.
-    assert b["answers_sent"] <= SEEDED, b
+    # What it asked 100 times over (ten frames of ten PULLs) was answered at most once a
+    # message per frame (a frame's repeats merge while they wait; a later frame may come
+    # after the first answers left), and what was still waiting went with its connection.
+    assert b["answers_sent"] <= SEEDED * 10, b
     assert b["answers_merged"] > 0, b
 
 

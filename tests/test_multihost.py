@@ -86,6 +86,23 @@ class ClusterSession:
             self.spark.stop()
             self.spark = None
 
+    def end_gateway(self) -> None:
+        """End the JVM this module started. PySpark keeps one JVM a process, and the
+        configuration it was launched with (the driver's address on the cluster's bridge)
+        stays its default: a later module's session would bind to an address gone."""
+        from pyspark import SparkContext
+
+        gateway = SparkContext._gateway
+        if gateway is None:
+            return
+        proc = getattr(gateway, "proc", None)
+        gateway.shutdown()
+        if proc is not None:
+            proc.terminate()
+            proc.wait(60)
+        SparkContext._gateway = None
+        SparkContext._jvm = None
+
     def end_driver_agent(self) -> None:
         """The driver's agent: its owner, this test process, lives on past the module."""
         if self.deployment is None:
@@ -148,6 +165,7 @@ def session(cluster: NetCluster) -> Iterator[ClusterSession]:
         finally:
             started.stop()
             started.end_driver_agent()
+            started.end_gateway()
 
 
 # -- helpers ----------------------------------------------------------------------------------
