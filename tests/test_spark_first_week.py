@@ -63,9 +63,14 @@ def spark() -> Iterator[SparkSession]:
 def deployment(spark: SparkSession) -> Iterator[spark_connector.Deployment]:
     deployment = spark_connector.register(spark, key=KEY, port=PORTS[0])
     yield deployment
+    # Every agent this module started, executors' too: their owner, this process's JVM,
+    # lives on into the next module, whose executors would otherwise find them (started
+    # on this module's fixed ports and settings) instead of starting their own.
+    pids = {view.pid for view in spark_connector.overlay(spark)}
     with AgentClient(deployment.driver_socket) as client:
-        pid = client.inspect().pid
-    os.kill(pid, signal.SIGTERM)  # the driver agent's owner (pytest) lives on
+        pids.add(client.inspect().pid)
+    for pid in pids:
+        os.kill(pid, signal.SIGTERM)
 
 
 def test_the_nodes_listen_on_the_configured_ports(
