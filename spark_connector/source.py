@@ -153,6 +153,19 @@ class _Planning:
         """The topics read, and what the reachable nodes hold of each. `wanted`: where the
         query stands; a publisher the others hold only from later on is asked of its own
         node too (with `earliest`: every publisher they do not hold from seq 0)."""
+        from episub.agent import AgentUnavailable
+
+        try:
+            return self._reach_once(wanted, since_ms, earliest)
+        except AgentUnavailable as exc:
+            # The driver's node ended while it was asked (killed, or crashed): driver_client
+            # starts it again on its address, and the planning is asked of it once more.
+            log.warning("the driver's episub node ended during planning (%s); asking again", exc)
+            return self._reach_once(wanted, since_ms, earliest)
+
+    def _reach_once(
+        self, wanted: Offsets | None, since_ms: int, earliest: bool
+    ) -> tuple[list[str], dict[str, Holdings]]:
         contacts = self.deployment.contacts
         # Nodes that answered before are asked (and joined through) again: a driver's node
         # that restarted has no neighbour yet, and they hold what it lost.

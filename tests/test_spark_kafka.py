@@ -25,6 +25,7 @@ from pyspark.sql import SparkSession
 
 import spark_connector
 from episub.agent import AgentClient, AgentUnavailable
+from spark_connector.deployment import driver_client
 from tests.proc_helpers import Processes, node_ready, start_node, wait_process_gone
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.spark]
@@ -56,7 +57,8 @@ def deployment(spark: SparkSession) -> Iterator[spark_connector.Deployment]:
 
 
 def driver(deployment: spark_connector.Deployment) -> AgentClient:
-    return AgentClient(deployment.driver_socket)
+    """The driver's agent, started again as the planners do if a test ended it."""
+    return driver_client(deployment)
 
 
 def wait_for(condition, what: str) -> None:  # type: ignore[no-untyped-def]
