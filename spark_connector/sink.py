@@ -60,7 +60,8 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from episub.proto.messages import MAX_SEQ, HeldSpan
+from episub.proto.envelope import MAX_SEQ
+from episub.proto.messages import HeldSpan
 from episub.recordbatch import BATCH_HEADER
 from spark_connector.arrow_rows import Chunker, to_payload
 from spark_connector.deployment import (

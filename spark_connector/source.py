@@ -78,7 +78,6 @@ MAX_ON_DEMAND = 32
 MAX_KNOWN = 16
 # Topics whose names start so are the deployment's own (the cluster topic, configuration).
 INTERNAL_TOPIC_PREFIX = "_episub."
-_MAX_SEQ = (1 << 63) - 1
 
 
 @dataclass(frozen=True)
