@@ -44,8 +44,8 @@ from pyspark.sql.datasource import (
 from episub.agent import AgentClient, AgentError, ConfigView
 from episub.config.codec import Update, decode, encode_snapshot, encode_update, entry_for, value_of
 from episub.config.state import Entry
+from episub.proto.reserved import CLUSTER_TOPIC
 from spark_connector.deployment import (
-    CLUSTER_TOPIC,
     Deployment,
     driver_client,
     executor_client,

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 from episub.proto import messages as m
+from episub.proto.reserved import CONFIG_TOPIC_PREFIX
 
 
 def _positive(name: str, value: float) -> None:
@@ -288,8 +289,6 @@ class BroadcastConfig:
 
 _Part = TypeVar("_Part", "MembershipConfig", "BroadcastConfig")
 
-# Live configuration's topics (episub.config): `_episub.config.<name>`.
-CONFIG_TOPIC_PREFIX = "_episub.config."
 # A configuration topic carries a few small writes that every node gets eagerly, each on a
 # one-message stream of its own (episub/config/replica.py), so its IHAVEs only ever repair
 # a loss. At 0.1 s they were a third of what a config benchmark node received and sent at
