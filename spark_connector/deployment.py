@@ -46,7 +46,14 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from episub.agent import AgentClient, AgentError, AgentInfo, AgentUnavailable, ensure_agent
+from episub.agent import (
+    AgentClient,
+    AgentError,
+    AgentInfo,
+    AgentUnavailable,
+    AgentWaitExpired,
+    ensure_agent,
+)
 from episub.proto.reserved import CLUSTER_TOPIC
 
 __all__ = [
@@ -498,7 +505,5 @@ def join_through(client: AgentClient, topic: str, addresses: Any) -> None:
     executors join (a sink writing a topic the outside nodes do not follow, for one)."""
     try:
         client.join(topic, list(addresses), timeout=CONTACT_JOIN_TIMEOUT)
-    except AgentError as exc:
-        if exc.kind != "timeout":
-            raise
+    except AgentWaitExpired as exc:
         log.info("topic %r: %s", topic, exc)
