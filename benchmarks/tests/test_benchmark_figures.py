@@ -9,7 +9,7 @@ import re
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "benchmarks" / "results"
 _SPEC = importlib.util.spec_from_file_location("figures", ROOT / "benchmarks" / "figures.py")
 assert _SPEC is not None and _SPEC.loader is not None

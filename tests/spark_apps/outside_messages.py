@@ -1,8 +1,8 @@
 """Many one-row messages held by a node outside Spark, read by Spark: a batch read and an
 `availableNow` stream, each row checked to come exactly once.
 
-    .venv/bin/python benchmarks/outside_messages.py --rows 1000000
-    .venv/bin/python benchmarks/outside_messages.py --rows 30000 --master 'local[2]'
+    .venv/bin/python tests/spark_apps/outside_messages.py --rows 1000000
+    .venv/bin/python tests/spark_apps/outside_messages.py --rows 30000 --master 'local[2]'
 
 An `episub node` process (topic `t`, its agent socket) publishes --rows rows of --size
 bytes, one row per message, in requests of 1,000 messages, as fast as it takes them: the
@@ -158,7 +158,7 @@ def main() -> None:
             node.terminate()
             node.wait(timeout=30)
     result["master"] = args.master
-    result["command"] = " ".join(["benchmarks/outside_messages.py", *sys.argv[1:]])
+    result["command"] = " ".join(["tests/spark_apps/outside_messages.py", *sys.argv[1:]])
     line = json.dumps(result)
     print(line, flush=True)
     if args.out:

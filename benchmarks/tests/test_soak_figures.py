@@ -6,8 +6,7 @@ import importlib.util
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))  # _common
-_PATH = Path(__file__).resolve().parent.parent / "benchmarks" / "soak.py"
+_PATH = Path(__file__).resolve().parents[1] / "soak.py"
 _SPEC = importlib.util.spec_from_file_location("soak", _PATH)
 assert _SPEC is not None and _SPEC.loader is not None
 soak = importlib.util.module_from_spec(_SPEC)

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))  # _common
-_PATH = Path(__file__).resolve().parent.parent / "benchmarks" / "config_broadcast.py"
+_PATH = Path(__file__).resolve().parents[1] / "config_broadcast.py"
 _SPEC = importlib.util.spec_from_file_location("config_broadcast", _PATH)
 assert _SPEC is not None and _SPEC.loader is not None
 bench = importlib.util.module_from_spec(_SPEC)

@@ -1,6 +1,6 @@
 """An outsider without the key, connecting to a node as fast as it can, one way per --mode.
 
-    .venv/bin/python benchmarks/outsider_client.py --target 127.0.0.1:7000 --mode slow \\
+    .venv/bin/python tests/outsider_client.py --target 127.0.0.1:7000 --mode slow \\
         --source 127.0.0.2 --connections 20000 --seconds 60
 
 Modes (each connection comes from --source; any 127.0.0.0/8 address works on Linux):

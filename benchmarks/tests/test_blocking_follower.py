@@ -3,20 +3,17 @@ config_broadcast.py measures: it must follow a real writer, or its figures mean 
 
 from __future__ import annotations
 
-import sys
 import threading
 import time
-from pathlib import Path
 
 import trio
+from blocking_follower import BlockingFollower  # benchmarks/ (conftest.py)
 
 from episub import Node
 from episub.config import ConfigReplica, config_topic
 from episub.config.codec import value_of
-from tests.net_helpers import KEY
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
-from blocking_follower import BlockingFollower
+KEY = bytes(range(32))  # the deployment key every node of the test shares
 
 WRITES = 20
 

@@ -3,11 +3,7 @@ its per-stage figures would time something else."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
-import reader_path
+import reader_path  # benchmarks/ (conftest.py)
 
 
 def test_every_stage_is_timed_over_updates_the_reader_applied() -> None:
