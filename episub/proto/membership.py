@@ -202,9 +202,6 @@ class Membership:
         rand = LinkKind.RAND
         return sum(1 for link in self.active.values() if link.kind is rand and not link.hub)
 
-    def near_count(self) -> int:
-        return self.own_count() - self.rand_count()
-
     def _counts(self, link: Link) -> bool:
         """Does the link count against A? A random link, or a near link we chose; with
         proximity, a near link a peer chose is held beside them (proximity.py); a hub
