@@ -106,6 +106,7 @@ from episub.proto.ordering import OrderedDelivery, PublisherStream
 from episub.proto.peers import RttTable
 from episub.proto.signing import Signer, check_message
 from episub.proto.tables import BroadcastCounters
+from episub.proto.timers import BroadcastTimer
 from episub.proto.trees import Tree, Trees
 
 # Ranges a neighbour announced to us that we note between two flushes (to leave out of
@@ -1091,21 +1092,24 @@ class Broadcast:
 
     # -- timers -------------------------------------------------------------------------
 
-    def on_timer(self, name: str, now: float, out: list[OutEvent]) -> None:
-        if name == "ihave":
-            self._ihave_armed = False
-            self._flush_ihave(out)
-        elif name == "missing":
-            self._missing_armed = False
-            self._graft_due(now, out)
-        elif name == "gap":
-            tree = self._latest_tree()
-            self.ordering.on_gap_timer([*tree.eager, *tree.lazy], now, out)
-        elif name == "settle":
-            self.ordering.on_settle_timer(now, out)
-        elif name == "heads":
-            self._heads_armed = False
-            self._send_heads(now, out)
+    def on_timer(self, timer: BroadcastTimer, now: float, out: list[OutEvent]) -> None:
+        match timer:
+            case BroadcastTimer.IHAVE:
+                self._ihave_armed = False
+                self._flush_ihave(out)
+            case BroadcastTimer.MISSING:
+                self._missing_armed = False
+                self._graft_due(now, out)
+            case BroadcastTimer.GAP:
+                tree = self._latest_tree()
+                self.ordering.on_gap_timer([*tree.eager, *tree.lazy], now, out)
+            case BroadcastTimer.SETTLE:
+                self.ordering.on_settle_timer(now, out)
+            case BroadcastTimer.HEADS:
+                self._heads_armed = False
+                self._send_heads(now, out)
+            case _:
+                assert_never(timer)
 
     def _queue_ihave(
         self,

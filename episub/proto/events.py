@@ -13,7 +13,7 @@ from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import TypeAlias
 
-from episub.proto.envelope import MAX_SEQ, Record
+from episub.proto.envelope import MAX_SEQ, MAX_TIMESTAMP_MS, Record
 from episub.proto.messages import (
     Envelope,
     GetHeld,
@@ -101,11 +101,14 @@ class Publish:
         if self.timestamp_ms is not None:
             if self.stream is None:
                 raise ValueError("only a named stream's place takes a given timestamp_ms")
-            if not isinstance(self.timestamp_ms, int) or not 0 <= self.timestamp_ms < 1 << 63:
+            if (
+                not isinstance(self.timestamp_ms, int)
+                or not 0 <= self.timestamp_ms <= MAX_TIMESTAMP_MS
+            ):
                 raise ValueError(f"timestamp_ms must be a 63-bit int, not {self.timestamp_ms!r}")
         if self.stream is not None:
             publisher, seq = self.stream
-            if not isinstance(seq, int) or isinstance(seq, bool) or not 0 <= seq < MAX_SEQ:
+            if not isinstance(seq, int) or isinstance(seq, bool) or not 0 <= seq <= MAX_SEQ:
                 raise ValueError(f"a stream's seq must be an int in 0..2**63-1, not {seq!r}")
             if publisher is None:
                 raise ValueError("a stream needs a publisher")
