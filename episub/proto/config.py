@@ -236,6 +236,16 @@ class BroadcastConfig:
     near_race_trees: int = 8  # measured: 8 publishers at one publisher's p99
     max_fetches: int = 1024  # guess: publishers whose history one topic fetches at once
     max_message_size: int = 1024 * 1024  # issue: 1 MiB default, configurable
+    # PULL and GRAFT answers go a batch at a time (answers.py): at most this many messages
+    # and seqs asked of retention, and this many bytes (or one message, if larger). A
+    # GRAFT's worth (max_graft_ids), and 64 KiB in the spirit of gossipsub v1.1's IWANT
+    # limits: a 20-byte PULL cannot make a node queue megabytes at once.
+    answer_batch_messages: int = 256
+    answer_batch_bytes: int = 64 * 1024
+    # Where nothing reports that a peer has read its last batch (the simulator; the
+    # runtime reports it and sets None), its next batch comes this long after the last.
+    # Guess: = ihave_interval, so a simulated catch-up of a few batches takes a moment.
+    answer_interval: float | None = 0.1
 
     def __post_init__(self) -> None:
         for name in (
@@ -269,6 +279,13 @@ class BroadcastConfig:
             )
         if self.max_message_size < 1:
             raise ValueError(f"max_message_size must be >= 1, not {self.max_message_size}")
+        if self.answer_batch_messages < 1 or self.answer_batch_bytes < 1:
+            raise ValueError(
+                "answer_batch_messages and answer_batch_bytes must be >= 1, not "
+                f"{self.answer_batch_messages} and {self.answer_batch_bytes}"
+            )
+        if self.answer_interval is not None:
+            _positive("answer_interval", self.answer_interval)
         if self.near_race_trees < 0:
             raise ValueError(f"near_race_trees must be >= 0, not {self.near_race_trees}")
         if self.max_stream_trees < 0:

@@ -20,7 +20,7 @@ from episub.proto.messages import MessageId, PeerId
 from episub.proto.peers import Rng, RttTable
 from episub.proto.signing import Signer
 
-BROADCAST_TIMERS = ("ihave", "missing", "gap", "settle", "heads")
+BROADCAST_TIMERS = ("ihave", "missing", "gap", "settle", "heads", "answers")
 
 
 class Topic:
@@ -101,6 +101,7 @@ class Topic:
         self._feed_neighbor_changes(out, start, now)
 
     def on_connection_lost(self, peer: PeerId, now: float, out: list[OutEvent]) -> None:
+        self.broadcast.forget_answers(peer)
         start = len(out)
         self.membership.on_connection_lost(peer, now, out)
         self._feed_neighbor_changes(out, start, now)
