@@ -12,7 +12,7 @@ import trio
 from episub import Delivery, Lost, Node, Subscription
 from episub.net.network import SEND_QUEUE_CAP
 from episub.proto.config import BroadcastConfig
-from episub.proto.messages import GetHeld, Pull
+from episub.proto.messages import Envelope, GetHeld, History, Pull
 from tests import hostile_peer
 from tests.net_helpers import KEY, TOPIC, WAIT, RawPeer, run, wait_until
 from tests.test_net_hostile import assert_still_serving, honest_pair
@@ -89,6 +89,35 @@ def test_pulls_repeated_without_reading_wait_merged_and_go_with_the_connection()
                 what="answers dropped",
             )
             await assert_still_serving(a, b)
+
+    run(main)
+
+
+def test_a_pull_larger_than_a_batch_is_answered_whole_to_a_peer_that_reads() -> None:
+    """48 messages of 100 KB, one PULL of all of them: each batch (one message here, past
+    answer_batch_bytes) is made as the lane of the last empties, until every one went."""
+
+    async def main() -> None:
+        async with honest_pair(max_message=100_000) as (a, _):
+            raw = await RawPeer.connect(a.address)
+            await hostile_peer.join_as_neighbour(raw, TOPIC)
+            for seq in range(48):
+                gossip = hostile_peer.forged_gossip(TOPIC, raw.id, seq, payload=b"x" * 100_000)
+                await raw.send_items([(TOPIC, gossip)])
+            await wait_until(lambda: a.stats()["retained_messages"] >= 48, what="48 held")
+            batches = a.stats()["answer_batches"]
+            await raw.send_items([(TOPIC, Pull(publisher=raw.id, first_seq=0, last_seq=47))])
+            got: list[int] = []
+            with trio.fail_after(WAIT):
+                while len(got) < 48:
+                    frame = await raw.reader.receive_frame()
+                    assert frame is not None, "the target closed the connection"
+                    for _, message in frame:
+                        if isinstance(message, History) and message.publisher == raw.id:
+                            got += [Envelope.decode(e).seq for e in message.envelopes]
+            assert got == list(range(48))
+            assert a.stats()["answer_batches"] - batches >= 48
+            await raw.aclose()
 
     run(main)
 
