@@ -10,6 +10,7 @@ import pytest
 import trio
 
 from episub import Delivery, Lost, Node, Subscription
+from episub.agent.service import AgentService
 from episub.net.network import SEND_QUEUE_CAP
 from episub.proto.config import BroadcastConfig
 from episub.proto.messages import Envelope, GetHeld, History, Pull
@@ -89,6 +90,13 @@ def test_pulls_repeated_without_reading_wait_merged_and_go_with_the_connection()
                 what="answers dropped",
             )
             await assert_still_serving(a, b)
+            # What the agent's `inspect` reads of the node answers after the attack (it
+            # once answered a TypeError for minutes after it).
+            service = AgentService(a)
+            service._joined[TOPIC] = None
+            info = service.node_info({})
+            assert info.stats["answer_ranges_merged"] >= 99
+            assert [t.topic for t in info.topics] == [TOPIC]
 
     run(main)
 
