@@ -205,3 +205,17 @@ def test_waiting_answers_are_bounded_per_peer_and_in_peers() -> None:
         node.handle(Received(b"asker-%04d" % i, TOPIC, pull), 3.0)
     assert len(b.answers) == MAX_ASKERS
     assert b.counters.answer_askers_evicted == 6  # ASKER's, and the first 5 of these
+
+
+def test_a_graft_waiting_goes_before_a_pull_waiting() -> None:
+    node = loaded_node()
+    pull = m.Pull(publisher=PUBLISHER, first_seq=0, last_seq=CACHED // 2 - 1)
+    first = seqs_sent(node.handle(Received(ASKER, TOPIC, pull), 2.0))
+    graft = m.Graft(ranges=((PUBLISHER, CACHED - 2, CACHED - 1, 0),))
+    assert seqs_sent(node.handle(Received(ASKER, TOPIC, graft), 2.1)) == []  # its turn comes
+    batch = seqs_sent(node.handle(AnswersDrained(ASKER), 2.2))
+    assert batch[:2] == [CACHED - 2, CACHED - 1]  # then the PULL's go on in the same batch
+    rest = batch[2:]
+    while batch := seqs_sent(node.handle(AnswersDrained(ASKER), 2.3)):
+        rest += batch
+    assert first + rest == list(range(CACHED // 2))

@@ -11,7 +11,8 @@ Rules this machine keeps:
   one message, however large); a GRAFT's places we do not hold cost a look-up, no item.
 - A request from a peer with nothing waiting is answered at once up to one batch; the
   rest waits in the peer's cursor. A request from a peer with answers waiting joins them
-  and waits its turn: one batch per turn, however many requests.
+  and waits its turn: one batch per turn, however many requests. A GRAFT's ranges (live
+  repair) go before the PULLs' (history, catch-up) waiting, after the GRAFTs'.
 - A range within one still being answered (same kind and publisher, within the seqs it
   asked) is merged with it: nothing is added, and what of it was sent is not sent again
   (a repeated PULL costs nothing more). A peer's cursor holds at most
@@ -162,7 +163,12 @@ class AnswerCursors:
         if len(cursor.ranges) >= MAX_PENDING_RANGES or cursor.seqs + span > MAX_PENDING_SEQS:
             self.counters.answer_ranges_refused += 1
             return
-        cursor.ranges.append(_Range(pull, publisher, first, first, last))
+        waiting_range = _Range(pull, publisher, first, first, last)
+        if pull:
+            cursor.ranges.append(waiting_range)
+        else:  # live repair goes before history: after the GRAFT ranges already waiting
+            ahead = next((i for i, r in enumerate(cursor.ranges) if r.pull), len(cursor.ranges))
+            cursor.ranges.insert(ahead, waiting_range)
         cursor.seqs += span
 
     def _serve(self, peer: PeerId, cursor: _Cursor, lookup: Lookup, out: list[OutEvent]) -> None:
