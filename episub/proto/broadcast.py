@@ -46,6 +46,8 @@ Rules from the draft (and Plumtree):
   the cache holds.
 - PULL: the sender gets the publisher's messages it asked for that the cache holds; the
   others are asked of retention, above the core (HistoryAsked).
+- GRAFT and PULL answers go a bounded batch at a time, the next when the asker has read
+  the last (answers.py, whose rules are at its top).
 - one message per place: a first copy for a (publisher, seq) the cache holds another
   message for wins it only with the earlier stamp (then the smaller id); a losing one is
   dropped and its sender gets the winner (`_rival_loses`).
@@ -85,13 +87,13 @@ from itertools import islice
 from typing import Any, TypeAlias, assert_never
 
 from episub.proto import messages as m
-from episub.proto.cache import MessageCache
+from episub.proto.answers import AnswerCursors
+from episub.proto.cache import Cached, MessageCache
 from episub.proto.config import BroadcastConfig
 from episub.proto.envelope import IdHasher, Record
 from episub.proto.errors import LocalProtocolError, MessageTooLarge, too_large
 from episub.proto.events import (
     AlreadyPublished,
-    HistoryAsked,
     OutEvent,
     PeerMisbehaved,
     Published,
@@ -100,7 +102,6 @@ from episub.proto.events import (
     Send,
 )
 from episub.proto.heads import StreamHeads
-from episub.proto.history import history_packs
 from episub.proto.messages import Envelope, LinkKind, MessageId, PeerId
 from episub.proto.ordering import OrderedDelivery, PublisherStream
 from episub.proto.peers import RttTable
@@ -200,7 +201,10 @@ class Broadcast:
         self._heads_armed = False
         self._ihave_armed = False
         self._missing_armed = False
+        self._answers_armed = False
         self.counters = BroadcastCounters()
+        # What peers asked (PULL, GRAFT over ranges) and were not sent yet (answers.py).
+        self.answers = AnswerCursors(topic, config, self.counters)
         # Per-publisher order (ordering.py): it counts into our counters.
         self.ordering = OrderedDelivery(
             topic=topic,
@@ -300,6 +304,7 @@ class Broadcast:
         self.announced.pop(peer, None)
         self.queued_before.pop(peer, None)
         self.heads.link_down(peer)
+        self.answers.forget(peer)
         repairing = repair and self.config.eager_repair
         targets: dict[PeerId, list[tuple[PeerId | None, Tree]]] = {}
         for publisher, tree in self.trees:
@@ -990,12 +995,8 @@ class Broadcast:
     ) -> None:
         if self._is_neighbor(peer):
             self._grafted(peer, ranges, streams, now, out)
-        by_seq = self.by_seq
-        for publisher, first, last, _ in ranges:
-            for seq in range(first, last + 1):
-                mid = by_seq.get((publisher, seq))
-                if mid is not None:
-                    self._send_cached(peer, mid, out)
+        if ranges:
+            self._ask(peer, False, [(p, first, last) for p, first, last, _ in ranges], out)
 
     def _grafted(
         self,
@@ -1024,25 +1025,36 @@ class Broadcast:
         self, peer: PeerId, publisher: PeerId, first: int, last: int, out: list[OutEvent]
     ) -> None:
         """Answer from the cache; the seqs it lacks go to retention (above the core)."""
-        lacking = []
-        found: list[tuple[bytes, int]] = []  # (envelope bytes, hops to send it with)
-        for seq in range(first, last + 1):
-            mid = self.by_seq.get((publisher, seq))
-            cached = None if mid is None else self.cache.get(mid)
-            if cached is not None:
-                found.append((cached.raw, min(cached.hops + 1, m.MAX_HOPS)))
-            else:
-                lacking.append(seq)
-        if found and isinstance(publisher, bytes):  # the simulator's int ids: one by one
-            for pack in history_packs(publisher, found, self.config.max_message_size):
-                out.append(Send(peer, self.topic, pack, answer=True))
-        elif found:
-            for seq in range(first, last + 1):
-                mid = self.by_seq.get((publisher, seq))
-                if mid is not None:
-                    self._send_cached(peer, mid, out)
-        if lacking:
-            out.append(HistoryAsked(self.topic, peer, publisher, tuple(lacking)))
+        self._ask(peer, True, [(publisher, first, last)], out)
+
+    def _ask(
+        self, peer: PeerId, pull: bool, ranges: list[tuple[PeerId, int, int]], out: list[OutEvent]
+    ) -> None:
+        """A PULL's or GRAFT's ranges, answered a batch at a time (answers.py)."""
+        if self.answers.ask(peer, pull, ranges, self._cached_at, out):
+            self._arm_answers(out)
+
+    def _cached_at(self, publisher: PeerId, seq: int) -> Cached | None:
+        mid = self.by_seq.get((publisher, seq))
+        return None if mid is None else self.cache.get(mid)
+
+    def answers_drained(self, peer: PeerId, out: list[OutEvent]) -> None:
+        """`peer` has read the answers it was sent: its next batch, if any waits."""
+        self.answers.drained(peer, self._cached_at, out)
+
+    def history_served(self, peer: PeerId, sent: bool, out: list[OutEvent]) -> None:
+        """Retention answered what a batch of `peer`'s asked it (`sent`: some messages)."""
+        self.answers.history_served(peer, sent, self._cached_at, out)
+
+    def forget_answers(self, peer: PeerId) -> None:
+        """`peer`'s connection went: what it asked and was not sent is not made."""
+        self.answers.forget(peer)
+
+    def _arm_answers(self, out: list[OutEvent]) -> None:
+        interval = self.config.answer_interval
+        if interval is not None and not self._answers_armed:
+            self._answers_armed = True
+            out.append(ScheduleTimer(interval, (*self._timer_prefix, "answers")))
 
     def _on_history(self, peer: PeerId, msg: m.History, now: float, out: list[OutEvent]) -> None:
         """A PULL answered in bulk (history.py). Each envelope is checked as a GOSSIP's
@@ -1082,14 +1094,6 @@ class Broadcast:
             out.append(Recovered(self.topic, mid, envelope))
             self.missing.pop((envelope.publisher, envelope.seq), None)
 
-    def _send_cached(self, peer: PeerId, mid: MessageId, out: list[OutEvent]) -> None:
-        """Answer a GRAFT or PULL from the cache; an id we no longer hold is skipped. An
-        answer: the runtime streams it within the peer's budget (Send.answer)."""
-        cached = self.cache.get(mid)
-        if cached is not None:
-            gossip = cached.gossip(min(cached.hops + 1, m.MAX_HOPS))
-            out.append(Send(peer, self.topic, gossip, answer=True))
-
     # -- timers -------------------------------------------------------------------------
 
     def on_timer(self, timer: BroadcastTimer, now: float, out: list[OutEvent]) -> None:
@@ -1108,6 +1112,10 @@ class Broadcast:
             case BroadcastTimer.HEADS:
                 self._heads_armed = False
                 self._send_heads(now, out)
+            case BroadcastTimer.ANSWERS:
+                self._answers_armed = False
+                if self.answers.retry(self._cached_at, out):
+                    self._arm_answers(out)
             case _:
                 assert_never(timer)
 

@@ -158,6 +158,9 @@ class BroadcastConfig:
     near_race_trees: int = 8  # tuned: 8 publishers at one publisher's p99 (docs/protocol.md)
     max_fetches: int = 1024  # guess: publishers whose history one topic fetches at once
     max_message_size: int = 1024 * 1024  # guess: Kafka's message.max.bytes is about 1 MB
+    answer_batch_messages: int = 256  # a GRAFT's worth (max_graft_ids), like gossipsub's IWANT cap
+    answer_batch_bytes: int = 64 * 1024  # guess: a 20-byte PULL never queues megabytes at once
+    answer_interval: float | None = 0.1  # next batch where no drain is reported (sim)
 
     def __post_init__(self) -> None:
         for name in (
@@ -191,6 +194,13 @@ class BroadcastConfig:
             )
         if self.max_message_size < 1:
             raise ValueError(f"max_message_size must be >= 1, not {self.max_message_size}")
+        if self.answer_batch_messages < 1 or self.answer_batch_bytes < 1:
+            raise ValueError(
+                "answer_batch_messages and answer_batch_bytes must be >= 1, not "
+                f"{self.answer_batch_messages} and {self.answer_batch_bytes}"
+            )
+        if self.answer_interval is not None:
+            _positive("answer_interval", self.answer_interval)
         if self.near_race_trees < 0:
             raise ValueError(f"near_race_trees must be >= 0, not {self.near_race_trees}")
         if self.max_stream_trees < 0:

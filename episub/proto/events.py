@@ -61,6 +61,21 @@ class RttMeasured:
 
 
 @dataclass(frozen=True, slots=True)
+class AnswersDrained:
+    """`peer` has read the answers it asked for (the runtime's lane for it emptied): the
+    core sends the next batch of what it asked, if any waits (answers.py)."""
+
+    peer: PeerId
+
+
+@dataclass(frozen=True, slots=True)
+class AnswersCancelled:
+    """`peer`'s connection went: what it asked for and was not sent yet is not made."""
+
+    peer: PeerId
+
+
+@dataclass(frozen=True, slots=True)
 class JoinTopic:
     """Command: subscribe to `topic`, entering through any of the `bootstrap` peers.
 
@@ -176,7 +191,9 @@ class AnswerHeld:
 @dataclass(frozen=True, slots=True)
 class ServeHistory:
     """Command: send `peer` these messages of `publisher` in `topic` from retention
-    (HISTORY, one hop), for the seqs of its PULL the cache no longer had (`HistoryAsked`)."""
+    (HISTORY, one hop), for the seqs of its PULL the cache no longer had (`HistoryAsked`).
+    Given for every HistoryAsked, with no messages when retention has none of them: the
+    next batch of the PULL waits for it."""
 
     topic: str
     peer: PeerId
@@ -206,6 +223,8 @@ InEvent: TypeAlias = (
     Received
     | TimerFired
     | ConnectionLost
+    | AnswersDrained
+    | AnswersCancelled
     | RttMeasured
     | JoinTopic
     | LeaveTopic
@@ -389,7 +408,8 @@ class HeldReport:
 @dataclass(frozen=True, slots=True)
 class HistoryAsked:
     """`peer` PULLed `publisher`'s `seqs` of `topic` and the cache no longer holds them:
-    retention (above the core) may, and answers with `ServeHistory`."""
+    retention (above the core) may, and answers with `ServeHistory` (at most a batch of
+    seqs: BroadcastConfig.answer_batch_messages)."""
 
     topic: str
     peer: PeerId

@@ -18,6 +18,7 @@ class BroadcastTimer(enum.StrEnum):
     GAP = "gap"  # PULL what a stream's gap still lacks (ordering)
     SETTLE = "settle"  # fix where a new subscriber's stream starts (ordering)
     HEADS = "heads"  # name quiet streams' heads to the neighbours
+    ANSWERS = "answers"  # the next batch of answers where nothing reports drains (answers.py)
 
 
 class MembershipTimer(enum.StrEnum):

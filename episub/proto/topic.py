@@ -102,6 +102,7 @@ class Topic:
         self._feed_neighbor_changes(out, start, now)
 
     def on_connection_lost(self, peer: PeerId, now: float, out: list[OutEvent]) -> None:
+        self.broadcast.forget_answers(peer)
         start = len(out)
         self.membership.on_connection_lost(peer, now, out)
         self._feed_neighbor_changes(out, start, now)
