@@ -157,6 +157,11 @@ def test_the_pull_amplification_sequence_keeps_the_target_within_its_memory_boun
     print(probe.report("b during the PULL sequence"))
     mb = {k: f"{v / 1e6:.0f} MB" for k, v in (("before", start), ("peak", peak), ("bound", bound))}
     print(f"b RSS: {mb}")
+    for name in ("a", "b", "c"):
+        s = stats(overlay, name)
+        # Links the 48 MB relay overflowed, and what the catch-ups on their return pulled:
+        # a's messages published while it had no link reach a subscriber only by catch-up.
+        print(name, {k: s[k] for k in ("queue_overflows", "peers_lost", "catch_ups", "caught_up")})
     assert received["b"] == received["c"] == list(range(HONEST))
     assert probe.latencies and not probe.failures, probe.failures[:3]
     assert peak <= bound, (peak, bound)
