@@ -262,10 +262,16 @@ class Broadcast:
         lazy_start = self.config.lazy_start
         hubbed = hub_parent and bool(self.hubs)
         racing = self._racing(kind)
+        # The end that does not push a race, and the stream both ends race in.
+        waits = self._waits_in_races(kind, peer)
+        latest = next(reversed(trees.by_stream), None)
         lazy_in: list[tuple[PeerId | None, Tree]] = []
         for publisher, tree in trees:
             if racing is not None and (publisher is None or publisher in racing):
-                tree.eager[peer] = None
+                if waits and publisher not in (None, latest) and tree.has_parent():
+                    tree.lazy[peer] = None  # the other end pushes: no PRUNE
+                else:
+                    tree.eager[peer] = None
             elif lazy_start and (hubbed or tree.has_parent()):
                 tree.lazy[peer] = None
                 lazy_in.append((publisher, tree))
@@ -289,6 +295,18 @@ class Broadcast:
         if self.config.hub_parent or len(by_stream) <= budget:
             return by_stream
         return set(islice(reversed(by_stream), budget))
+
+    def _waits_in_races(self, kind: LinkKind, peer: PeerId) -> bool:
+        """Does a new link start lazy here in the trees it races in, but the one of the
+        stream seen most lately (a single publisher's)? For a NEAR link at the end with the
+        higher id (`_pushes_race`), so that one end pushes each race; never with hub_parent
+        (a hub link stays eager). A race both ends push costs two copies when neither end
+        gains, one when one end pushes, and the lazy end that gets the pushed copy first
+        grafts it back (`_lazy_sender_first`). With both ends pushing in 8 trees, races
+        were half the redundant copies of 8 publishers (docs/protocol.md, "Delivery trees")."""
+        return (
+            kind is LinkKind.NEAR and not self.config.hub_parent and not _pushes_race(self.me, peer)
+        )
 
     def neighbor_down(
         self, peer: PeerId, now: float, out: list[OutEvent], *, repair: bool = True
@@ -1239,6 +1257,15 @@ class Broadcast:
         self, mid: MessageId, envelope: Envelope, *, hops: int, sender: PeerId | None, now: float
     ) -> None:
         self.messages.remember(mid, envelope, hops, now, sender)
+
+
+def _pushes_race(me: PeerId, peer: PeerId) -> bool:
+    """Is `me` the end of a new link that pushes in a race one end pushes? The lower id, so
+    that both ends agree without a message."""
+    try:
+        return bool(me < peer)  # type: ignore[operator]
+    except TypeError:
+        return repr(me) < repr(peer)
 
 
 def _spread_share(me: PeerId, spread: float) -> float:
