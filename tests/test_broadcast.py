@@ -855,6 +855,23 @@ def test_eager_repair_grafts_at_most_eager_repair_grafts_lazy_peers_fed_us_first
     assert node.lazy_peers(TOPIC) == [3, 5]
 
 
+def test_eager_repair_grafts_one_lazy_peer_in_trees_but_the_latest():
+    # A link going down (a proximity swap) is the parent of many trees; each one's second
+    # graft cost redundant copies. The stream seen most lately grafts eager_repair_grafts.
+    node = node_with(1, 2, 3, 4, 5, eager_repair=True, eager_repair_grafts=2)
+    node.handle(received(4, gossip(env(0), hops=2)), 1.0)
+    node.handle(received(1, gossip(env(1), hops=2)), 1.1)
+    node.handle(received(1, gossip(envelope(OTHER, 0))), 1.15)
+    make_lazy(node, 2, 3, 4, 5, now=1.2, streams=S)
+    make_lazy(node, 2, 3, 4, 5, now=1.2, streams=(OTHER,))  # OTHER: seen most lately
+    out = node.handle(received(1, m.Disconnect()), 1.3)
+    assert sends(out, m.Graft) == [
+        send(4, m.Graft(streams=S)),
+        send(2, m.Graft(streams=(OTHER,))),
+        send(3, m.Graft(streams=(OTHER,))),
+    ]
+
+
 def test_a_prune_that_crossed_our_graft_is_answered_by_graft_again():
     # We grafted 2 (eager repair) while 2, not yet knowing, pruned us for a duplicate: 2
     # makes us eager when our GRAFT lands, so taking its PRUNE would leave the link eager at

@@ -318,11 +318,13 @@ class Broadcast:
         self.queued_before.pop(peer, None)
         self.heads.link_down(peer)
         repairing = repair and self.config.eager_repair
+        latest = next(reversed(self.trees.by_stream), None)
         targets: dict[PeerId, list[tuple[PeerId | None, Tree]]] = {}
         for publisher, tree in self.trees:
             was_eager, lost_at = tree.drop(peer)
             if was_eager and repairing and self._parentless(publisher, tree, lost_at, down=True):
-                for lazy_peer in self._repair_targets(tree):
+                grafts = self.config.eager_repair_grafts if publisher in (None, latest) else 1
+                for lazy_peer in self._repair_targets(tree, grafts):
                     targets.setdefault(lazy_peer, []).append((publisher, tree))
         for lazy_peer, trees in targets.items():
             self._graft(lazy_peer, trees, now, out)
@@ -341,15 +343,19 @@ class Broadcast:
             return not tree.still_fed(lost_at)
         return not tree.eager or (lost_at is not None and not tree.still_fed(lost_at))
 
-    def _repair_targets(self, tree: Tree) -> list[PeerId]:
-        """At most `eager_repair_grafts` lazy neighbours to graft when a tree's parent went:
-        those that fed us most lately first, then the others in the order they became
-        lazy. Grafting every lazy one (up to 13 with near links chosen by each end) pushed
-        a copy of each message over every one of them, both ways, unpruned for graft_grace."""
+    def _repair_targets(self, tree: Tree, grafts: int) -> list[PeerId]:
+        """At most `grafts` lazy neighbours to graft when a tree's parent went: those that
+        fed us most lately first, then the others in the order they became lazy. Grafting
+        every lazy one (up to 13 with near links chosen by each end) pushed a copy of each
+        message over every one of them, both ways, unpruned for graft_grace. The tree of
+        the stream seen most lately (a single publisher's) grafts `eager_repair_grafts`,
+        the others one: a link that goes down (a proximity swap) is the parent of many
+        trees, and their second grafts were a third of 32 publishers' redundant copies
+        (docs/protocol.md, "Delivery trees")."""
         lazy = tree.lazy
         fed = [p for p in reversed(tree.first_from) if p in lazy]
         others = [p for p in lazy if p not in tree.first_from]
-        return (fed + others)[: self.config.eager_repair_grafts]
+        return (fed + others)[:grafts]
 
     def _graft(
         self,

@@ -186,10 +186,9 @@ class BroadcastConfig:
     # proximity swaps it cut p99 from 447 to 199 ms at 1,000 nodes (docs/simulation.md).
     eager_repair: bool = True
     # Lazy neighbours grafted by eager repair, those that fed us most lately first: all of
-    # them (up to 13) pushed a copy each, both ways, for graft_grace (churn RMR 0.08); 2
-    # made a third of the redundant copies of 32 publishers while near links converge,
-    # where a parent lost to a proximity swap is common (docs/protocol.md).
-    eager_repair_grafts: int = 1
+    # them (up to 13) pushed a copy each, both ways, for graft_grace (churn RMR 0.08). In
+    # the tree of the stream seen most lately; the others graft one (broadcast.py).
+    eager_repair_grafts: int = 2
     # A RAND link that comes up while an eager neighbour feeds us starts lazy at both ends
     # (broadcast.py `neighbor_up`): links made by overlay upkeep and repair carried a
     # redundant copy of every message until their first duplicate pruned them.
