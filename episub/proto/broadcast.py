@@ -318,12 +318,15 @@ class Broadcast:
         self.queued_before.pop(peer, None)
         self.heads.link_down(peer)
         repairing = repair and self.config.eager_repair
+        # Every tree grafts eager_repair_grafts with hub_parent; else the latest and `shared`.
+        full = self.config.eager_repair_grafts
         latest = next(reversed(self.trees.by_stream), None)
         targets: dict[PeerId, list[tuple[PeerId | None, Tree]]] = {}
         for publisher, tree in self.trees:
             was_eager, lost_at = tree.drop(peer)
             if was_eager and repairing and self._parentless(publisher, tree, lost_at, down=True):
-                grafts = self.config.eager_repair_grafts if publisher in (None, latest) else 1
+                whole = self.config.hub_parent or publisher in (None, latest)
+                grafts = full if whole else 1
                 for lazy_peer in self._repair_targets(tree, grafts):
                     targets.setdefault(lazy_peer, []).append((publisher, tree))
         for lazy_peer, trees in targets.items():
@@ -349,9 +352,10 @@ class Broadcast:
         every lazy one (up to 13 with near links chosen by each end) pushed a copy of each
         message over every one of them, both ways, unpruned for graft_grace. The tree of
         the stream seen most lately (a single publisher's) grafts `eager_repair_grafts`,
-        the others one: a link that goes down (a proximity swap) is the parent of many
-        trees, and their second grafts were a third of 32 publishers' redundant copies
-        (docs/protocol.md, "Delivery trees")."""
+        the others one (with hub_parent, where each write is a stream, all grafts): a link
+        that goes down (a proximity swap) is the parent of many trees, and their second
+        grafts were a third of 32 publishers' redundant copies (docs/protocol.md,
+        "Delivery trees")."""
         lazy = tree.lazy
         fed = [p for p in reversed(tree.first_from) if p in lazy]
         others = [p for p in lazy if p not in tree.first_from]
