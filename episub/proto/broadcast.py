@@ -58,15 +58,18 @@ Rules from the draft (and Plumtree):
   (see `_prefer_near_parent`).
 - a new link starts eager, except a RAND link at a node with a parent (an eager
   neighbour that has sent it a message first): that starts lazy, and a PRUNE at link-up
-  makes it lazy at the other end too (`neighbor_up`). NEAR links start eager.
+  makes it lazy at the other end too (`neighbor_up`). A NEAR link races (starts eager) in
+  the `near_race_trees` trees seen most lately: from both ends in the latest, from the
+  lower id's end only in the others (the other end starts it lazy and sends no PRUNE).
 - hub links (ours, `hub_parent`: configuration topics): a NEAR link is a hub link
   (membership.py); it starts eager and is never pruned for a duplicate, and while one
   stands every RAND link starts lazy; one coming up makes our eager RAND links lazy.
 - IHAVE flush period (ours, `ihave_spread`): ihave_interval times a share of the node's
   own, fixed by its id, so that nodes fed at the same moment do not flush together.
 - optional eager repair when an eager neighbour goes down (empty GRAFT to at most
-  `eager_repair_grafts` lazy peers, those that fed us most lately first), unless a
-  remaining eager neighbour has sent us a message first since it did.
+  `eager_repair_grafts` lazy peers in the latest tree, one in the others, those that fed
+  us most lately first), unless a remaining eager neighbour has sent us a message first
+  since it did.
 - per-publisher gaps are pulled (PULL first..last) from neighbours in turn (ordering.py).
 - stream heads (ours, heads.py): `heads_quiet` after a stream's newest message came, its
   seq is named once in a HEADS to every neighbour not known to hold it. A HEADS is taken
