@@ -235,7 +235,7 @@ class BroadcastConfig:
     # others that have a parent. Every race costs a duplicate or two: racing in all 32
     # trees gave RMR 0.22, in none p99 1.4x; with one end pushing, 6 cost 8 publishers'
     # p99 what 8 did and 4 more (docs/protocol.md, "Delivery trees").
-    near_race_trees: int = 6  # measured at 300 and 1,000 nodes, 8 and 32 publishers
+    near_race_trees: int = 6  # measured: 300 nodes, 8 and 32 publishers (docs/protocol.md)
     max_fetches: int = 1024  # guess: publishers whose history one topic fetches at once
     max_message_size: int = 1024 * 1024  # issue: 1 MiB default, configurable
 
