@@ -336,6 +336,12 @@ CONFIG_TOPIC_MEMBERSHIP: tuple[tuple[str, Any], ...] = (
     ("passive_probe_interval", 12.0),  # a settled node's pace (settled_upkeep 6 x 2 s)
     ("passive_probe_interval_unmeasured", 12.0),
     ("passive_probes_per_tick_unmeasured", 1),
+    # A node cut off from the rest (its host's link down past TCP's user timeout) is
+    # isolated on this topic and asks its contact and the peers it remembers again and
+    # again: at the default's 60 s it came back up to a minute after the link did, its
+    # values stale all that while. Guess: a few contacts asked every 4 s cost little, and
+    # the replica holds the writes it missed a few seconds after the link's return.
+    ("recovery_max_retry", 4.0),
 )
 
 
