@@ -241,7 +241,9 @@ def writer_stream(spark: Any, source: Path, topic: str, checkpoint: Path) -> Any
 
     return (
         spark.readStream.schema("id long")
-        .option("maxFilesPerTrigger", 2)
+        # A file a second: a batch takes one or two, and the backlog of a cut (a file per
+        # second of it) drains in a few batches, not in one per two files (a minute).
+        .option("maxFilesPerTrigger", 20)
         .json(str(source))
         .select(F.col("id").cast("string").alias("value"))
         .writeStream.format("episub")
