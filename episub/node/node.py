@@ -450,6 +450,11 @@ class Node:
         """The topic's active view: near links first, then random ones, by peer id."""
         return neighbors(self._running().state, topic)
 
+    def contacts(self, topic: str) -> list[bytes]:
+        """The ids of the nodes `topic` was joined through (those of its bootstrap
+        addresses that answered), neighbours or not."""
+        return self._running().state.contacts(topic)  # type: ignore[return-value]
+
     def passive_view_size(self, topic: str) -> int:
         """How many peers the topic's passive view holds (0 when not joined)."""
         return len(self._running().state.passive_view(topic))

@@ -240,6 +240,7 @@ CONFIG_TOPIC_MEMBERSHIP: tuple[tuple[str, Any], ...] = (
     ("passive_probe_interval", 12.0),  # a settled node's pace (settled_upkeep 6 x 2 s)
     ("passive_probe_interval_unmeasured", 12.0),  # no RTT is wanted without proximity
     ("passive_probes_per_tick_unmeasured", 1),
+    ("recovery_max_retry", 4.0),  # guess: a cut-off replica relinks seconds after its link's return
 )
 
 
