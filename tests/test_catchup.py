@@ -12,8 +12,9 @@ import trio
 import trio.testing
 
 from episub.node.catchup import CatchUp
+from episub.node.fetching import FetchReport
 from episub.proto.messages import HeldSpan
-from episub.records import Delivery, Neighbor
+from episub.records import Neighbor
 from episub.retention import RetentionConfig, RetentionStore
 from tests.net_helpers import TOPIC, run, wait_until
 from tests.test_node_history import node, pair
@@ -40,11 +41,11 @@ class Neighbourhood:
         self.asked.append((topic, peer_id))
         return [HeldSpan(publisher=PUBLISHER, first_seq=0, last_seq=2, count=3)]
 
-    async def fetch(
+    async def fetch_range(
         self, topic: str, publisher: bytes, first: int, last: int, *, holders: Iterable[bytes]
-    ) -> list[Delivery]:
+    ) -> FetchReport:
         self.fetched.append((publisher, first, last))
-        return []
+        return FetchReport(last - first + 1, "unheld")
 
 
 def catch_up_after(act: str, held: bool) -> tuple[Neighbourhood, dict[str, int]]:
