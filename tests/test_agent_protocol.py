@@ -25,6 +25,8 @@ from episub.agent.options import UsageError, load_key, load_link_delay
 from episub.agent.server import AgentServer
 from episub.agent.service import AgentLimits, AgentService
 from episub.agent.wire import item_to_pb
+from episub.recordbatch import BATCH_HEADER, is_batch
+from episub.recordbatch import encode as encode_batch
 from episub.retention import Span
 from episub.subscription import Delivery, Lagged
 from tests.proc_helpers import KEY, TOPIC, WAIT, socket_dir
@@ -167,6 +169,44 @@ def test_a_read_range_bigger_than_a_page_comes_in_several_replies() -> None:
         assert [m.seq for m in client.read_range(TOPIC, publisher, 2, 8)] == list(range(2, 9))
         assert client.read_range(TOPIC, publisher, 20, 30) == []
         assert client.inspect().stats["agent_requests"] >= 3
+
+
+def test_a_read_range_as_rows_gives_each_page_s_messages_as_columns() -> None:
+    records = [
+        Record(b"v%d" % i, key=None if i % 3 else b"k%d" % i, headers=[("h", b"%d" % i)] * (i % 2))
+        for i in range(10)
+    ]
+    with agent(read_page_messages=3) as path, AgentClient(path) as client:
+        publisher = client.publish_batch(TOPIC, records)[0].publisher
+        expected = client.read_range(TOPIC, publisher, 1, 8)
+        pages = list(client.read_range_rows(TOPIC, publisher, 1, 8))
+        assert [p.rows.rows for p in pages] == [3, 3, 2]
+        got = [
+            (int.from_bytes(p.seqs[8 * i : 8 * i + 8], "little"), p.rows.row(i))
+            for p in pages
+            for i in range(p.rows.rows)
+        ]
+        assert [(seq, r.timestamp_ms, r.key, r.value, r.headers) for seq, r in got] == [
+            (m.seq, m.timestamp_ms, m.key, m.value, m.headers) for m in expected
+        ]
+        assert all(p.batches == [] for p in pages)
+        assert {p.rows.rows for p in client.read_range_rows(TOPIC, publisher, 20, 30)} == {0}
+        with pytest.raises(AgentError, match="as_rows and value_prefix") as refused:
+            body = pb.ReadRange(topic=TOPIC, publisher=publisher, last_seq=1, as_rows=True)
+            body.value_prefix = 8
+            client._call(read_range=body)
+        assert refused.value.kind == "bad_request"
+
+
+def test_a_record_batch_message_in_a_page_as_rows_comes_as_it_is() -> None:
+    with agent() as path, AgentClient(path) as client:
+        stream = (b"s", 0)
+        client.publish(TOPIC, b"plain", stream=stream, timestamp_ms=5)
+        client.publish(TOPIC, encode_batch(1, [(6, None, b"r", ())]), stream=(b"s", 1),
+                       headers=[(BATCH_HEADER, b"1")])  # fmt: skip
+        (page,) = client.read_range_rows(TOPIC, b"s", 0, 1)
+        assert page.rows.rows == 1 and page.rows.row(0).value == b"plain"
+        assert [(m.seq, is_batch(m.headers)) for m in page.batches] == [(1, True)]
 
 
 def test_a_batch_is_all_or_nothing_when_one_record_is_too_large() -> None:

@@ -117,7 +117,7 @@ class Unsubscribe(_message.Message):
     def __init__(self, subscribe_id: _Optional[int] = ...) -> None: ...
 
 class ReadRange(_message.Message):
-    __slots__ = ("topic", "publisher", "first_seq", "last_seq", "fetch_timeout", "holders", "value_prefix")
+    __slots__ = ("topic", "publisher", "first_seq", "last_seq", "fetch_timeout", "holders", "value_prefix", "as_rows")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     PUBLISHER_FIELD_NUMBER: _ClassVar[int]
     FIRST_SEQ_FIELD_NUMBER: _ClassVar[int]
@@ -125,6 +125,7 @@ class ReadRange(_message.Message):
     FETCH_TIMEOUT_FIELD_NUMBER: _ClassVar[int]
     HOLDERS_FIELD_NUMBER: _ClassVar[int]
     VALUE_PREFIX_FIELD_NUMBER: _ClassVar[int]
+    AS_ROWS_FIELD_NUMBER: _ClassVar[int]
     topic: str
     publisher: bytes
     first_seq: int
@@ -132,7 +133,8 @@ class ReadRange(_message.Message):
     fetch_timeout: float
     holders: _containers.RepeatedScalarFieldContainer[bytes]
     value_prefix: int
-    def __init__(self, topic: _Optional[str] = ..., publisher: _Optional[bytes] = ..., first_seq: _Optional[int] = ..., last_seq: _Optional[int] = ..., fetch_timeout: _Optional[float] = ..., holders: _Optional[_Iterable[bytes]] = ..., value_prefix: _Optional[int] = ...) -> None: ...
+    as_rows: bool
+    def __init__(self, topic: _Optional[str] = ..., publisher: _Optional[bytes] = ..., first_seq: _Optional[int] = ..., last_seq: _Optional[int] = ..., fetch_timeout: _Optional[float] = ..., holders: _Optional[_Iterable[bytes]] = ..., value_prefix: _Optional[int] = ..., as_rows: _Optional[bool] = ...) -> None: ...
 
 class Holdings(_message.Message):
     __slots__ = ("topic", "spans", "neighbors", "peers", "addresses", "since_ms", "timeout")
@@ -341,12 +343,16 @@ class End(_message.Message):
     def __init__(self, reason: _Optional[str] = ...) -> None: ...
 
 class Messages(_message.Message):
-    __slots__ = ("messages", "next_seq")
+    __slots__ = ("messages", "next_seq", "rows", "row_seqs")
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
     NEXT_SEQ_FIELD_NUMBER: _ClassVar[int]
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    ROW_SEQS_FIELD_NUMBER: _ClassVar[int]
     messages: _containers.RepeatedCompositeFieldContainer[Delivery]
     next_seq: int
-    def __init__(self, messages: _Optional[_Iterable[_Union[Delivery, _Mapping]]] = ..., next_seq: _Optional[int] = ...) -> None: ...
+    rows: bytes
+    row_seqs: bytes
+    def __init__(self, messages: _Optional[_Iterable[_Union[Delivery, _Mapping]]] = ..., next_seq: _Optional[int] = ..., rows: _Optional[bytes] = ..., row_seqs: _Optional[bytes] = ...) -> None: ...
 
 class Offsets(_message.Message):
     __slots__ = ("publishers",)

@@ -39,6 +39,7 @@ from episub.agent.wire import (
     delivery_to_pb,
     neighbor_to_pb,
     record_from_pb,
+    rows_to_pb,
     span_from_pb,
     span_to_pb,
 )
@@ -50,6 +51,7 @@ from episub.net.handshake import HandshakeError
 from episub.net.peer_id import PeerIdError, parse_address, parse_peer_id
 from episub.node import HELD_TIMEOUT, Node
 from episub.proto.messages import MAX_HELD_SPANS, HeldSpan, check_topic_name
+from episub.records import Delivery
 
 __all__ = ["AgentLimits", "AgentRequestError", "AgentService", "config_snapshot_to_pb"]
 
@@ -236,6 +238,8 @@ class AgentService:
                 "bad_request",
                 f"fetch_timeout must be in 0..{self.limits.max_fetch_timeout} s, not {timeout}",
             )
+        if body.as_rows and body.value_prefix:
+            raise AgentRequestError("bad_request", "as_rows and value_prefix do not go together")
         if len(body.holders) > self.limits.max_holdings_nodes:
             raise AgentRequestError(
                 "limit",
@@ -253,18 +257,24 @@ class AgentService:
         out = pb.Messages(next_seq=upto + 1)
         size = 0
         prefix = body.value_prefix
+        page: list[Delivery] = []
         for message in found:
-            if out.messages and (
+            if page and (
                 size + message.size > self.limits.read_page_bytes
-                or len(out.messages) >= self.limits.read_page_messages
+                or len(page) >= self.limits.read_page_messages
             ):
                 out.next_seq = message.seq  # the page is full: the client asks again from here
                 break
+            page.append(message)
+            size += message.size if not prefix else min(message.size, prefix)
+        if body.as_rows:
+            rows_to_pb(page, out)
+            return out
+        for message in page:
             encoded = delivery_to_pb(message)
             if prefix:
                 encoded.value = encoded.value[:prefix]
             out.messages.append(encoded)
-            size += message.size if not prefix else min(message.size, prefix)
         return out
 
     def offsets(self, topic: str) -> pb.Offsets:
