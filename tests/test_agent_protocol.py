@@ -24,7 +24,7 @@ from episub.agent import agent_pb2 as pb
 from episub.agent.options import UsageError, load_key, load_link_delay
 from episub.agent.server import AgentServer
 from episub.agent.service import AgentLimits, AgentService
-from episub.agent.wire import item_to_pb
+from episub.agent.wire import delivery_to_pb, item_to_pb, rows_from_pb, rows_to_pb
 from episub.recordbatch import BATCH_HEADER, is_batch
 from episub.recordbatch import encode as encode_batch
 from episub.retention import Span
@@ -207,6 +207,33 @@ def test_a_record_batch_message_in_a_page_as_rows_comes_as_it_is() -> None:
         (page,) = client.read_range_rows(TOPIC, b"s", 0, 1)
         assert page.rows.rows == 1 and page.rows.row(0).value == b"plain"
         assert [(m.seq, is_batch(m.headers)) for m in page.batches] == [(1, True)]
+
+
+def test_a_page_as_rows_reads_the_same_from_an_agent_that_sent_one_delivery_each() -> None:
+    """rows_from_pb turns a page of Deliveries (an agent that ignores as_rows) into the
+    columns an as_rows page carries, record batches set apart as such a page sets them."""
+
+    def delivery(seq: int, key: bytes | None, headers: tuple, value: bytes) -> Delivery:
+        return Delivery(
+            topic="t", publisher=b"p", seq=seq, timestamp_ms=10 + seq, key=key, value=value,
+            headers=headers, id=b"i",
+        )  # fmt: skip
+
+    plain = [
+        delivery(3, None, (), b"a"),
+        delivery(4, b"k", (("h", b"1"),), b"b"),
+        delivery(6, b"", (), b""),
+    ]
+    batch = delivery(7, None, ((BATCH_HEADER, b"1"),), b"rows")
+    as_rows, old = pb.Messages(next_seq=8), pb.Messages(next_seq=8)
+    rows_to_pb([*plain, batch], as_rows)
+    old.messages.extend(delivery_to_pb(m) for m in [*plain, batch])
+    for page in (rows_from_pb(as_rows), rows_from_pb(old)):
+        assert bytes(page.seqs) == b"".join(m.seq.to_bytes(8, "little") for m in plain)
+        assert [(r.timestamp_ms, r.key, r.value, r.headers) for r in page.rows] == [
+            (m.timestamp_ms, m.key, m.value, m.headers) for m in plain
+        ]
+        assert page.batches == [batch]
 
 
 def test_a_batch_is_all_or_nothing_when_one_record_is_too_large() -> None:
