@@ -455,7 +455,9 @@ def read_ranges(partition: RangePartition) -> Iterator[Any]:
     with shared_executor_client(partition.deployment) as client:
         joins = partition.deployment.joins()
         for topic in dict.fromkeys(r.topic for r in partition.ranges):
-            client.join(topic, joins)
+            # No history: a task fetches the ranges it reads; its node does not copy all
+            # that its neighbours retain as well (each node would read it all again).
+            client.join(topic, joins, history=False)
         for rng in partition.ranges:
             batched = rng.first_msg >= 0
             first, last = (

@@ -71,14 +71,16 @@ class Request(_message.Message):
     def __init__(self, id: _Optional[int] = ..., join: _Optional[_Union[Join, _Mapping]] = ..., leave: _Optional[_Union[Leave, _Mapping]] = ..., publish: _Optional[_Union[Publish, _Mapping]] = ..., publish_batch: _Optional[_Union[PublishBatch, _Mapping]] = ..., subscribe: _Optional[_Union[Subscribe, _Mapping]] = ..., unsubscribe: _Optional[_Union[Unsubscribe, _Mapping]] = ..., read_range: _Optional[_Union[ReadRange, _Mapping]] = ..., offsets: _Optional[_Union[GetOffsets, _Mapping]] = ..., inspect: _Optional[_Union[Inspect, _Mapping]] = ..., config_read: _Optional[_Union[ConfigRead, _Mapping]] = ..., config_write: _Optional[_Union[ConfigWrite, _Mapping]] = ..., overlay: _Optional[_Union[Overlay, _Mapping]] = ..., holdings: _Optional[_Union[Holdings, _Mapping]] = ..., known_topics: _Optional[_Union[KnownTopics, _Mapping]] = ...) -> None: ...
 
 class Join(_message.Message):
-    __slots__ = ("topic", "bootstrap", "timeout")
+    __slots__ = ("topic", "bootstrap", "timeout", "no_history")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     BOOTSTRAP_FIELD_NUMBER: _ClassVar[int]
     TIMEOUT_FIELD_NUMBER: _ClassVar[int]
+    NO_HISTORY_FIELD_NUMBER: _ClassVar[int]
     topic: str
     bootstrap: _containers.RepeatedScalarFieldContainer[str]
     timeout: float
-    def __init__(self, topic: _Optional[str] = ..., bootstrap: _Optional[_Iterable[str]] = ..., timeout: _Optional[float] = ...) -> None: ...
+    no_history: bool
+    def __init__(self, topic: _Optional[str] = ..., bootstrap: _Optional[_Iterable[str]] = ..., timeout: _Optional[float] = ..., no_history: _Optional[bool] = ...) -> None: ...
 
 class Leave(_message.Message):
     __slots__ = ("topic",)

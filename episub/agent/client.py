@@ -220,13 +220,23 @@ class AgentClient:
 
     # -- requests ---------------------------------------------------------------------------
 
-    def join(self, topic: str, bootstrap: Iterable[str] = (), timeout: float = 0.0) -> None:
+    def join(
+        self,
+        topic: str,
+        bootstrap: Iterable[str] = (),
+        timeout: float = 0.0,
+        *,
+        history: bool = True,
+    ) -> None:
         """Join `topic` (a no-op when joined); no bootstrap: the agent's own list. AgentError
         "timeout" when no neighbour came within `timeout` seconds (0: the node's default, 10
-        s); the node stays joined and keeps trying."""
+        s); the node stays joined and keeps trying. `history=False`: the node pulls none of
+        what its neighbours retained from before the join (Node.join)."""
         if isinstance(bootstrap, str):
             raise TypeError(f"bootstrap must be a list of 'host:port' strings, not {bootstrap!r}")
-        self._call(join=pb.Join(topic=topic, bootstrap=list(bootstrap), timeout=timeout))
+        body = pb.Join(topic=topic, bootstrap=list(bootstrap), timeout=timeout)
+        body.no_history = not history
+        self._call(join=body)
 
     def leave(self, topic: str) -> None:
         self._call(leave=pb.Leave(topic=topic))

@@ -132,7 +132,11 @@ class AgentService:
     # -- topics -----------------------------------------------------------------------------
 
     async def join(
-        self, topic: str, bootstrap: Sequence[str] | None = None, timeout: float = 0.0
+        self,
+        topic: str,
+        bootstrap: Sequence[str] | None = None,
+        timeout: float = 0.0,
+        history: bool = True,
     ) -> bool:
         """Join `topic` (through the agent's bootstrap list when `bootstrap` is empty);
         False when it was joined already. Concurrent joins of one topic wait for the first.
@@ -151,9 +155,9 @@ class AgentService:
         try:
             try:
                 if timeout > 0:
-                    await self.node.join(topic, contacts, timeout=timeout)
+                    await self.node.join(topic, contacts, timeout=timeout, history=history)
                 else:
-                    await self.node.join(topic, contacts)
+                    await self.node.join(topic, contacts, history=history)
             except TimeoutError as exc:
                 # Joined, but no neighbour yet: the node stays joined and keeps trying, so
                 # the topic counts as joined here too; the caller still hears of it.
@@ -193,7 +197,7 @@ class AgentService:
                 "bad_request",
                 f"join timeout must be in 0..{MAX_JOIN_TIMEOUT:g} s, not {body.timeout}",
             )
-        await self.join(body.topic, list(body.bootstrap), body.timeout)
+        await self.join(body.topic, list(body.bootstrap), body.timeout, not body.no_history)
 
     async def publish(self, topic: str, records: Sequence[pb.Record]) -> pb.Receipts:
         if topic not in self._joined:

@@ -92,9 +92,11 @@ class CatchUp:
         self._caught_up = 0
         self._skipped = 0
 
-    def joined(self, topic: str) -> None:
+    def joined(self, topic: str, history: bool = True) -> None:
+        """`topic` was joined now; `history`: pull what neighbours retained from before."""
         self._joined_ms[topic] = int(time.time() * 1000)
-        self._history_due.add(topic)
+        if history:
+            self._history_due.add(topic)
 
     def left(self, topic: str) -> None:
         self._joined_ms.pop(topic, None)
