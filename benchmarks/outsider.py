@@ -4,7 +4,7 @@
         --seconds 15 --out benchmarks/results/outsider.json
 
 One target `episub node` process on 127.0.0.1 (the defaults, its agent socket for stats).
-For each mode of benchmarks/outsider_client.py (garbage, huge, truncated, slow, idle), in
+For each mode of tests/outsider_client.py (garbage, huge, truncated, slow, idle), in
 that order, a client process connects from 127.0.0.2 as fast as it can for --seconds
 (bounded by --connections too); once it has opened 100 connections, an honest `Node` in
 this process joins the topic through the target from 127.0.0.1, and the target publishes
@@ -45,7 +45,7 @@ from episub import Delivery, Node
 from episub.agent import AgentClient
 
 HERE = Path(__file__).resolve().parent
-CLIENT = HERE / "outsider_client.py"
+CLIENT = HERE.parent / "tests" / "outsider_client.py"  # the tests run it too
 KEY = bytes(range(32))
 TOPIC = "t"
 MODES = ("garbage", "huge", "truncated", "slow", "idle")

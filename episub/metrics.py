@@ -62,6 +62,20 @@ COUNTERS = {
     "answers_throttled": ("answers_throttled", "Times a peer's answers waited for its byte budget"),
     "requests_throttled": ("requests_throttled", "Peer requests refused past its work budget"),
     "peers_over_budget": ("peers_over_budget", "Peers dropped for asking on past their budget"),
+    # PULL and GRAFT answers made a batch at a time in the core (episub/proto/answers.py).
+    "answer_batches": ("answer_batches", "Batches of PULL and GRAFT answers made"),
+    "answer_ranges_merged": (
+        "answer_ranges_merged",
+        "PULL or GRAFT ranges asked again while being answered, merged",
+    ),
+    "answer_ranges_refused": (
+        "answer_ranges_refused",
+        "PULL or GRAFT ranges past a peer's waiting bounds, not answered",
+    ),
+    "answer_askers_evicted": (
+        "answer_askers_evicted",
+        "Peers whose waiting answers were dropped to make room for another's",
+    ),
 }
 
 

@@ -112,12 +112,6 @@ class _Stream(SeqIndex):
         self.publisher = publisher
 
 
-def _wins(new: Storable, old: Storable) -> bool:
-    """Does `new` take `old`'s place? The earlier stamp wins, then the smaller id: one rule
-    for every node, so all converge on one message per place."""
-    return (new.timestamp_ms, new.id) < (old.timestamp_ms, old.id)
-
-
 class RetentionStore(Generic[M]):
     """The messages held, as rows in the order stored: columns (lists and arrays) indexed
     by row serial - `_base`, the oldest live row at or after `_head`. A message costs its
@@ -145,7 +139,7 @@ class RetentionStore(Generic[M]):
         self._live = 0
         self.bytes = 0
         self.evicted = 0
-        self.replaced = 0  # held messages another message took the place of (see _wins)
+        self.replaced = 0  # held messages another message took the place of (see add_item)
         self.released = 0  # bytes of messages let go (evicted or replaced), from the start
         self.work = 0  # streams and rows the queries looked at, from the start
 
@@ -196,6 +190,8 @@ class RetentionStore(Generic[M]):
             if held is not None:
                 i = held - self._base
                 old_id = self._id(i)
+                # The earlier stamp wins, then the smaller id: one rule on every node,
+                # so all converge on one message per place.
                 if old_id == id or not (timestamp_ms, id) < (self._stamps[i], old_id):
                     return False
                 self.replaced += 1

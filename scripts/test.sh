@@ -8,4 +8,4 @@ bash scripts/setup.sh
 .venv/bin/lint-imports
 .venv/bin/mypy  # over episub and spark_connector ([tool.mypy] in pyproject.toml)
 NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --quiet -d /tmp/episub-site
-exec .venv/bin/python -m pytest "$@"
+exec .venv/bin/python -m pytest --durations=40 "$@"

@@ -40,7 +40,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from episub.agent import AgentClient, AgentError, AgentUnavailable, ConfigView
+from episub.agent import AgentClient, AgentError, AgentUnavailable, AgentWaitExpired, ConfigView
 from spark_connector.config_follower import REATTACH_WAIT, WATCH_POLL, Follower
 from spark_connector.connect import (
     SESSION_CONF,
@@ -283,7 +283,7 @@ def wait_for(version: int, timeout: float, name: str = DEFAULT_NAME) -> bool:
     try:
         _read(name, version, max(0.0, deadline - time.monotonic()))
     except ConfigError as exc:
-        if isinstance(exc.__cause__, AgentError) and exc.__cause__.kind == "timeout":
+        if isinstance(exc.__cause__, AgentWaitExpired):
             return False
         raise
     return True

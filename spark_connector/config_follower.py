@@ -25,7 +25,7 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any
 
-from episub.agent import AgentError, AgentUnavailable, ConfigView
+from episub.agent import AgentUnavailable, AgentWaitExpired, ConfigView
 
 __all__ = ["REATTACH_WAIT", "WATCH_POLL", "Follower"]
 
@@ -109,10 +109,8 @@ class Follower:
                             newer = client.config_read(
                                 self.name, (view.version if view else 0) + 1, WATCH_POLL
                             )
-                        except AgentError as exc:
-                            if exc.kind == "timeout":
-                                continue  # nothing new within the poll: ask again
-                            raise
+                        except AgentWaitExpired:
+                            continue  # nothing new within the poll: ask again
                         self.offer(newer)
             except AgentUnavailable as exc:
                 log.info("config %r: the agent went away (%s); reading it directly", self.name,

@@ -41,11 +41,11 @@ from pyspark.sql.datasource import (
     WriterCommitMessage,
 )
 
-from episub.agent import AgentClient, AgentError, ConfigView
+from episub.agent import AgentClient, AgentWaitExpired, ConfigView
 from episub.config.codec import Update, decode, encode_snapshot, encode_update, entry_for, value_of
 from episub.config.state import Entry
+from episub.proto.reserved import CLUSTER_TOPIC
 from spark_connector.deployment import (
-    CLUSTER_TOPIC,
     Deployment,
     driver_client,
     executor_client,
@@ -169,10 +169,8 @@ class ControlReader(DataSourceReader):
         with driver_client(self.deployment) as client:
             try:
                 view = client.config_read(name, min_version, timeout)
-            except AgentError as exc:
-                if exc.kind == "timeout":
-                    return json.dumps({"timeout": True})
-                raise
+            except AgentWaitExpired:
+                return json.dumps({"timeout": True})
         return view_to_json(view)
 
     def read(self, partition: InputPartition) -> Iterator[tuple[str, str]]:

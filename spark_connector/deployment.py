@@ -46,11 +46,18 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from episub.agent import AgentClient, AgentError, AgentInfo, AgentUnavailable, ensure_agent
+from episub.agent import (
+    AgentClient,
+    AgentError,
+    AgentInfo,
+    AgentUnavailable,
+    AgentWaitExpired,
+    ensure_agent,
+)
+from episub.proto.reserved import CLUSTER_TOPIC
 
 __all__ = [
     "AGENT_TIMEOUT",
-    "CLUSTER_TOPIC",
     "EXECUTOR_IDLE_TIMEOUT",
     "Deployment",
     "driver_client",
@@ -72,10 +79,6 @@ log = logging.getLogger("spark_connector.deployment")
 # a few handshakes on a loaded LAN; a join that takes longer goes on in the background.
 CONTACT_JOIN_TIMEOUT = 2.0
 
-# Every node of the application joins this topic as soon as it starts, so the overlay (and
-# its RTT measurements) exists before any query runs; introspection and live configuration
-# ride on it.
-CLUSTER_TOPIC = "_episub.cluster"
 # An executor's agent outlives a stopped query so that a restarted one finds its history
 # there; guess: retention's own max_age (600 s), the window a replay could still want.
 EXECUTOR_IDLE_TIMEOUT = 600.0
@@ -503,7 +506,5 @@ def join_through(client: AgentClient, topic: str, addresses: Any) -> None:
     try:
         # No history: the planner asks what nodes hold; it reads no rows itself.
         client.join(topic, list(addresses), timeout=CONTACT_JOIN_TIMEOUT, history=False)
-    except AgentError as exc:
-        if exc.kind != "timeout":
-            raise
+    except AgentWaitExpired as exc:
         log.info("topic %r: %s", topic, exc)

@@ -365,10 +365,6 @@ def _by_timestamp(
     return found
 
 
-def _default(value: str | Offsets | None, default: str) -> str | Offsets:
-    return default if value is None else value
-
-
 def _pattern(opts: dict[str, str]) -> str | None:
     text = opts.get("subscribepattern")
     if text is None:

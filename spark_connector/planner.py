@@ -35,10 +35,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from episub.proto.messages import HeldSpan
+from episub.proto.reserved import CONTROL_PREFIX_TEXT
 from episub.records import format_publisher
 
 __all__ = [
-    "CONTROL_PREFIX_TEXT",
     "NEW_MARK",
     "DataLossError",
     "Holding",
@@ -54,8 +54,6 @@ __all__ = [
 log = logging.getLogger("spark_connector.source")
 
 Offsets = dict[str, dict[str, int]]
-# Control streams (episub.node.CONTROL_PREFIX) carry a deployment's bookkeeping, not rows.
-CONTROL_PREFIX_TEXT = "_episub/"
 # In a batch's end offsets, `NEW_MARK + publisher` gives where a publisher first seen at
 # that batch's planning starts (its earliest held row): the batch reads it from there, and
 # a re-run of the batch (after a restart too: Spark logs the offsets) reads the same rows.

@@ -60,7 +60,9 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from episub.proto.messages import MAX_SEQ, HeldSpan
+from episub.proto.envelope import MAX_SEQ
+from episub.proto.messages import HeldSpan
+from episub.proto.reserved import SINK_INDEX_PREFIX, sink_stream
 from episub.recordbatch import BATCH_HEADER
 from spark_connector.arrow_rows import Chunker, to_payload
 from spark_connector.deployment import (
@@ -72,7 +74,6 @@ from spark_connector.deployment import (
 from spark_connector.options import OptionError, SinkOptions
 
 __all__ = [
-    "CONTROL_STREAM",
     "Columns",
     "EpisubBatchWriter",
     "EpisubStreamWriter",
@@ -86,7 +87,6 @@ log = logging.getLogger("spark_connector.sink")
 
 QUERY_ID_PROPERTY = "sql.streaming.queryId"  # StreamExecution.QUERY_ID_KEY
 BATCH_ID_PROPERTY = "streaming.sql.batchId"  # MicroBatchExecution.BATCH_ID_KEY
-CONTROL_STREAM = b"_episub/sink/"  # + query: the sink's index (episub.node.CONTROL_PREFIX)
 _TEXT_OR_BINARY = (StringType, BinaryType)
 # Seconds each node asked gets to say what it holds (sink index, earlier attempts, acks).
 ASK_TIMEOUT = 2.0
@@ -470,7 +470,7 @@ def find_index(
     published every index of this run."""
     if batch <= 0:
         return None
-    control = CONTROL_STREAM + query.encode()
+    control = SINK_INDEX_PREFIX + query.encode()
     asked = HeldSpan(publisher=control, first_seq=0, last_seq=batch - 1)
     nodes = client.holdings(
         topic, spans=[asked], neighbors=True, addresses=_driver(deployment), timeout=ASK_TIMEOUT
@@ -490,7 +490,7 @@ def find_index(
 
 
 def read_index(client: Any, topic: str, query: str, found: IndexFound) -> SinkIndex:
-    control = CONTROL_STREAM + query.encode()
+    control = SINK_INDEX_PREFIX + query.encode()
     held = client.read_range(
         topic, control, found.batch, found.batch, fetch_timeout=ASK_TIMEOUT * 2,
         holders=found.holders,
@@ -539,7 +539,7 @@ class EpisubStreamWriter(DataSourceStreamArrowWriter):
                 deployment=self.deployment,
                 options=self.options,
                 columns=self.columns,
-                stream=f"sink/{short}/{generation}/{partition}".encode(),
+                stream=sink_stream(short, generation, partition),
                 bases=bases,
             )
             address = client.inspect().address
@@ -592,7 +592,7 @@ class EpisubStreamWriter(DataSourceStreamArrowWriter):
                     ends.setdefault(topic, {})[m.partition] = base + places
                     row_ends.setdefault(topic, {})[m.partition] = base_row + rows
             index = SinkIndex(batchId, generation, ends, row_ends)
-            control = CONTROL_STREAM + query.encode()
+            control = SINK_INDEX_PREFIX + query.encode()
             for topic in self.options.topics:
                 join_through(client, topic, joins)
                 # Stamp 0: a commit run again after a restart writes the very same message.
@@ -624,7 +624,7 @@ class EpisubBatchWriter(DataSourceArrowWriter):
                 deployment=self.deployment,
                 options=self.options,
                 columns=self.columns,
-                stream=f"sink/{self.write_id}/0/{partition}".encode(),
+                stream=sink_stream(self.write_id, 0, partition),
                 bases={},
             )
             address = client.inspect().address

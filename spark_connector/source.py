@@ -37,6 +37,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
+from episub.proto.reserved import INTERNAL_TOPIC_PREFIX, is_internal_stream
 from episub.recordbatch import BatchFormatError, RecordBatch, is_batch
 from spark_connector.deployment import (
     Deployment,
@@ -76,9 +77,6 @@ REACH_TIMEOUT = 2.0
 MAX_ON_DEMAND = 32
 # Nodes that answered a planning, asked again at the next one whether neighbours or not.
 MAX_KNOWN = 16
-# Topics whose names start so are the deployment's own (the cluster topic, configuration).
-INTERNAL_TOPIC_PREFIX = "_episub."
-_MAX_SEQ = (1 << 63) - 1
 
 
 @dataclass(frozen=True)
@@ -410,7 +408,7 @@ def _is_node_id(publisher: bytes) -> bool:
     """Is this publisher a node's own stream (its id says where the node listens)?"""
     from episub.net.peer_id import PeerIdError, parse_peer_id
 
-    if publisher.startswith((b"sink/", b"_episub/")):
+    if is_internal_stream(publisher):
         return False
     try:
         parse_peer_id(publisher)

@@ -11,7 +11,8 @@ checks, after every single input:
 - eager and lazy are disjoint and together are exactly the active view;
 - every table a peer can grow stays within its bound: cache (count, bytes), seen,
   missing ids and their announcers, held messages per publisher, publisher streams,
-  by_seq, fetches, ids dropped unheld, departed peers, dormant peers, near candidates;
+  by_seq, fetches, ids dropped unheld, departed peers, dormant peers, near candidates,
+  peers with answers waiting and the ranges waiting for each;
 - no application sees a message twice (by id, and by (publisher, seq));
 - what a node says is bounded: at most `MAX_OUTPUTS_PER_INPUT` outputs for one input,
   and at most `MAX_SENDS_PER_SECOND` messages sent in one simulated second. No one input
@@ -30,7 +31,7 @@ model's `AmplificationAdversary` after every hostile input:
   at most max_active + 1 times its own size (a GOSSIP, JOIN or LEAVE passed on to every
   active neighbour, the view's hard cap) plus `ANSWER_BUDGET_BYTES`.
 An answer longer than that goes out in batches as the asker's send queue drains, never
-whole (issue 27: bounded answers).
+whole (episub/proto/answers.py).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from episub.proto import messages as m
+from episub.proto.answers import MAX_ASKERS, MAX_PENDING_RANGES
 from episub.proto.config import MembershipConfig, NodeConfig
 from episub.proto.events import (
     DataLost,
@@ -208,6 +210,11 @@ def check_node(node: NodeState) -> None:
     ]
     bounds += [("announcers", len(e.announcers), bcfg.max_announcers) for e in bc.missing.values()]
     bounds += [("held", len(s.held), bcfg.max_held_per_publisher) for s in bc.streams.values()]
+    bounds.append(("peers with answers waiting", len(bc.answers), MAX_ASKERS))
+    bounds += [
+        ("answer ranges waiting", bc.answers.waiting(peer), MAX_PENDING_RANGES)
+        for peer in bc.answers.cursors
+    ]
     for name, size, bound in bounds:
         if size > bound:
             raise InvariantBroken(f"{me}: {name} holds {size}, bound {bound}")

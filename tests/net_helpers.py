@@ -21,19 +21,54 @@ from typing import Any
 
 import trio
 
-from episub.net.framing import FrameReader
+from episub.net.framing import READ_CHUNK
 from episub.net.handshake import perform_handshake
 from episub.net.peer_id import make_peer_id, parse_address
 from episub.net.sealing import SealedStream, direction_keys
 from episub.proto.config import BroadcastConfig, MembershipConfig, NodeConfig
 from episub.proto.messages import PeerMessage
 from episub.proto.signing import Signer
-from episub.proto.wire import encode_frame
+from episub.proto.wire import FrameDecoder, FrameError, encode_frame
 
 KEY = bytes(range(32))
 OTHER_KEY = bytes(range(1, 33))
 TOPIC = "t"
 WAIT = 20.0  # bound on any wait: a failing build stops here instead of hanging
+
+
+class FrameReader:
+    """A test peer's reader: whole frames of (topic, message) items from one stream, None
+    at a clean end (a node reads its connections in episub/net/connection.py)."""
+
+    def __init__(self, stream: trio.abc.ReceiveStream, *, max_frame_size: int) -> None:
+        self._stream = stream
+        self._decoder = FrameDecoder(max_frame_size=max_frame_size)
+        self.bytes_received = 0
+
+    def feed(self, data: bytes) -> None:
+        """Bytes that arrived before the reader took over (what followed the handshake)."""
+        self.bytes_received += len(data)
+        self._decoder.feed(data)
+
+    async def receive_frame(self) -> list[tuple[str | None, PeerMessage]] | None:
+        """The next frame; None once the peer closed cleanly between frames.
+
+        Raises FrameError for a bad frame, or for a stream that ends inside a frame.
+        """
+        while True:
+            frame = self._decoder.next_frame()
+            if frame is not None:
+                return frame
+            data = await self._stream.receive_some(READ_CHUNK)
+            if not data:
+                if self._decoder.buffered:
+                    raise FrameError(
+                        f"connection closed inside a frame ({self._decoder.buffered} bytes "
+                        "of it received)"
+                    )
+                return None
+            self.bytes_received += len(data)
+            self._decoder.feed(data)
 
 
 def run(fn: Callable[[], Awaitable[Any]]) -> Any:

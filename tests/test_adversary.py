@@ -32,8 +32,7 @@ import os
 from dataclasses import replace
 from typing import Any
 
-import pytest
-from hypothesis import HealthCheck, Phase, settings
+from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, rule
 
@@ -41,7 +40,7 @@ from episub.proto import messages as m
 from episub.proto.config import BroadcastConfig, NodeConfig
 from episub.proto.envelope import message_id
 from episub.proto.events import InEvent, JoinTopic, Publish, Received
-from episub.sim.engine import SimulationError, Simulator
+from episub.sim.engine import Simulator
 from episub.sim.latency import make_latency
 from episub.sim.metrics import WARMUP, payload_for
 from tests.core_checks import SMALL_MEMBERSHIP, TOPIC, CheckedNode, Checks
@@ -371,9 +370,8 @@ TestHubAdversary = HubAdversary.TestCase
 class AmplificationAdversary(Adversary):
     """The adversarial model, every hostile input also checked against the amplification
     bounds (tests/core_checks.py `check_answer`: messages sent back and seqs asked of
-    retention at once). A PULL of more than 256 seqs the cache lacks is handed to retention
-    whole on the core of this commit: a strict xfail until answers are streamed (issue 27,
-    items 1-4); it runs without shrinking, so the expected failure costs seconds."""
+    retention at once). It fails on a core that answers a PULL whole (one of more than
+    256 seqs the cache lacks went to retention in one HistoryAsked)."""
 
     def _node(self, peer: int, rng: Any) -> Any:
         self.checks.amplification = True
@@ -381,12 +379,6 @@ class AmplificationAdversary(Adversary):
 
 
 AmplificationAdversary.TestCase.settings = settings(
-    Adversary.TestCase.settings,
-    max_examples=max(1, EXAMPLES // 8),
-    phases=[Phase.explicit, Phase.reuse, Phase.generate],
+    Adversary.TestCase.settings, max_examples=max(1, EXAMPLES // 8)
 )
-TestAmplificationAdversary = pytest.mark.xfail(
-    strict=True,
-    raises=SimulationError,  # it carries the InvariantBroken that stopped the run
-    reason="PULL answers handed to retention whole until streamed (issue 27, items 1-4)",
-)(AmplificationAdversary.TestCase)
+TestAmplificationAdversary = AmplificationAdversary.TestCase

@@ -19,7 +19,17 @@ import pytest
 import trio
 
 from episub import BroadcastConfig, Node, NodeConfig
-from episub.agent import AgentClient, AgentError, AgentSubscription, Record
+from episub.agent import (
+    AgentAtLimit,
+    AgentBadRequest,
+    AgentBootstrapFailed,
+    AgentClient,
+    AgentError,
+    AgentSubscription,
+    AgentTooLarge,
+    AgentWaitExpired,
+    Record,
+)
 from episub.agent import agent_pb2 as pb
 from episub.agent.options import UsageError, load_key, load_link_delay
 from episub.agent.server import AgentServer
@@ -123,7 +133,7 @@ def test_records_at_named_stream_places_are_published_once_and_counted_in_offset
         fine = pb.Record(value=b"fine")
         with pytest.raises(AgentError, match="record 1 of 2: a stream's publisher") as refused:
             client._call(publish_batch=pb.PublishBatch(topic=TOPIC, records=[fine, bad]))
-        assert refused.value.kind == "bad_request"
+        assert isinstance(refused.value, AgentBadRequest)
 
 
 def test_join_is_idempotent_and_leave_forgets_the_topic_but_not_what_retention_holds() -> None:
@@ -140,7 +150,7 @@ def test_join_is_idempotent_and_leave_forgets_the_topic_but_not_what_retention_h
             client.leave("other")
         with pytest.raises(AgentError, match="could not reach any bootstrap") as raised:
             client.join("third", ["127.0.0.1:1"])
-        assert raised.value.kind == "bootstrap"
+        assert isinstance(raised.value, AgentBootstrapFailed)
         assert list(client.inspect().topics) == [TOPIC]
 
 
@@ -152,13 +162,13 @@ def test_a_join_through_a_node_outside_the_topic_times_out_when_asked_and_stays_
             address = outside.inspect().address
         with pytest.raises(AgentError, match=r"no neighbour came within 0\.3 s") as raised:
             client.join("theirs-not", [address], timeout=0.3)
-        assert raised.value.kind == "timeout"
+        assert isinstance(raised.value, AgentWaitExpired)
         assert "theirs-not" in client.inspect().topics
         client.publish("theirs-not", b"x")  # joined: publishing works
         for bad in (-1.0, 1e6, float("nan")):
             with pytest.raises(AgentError, match="join timeout must be in") as refused:
                 client.join("another", [address], timeout=bad)
-            assert refused.value.kind == "bad_request"
+            assert isinstance(refused.value, AgentBadRequest)
         assert "another" not in client.inspect().topics
 
 
@@ -240,7 +250,7 @@ def test_a_batch_is_all_or_nothing_when_one_record_is_too_large() -> None:
     with agent() as path, AgentClient(path) as client:
         with pytest.raises(AgentError, match="record 1 of 2: message of 1001 bytes") as raised:
             client.publish_batch(TOPIC, [b"ok", b"x" * 1001])
-        assert raised.value.kind == "too_large"
+        assert isinstance(raised.value, AgentTooLarge)
         assert client.offsets(TOPIC) == {}  # nothing was published
         assert client.publish(TOPIC, b"next").seq == 0
 
@@ -259,7 +269,7 @@ def test_every_client_bound_is_enforced_with_a_clear_error() -> None:
             second.inspect()
             with pytest.raises(AgentError, match="at most 2 clients") as raised:
                 AgentClient(path).inspect()
-            assert raised.value.kind == "limit"
+            assert isinstance(raised.value, AgentAtLimit)
         with pytest.raises(AgentError, match="at most 64 bootstrap addresses, not 65"):
             client.join("other", [f"127.0.0.1:{1000 + i}" for i in range(65)])
 
@@ -318,7 +328,7 @@ def test_a_stamp_without_a_named_place_is_refused_before_anything_is_published()
         bad = pb.Record(value=b"x", timestamp_ms=5)
         with pytest.raises(AgentError, match="timestamp_ms is for a named stream") as refused:
             client._call(publish_batch=pb.PublishBatch(topic=TOPIC, records=[bad]))
-        assert refused.value.kind == "bad_request" and client.offsets(TOPIC) == {}
+        assert isinstance(refused.value, AgentBadRequest) and client.offsets(TOPIC) == {}
         stamped = client.publish(TOPIC, b"row", stream=(b"s", 0), timestamp_ms=1234)
         assert client.read_range(TOPIC, b"s", 0, 0)[0].timestamp_ms == 1234
         assert not stamped.duplicate
@@ -371,3 +381,21 @@ def test_the_agent_s_receipt_is_the_node_s_and_the_old_name_warns() -> None:
     with pytest.warns(DeprecationWarning, match=r"episub\.agent\.Published is deprecated"):
         old = episub.agent.Published  # type: ignore[attr-defined]
     assert old is episub.Receipt
+
+
+def test_each_refusal_kind_the_agent_sends_is_its_own_class_and_still_an_agent_error():
+    from episub.agent import errors
+
+    for kind, cls in [
+        ("bad_request", errors.AgentBadRequest),
+        ("bootstrap", errors.AgentBootstrapFailed),
+        ("timeout", errors.AgentWaitExpired),
+        ("too_large", errors.AgentTooLarge),
+        ("limit", errors.AgentAtLimit),
+        ("internal", errors.AgentInternalError),
+    ]:
+        raised = errors.agent_error(kind, "why")
+        assert type(raised) is cls and raised.kind == kind and str(raised) == "why"
+        assert isinstance(raised, AgentError) and not isinstance(raised, errors.AgentTimeout)
+    unknown = errors.agent_error("new_kind", "why")
+    assert type(unknown) is AgentError and "new_kind" in str(unknown)

@@ -5,6 +5,7 @@ scripts/test.sh checks links and images)."""
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import re
 import subprocess
 import sys
@@ -115,3 +116,57 @@ def test_the_lab_notes_check_can_fail():
         "./environment/bin/python, `max_bytes`, deadbeef, 0x1f, [a](#an-anchor)"
     )
     assert _lab_notes(harmless) == []
+
+
+RESULTS = DOCS.parent / "benchmarks/results"
+
+
+def _cited_results(pages: dict[str, str], files: list[str]) -> set[str]:
+    """Result files (relative to benchmarks/results) the pages cite: by path, by a folder
+    or a glob of paths, or, in benchmarks.md's tables, by a name in its sitting/ folder."""
+    cited: set[str] = set()
+    for name, text in pages.items():
+        for match in re.finditer(r"benchmarks/results/([\w./*-]*)", text):
+            rel = match.group(1).rstrip(".")
+            if rel.endswith("/"):
+                cited.update(f for f in files if f.startswith(rel))
+            else:
+                cited.update(f for f in files if fnmatch.fnmatch(f, rel))
+        if name == "benchmarks.md":  # "in benchmarks/results/sitting/ unless another is named"
+            for match in re.finditer(r"`([\w./-]+\.(?:json|txt))`", text):
+                for rel in (f"sitting/{match.group(1)}", match.group(1)):
+                    if rel in files:
+                        cited.add(rel)
+                        break
+    return cited
+
+
+def test_every_benchmark_result_is_cited_by_a_doc_and_named_without_history():
+    files = sorted(p.relative_to(RESULTS).as_posix() for p in RESULTS.rglob("*") if p.is_file())
+    pages = {
+        page.name: page.read_text() for page in [*DOCS.glob("*.md"), DOCS.parent / "README.md"]
+    }
+    assert [f for f in files if f not in _cited_results(pages, files)] == []
+    history = re.compile(r"_v\d+\b|_v\d+_|later|[-_][0-9a-f]{7,40}[-_.]")
+    assert [f for f in files if history.search(f)] == []
+
+
+def test_the_result_citation_check_can_fail():
+    files = ["sitting/a.json", "b.json", "c95/x.json", "signing_on_1.json", "old.json"]
+    pages = {
+        "benchmarks.md": "| run | `a.json` |",
+        "reliability.md": "JSON: `benchmarks/results/c95/`; `benchmarks/results/b.json`.",
+        "other.md": "`benchmarks/results/signing_*.json`, and `a.json` is not sitting's here",
+    }
+    assert _cited_results(pages, files) == set(files) - {"old.json"}
+
+
+def test_no_test_puts_benchmarks_on_its_path_or_loads_a_script_from_there():
+    uses = re.compile(r"""sys\.path.*benchmarks|["']benchmarks["']|^\s*(from|import) benchmarks""")
+    found = [
+        f"{path.relative_to(DOCS.parent)}:{n}"
+        for path in sorted((DOCS.parent / "tests").rglob("*.py"))
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if uses.search(line)
+    ]
+    assert found == []

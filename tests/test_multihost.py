@@ -25,7 +25,7 @@ import pytest
 
 pytest.importorskip("pyspark", reason="the Spark connector needs the spark extra")
 
-from episub.agent import AgentClient, AgentError
+from episub.agent import AgentClient, AgentError, AgentWaitExpired
 from tests.connect_server import agent_processes, argument
 from tests.netcluster import DRIVER_ADDRESS, Host, NetCluster, leftovers, unavailable
 from tests.proc_helpers import KEY, wait_process_gone, wait_until
@@ -474,9 +474,8 @@ def replica_problems(
                 stale.append((view.version, dict(view.values)))
             try:  # what wait_for(version) does: it must not answer with other values
                 waited = client.config_read("default", version, timeout=0.2)
-            except AgentError as exc:
-                if exc.kind != "timeout":
-                    raise
+            except AgentWaitExpired:
+                pass
             else:
                 if waited.values != values:
                     stale.append((waited.version, dict(waited.values)))

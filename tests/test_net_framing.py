@@ -13,7 +13,6 @@ import trio.testing
 from episub.net.framing import (
     FRAME_OVERHEAD,
     PIGGYBACK_BUDGET,
-    FrameReader,
     max_frame_size,
     take_frame,
     take_frames,
@@ -26,6 +25,7 @@ from episub.proto.wire import (
     encode_item,
     frame_from_items,
 )
+from tests.net_helpers import FrameReader
 
 ITEMS = [
     ("t", Ping(nonce=7, want_view=True)),
@@ -177,16 +177,3 @@ def test_take_frames_stops_at_its_budget_and_leaves_the_rest_queued() -> None:
     data, count, frames = take_frames(queue, budget=10 * len(item))
     assert len(queue) == 100 - count and 0 < count < 100 and frames >= 1
     assert len(data) <= 10 * len(item) + frames * 4 + len(item)
-
-
-def test_receive_frames_hands_out_every_whole_frame_of_a_read_then_the_bad_one() -> None:
-    async def main() -> None:
-        send, receive = trio.testing.memory_stream_one_way_pair()
-        reader = FrameReader(receive, max_frame_size=1 << 16)
-        good = encode_frame(ITEMS[:2]) + encode_frame(ITEMS[2:])
-        await send.send_all(good + b"\x00\x00\x00\x02\xff\xff")
-        assert await reader.receive_frames() == [ITEMS[:2], ITEMS[2:]]
-        with pytest.raises(FrameError):
-            await reader.receive_frames()
-
-    trio.run(main)

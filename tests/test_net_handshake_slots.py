@@ -21,7 +21,7 @@ from tests.proc_helpers import TOPIC, Processes, node_ready, start_node, wait_fo
 
 pytestmark = pytest.mark.timeout(180)
 
-OUTSIDER = Path(__file__).resolve().parent.parent / "benchmarks" / "outsider_client.py"
+OUTSIDER = Path(__file__).resolve().parent / "outsider_client.py"
 ATTACK_SECONDS = 90  # the attacker's own bound; the test ends it sooner (stdin closed)
 MESSAGES = 30
 

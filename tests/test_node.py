@@ -28,6 +28,7 @@ from episub.proto.events import (
     TopicsReport,
 )
 from episub.proto.node import NodeState
+from episub.proto.timers import MembershipTimer
 from tests.helpers import (
     ME,
     NEAR,
@@ -213,6 +214,18 @@ def test_a_timer_token_that_is_not_ours_raises_local_protocol_error():
     node = make_node()
     with pytest.raises(LocalProtocolError, match="not a timer token"):
         node.handle(TimerFired("stabilize"), 1.0)
+
+
+def test_a_timer_name_no_layer_sets_raises_local_protocol_error_not_silence():
+    node = make_node()
+    with pytest.raises(LocalProtocolError, match="no layer of the core sets a timer named"):
+        fire(node, "stabilise", 1.0)  # misspelt: it used to fall through, doing nothing
+
+
+def test_timer_tokens_are_enum_members_that_read_as_their_names():
+    node = make_node()
+    armed = [o.token[-1] for o in fire(node, "stabilize", 2.0) if isinstance(o, ScheduleTimer)]
+    assert [type(t) for t in armed] == [MembershipTimer] and armed == ["stabilize"]
 
 
 def test_a_timer_of_a_topic_never_joined_is_stale():

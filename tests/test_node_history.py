@@ -10,9 +10,9 @@ from contextlib import AsyncExitStack
 import trio
 
 from episub import Delivery, Node, NodeConfig
-from episub.node import CONTROL_PREFIX
 from episub.proto.config import BroadcastConfig
 from episub.proto.messages import HeldSpan
+from episub.proto.reserved import CONTROL_PREFIX
 from episub.retention import RetentionConfig
 from tests.net_helpers import KEY, TOPIC, fast_config, run, wait_until
 

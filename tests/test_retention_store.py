@@ -16,11 +16,9 @@ from hypothesis import strategies as st
 
 from episub.proto.cache import MessageCache
 from episub.proto.config import BroadcastConfig
-from episub.proto.envelope import Envelope
+from episub.proto.envelope import MAX_SEQ, Envelope
 from episub.proto.seqindex import SeqIndex
 from episub.retention import RetentionConfig, RetentionStore, Span
-
-MAX_SEQ = (1 << 63) - 1
 
 # -- SeqIndex -------------------------------------------------------------------------------
 

@@ -1,7 +1,7 @@
 """A reader's rows come from whichever reachable node holds them: after the Spark session
 is stopped mid-stream and started again in the same process, and when a node outside
 Spark alone holds many one-row messages. Each Spark application is an OS process of its
-own (tests/spark_apps, benchmarks/outside_messages.py).
+own (tests/spark_apps).
 
 The session restart ten times in a row (about 10 minutes on a 2-core machine):
 
@@ -25,7 +25,7 @@ pytestmark = [pytest.mark.timeout(600), pytest.mark.spark]
 
 ROOT = Path(__file__).parent.parent
 RESTART_APP = ROOT / "tests" / "spark_apps" / "session_restart.py"
-OUTSIDE = ROOT / "benchmarks" / "outside_messages.py"
+OUTSIDE = ROOT / "tests" / "spark_apps" / "outside_messages.py"
 KEY_HEX = bytes(range(32)).hex()
 RESTART_ROWS = 6000  # the rate source's rows: 6 s of them, the stop after a third is read
 LIMIT = 500  # s: one application on a loaded 2-core machine

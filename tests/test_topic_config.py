@@ -10,8 +10,9 @@ from dataclasses import replace
 import pytest
 
 from episub.config.replica import config_topic
-from episub.proto.config import CONFIG_TOPIC_PREFIX, NodeConfig
+from episub.proto.config import NodeConfig
 from episub.proto.events import Publish, ScheduleTimer
+from episub.proto.reserved import CONFIG_TOPIC_PREFIX
 from tests.helpers import broadcast_config, make_node, node_config, token
 
 CONFIG = config_topic("default")

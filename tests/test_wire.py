@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 
 import pytest
 from hypothesis import given, settings
@@ -814,3 +815,27 @@ def test_a_whole_frame_is_not_taken_behind_buffered_bytes_or_after_an_error() ->
     assert broken.whole_frame(one) is None
     with pytest.raises(FrameError):
         broken.next_frame()
+
+
+def test_one_sequence_bound_holds_for_envelopes_records_publishes_and_ranges() -> None:
+    """MAX_SEQ is the largest seq everywhere a seq is checked, and MAX_SEQ + 1 is refused."""
+    from episub.proto.envelope import MAX_SEQ, MAX_TIMESTAMP_MS, Envelope, Record
+    from episub.proto.events import Publish
+
+    def made(seq: int) -> list[Callable[[], object]]:
+        return [
+            lambda: Envelope(publisher=ALICE, seq=seq, timestamp_ms=1, payload=b""),
+            lambda: Record(b"v", stream=(b"s", seq)),
+            lambda: Publish(topic="t", payload=b"", stream=(b"s", seq)),
+            lambda: Pull(publisher=ALICE, first_seq=seq, last_seq=seq),
+            lambda: HeldSpan(publisher=ALICE, first_seq=0, last_seq=seq),
+        ]
+
+    for make in made(MAX_SEQ):
+        make()
+    for make in made(MAX_SEQ + 1):
+        with pytest.raises(ValueError):
+            make()
+    Envelope(publisher=ALICE, seq=0, timestamp_ms=MAX_TIMESTAMP_MS, payload=b"")
+    with pytest.raises(ValueError):
+        Envelope(publisher=ALICE, seq=0, timestamp_ms=MAX_TIMESTAMP_MS + 1, payload=b"")

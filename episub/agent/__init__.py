@@ -7,7 +7,8 @@ by workers with the blocking `AgentClient` over a Unix socket, and gone on its o
 owner process ends or nobody has used it for a while.
 
 - `server`, `service`: the agent process's socket and what its requests do (trio).
-- `client`: the blocking client (no event loop: it runs inside Spark workers).
+- `client`: the blocking client (no event loop: it runs inside Spark workers); `errors`:
+  what it raises, a class per cause.
 - `launcher`: `ensure_agent`, start-or-attach.
 - `wire`, agent.proto: the length-prefixed protobuf protocol between the two.
 - `runner`, `cli`, `tools`, `options`: the `episub node/agent/publish/subscribe/inspect`
@@ -16,27 +17,36 @@ owner process ends or nobody has used it for a while.
 
 import warnings
 
-from episub.agent.client import (
-    AgentClient,
+from episub.agent.client import AgentClient, AgentStatus, AgentSubscription, ConfigView
+from episub.agent.errors import (
+    AgentAtLimit,
+    AgentBadRequest,
+    AgentBootstrapFailed,
     AgentError,
-    AgentStatus,
-    AgentSubscription,
+    AgentInternalError,
     AgentTimeout,
+    AgentTooLarge,
     AgentUnavailable,
-    ConfigView,
+    AgentWaitExpired,
 )
 from episub.agent.launcher import AgentInfo, ensure_agent
 from episub.agent.wire import Record
 from episub.records import Receipt
 
 __all__ = [
+    "AgentAtLimit",
+    "AgentBadRequest",
+    "AgentBootstrapFailed",
     "AgentClient",
     "AgentError",
     "AgentInfo",
+    "AgentInternalError",
     "AgentStatus",
     "AgentSubscription",
     "AgentTimeout",
+    "AgentTooLarge",
     "AgentUnavailable",
+    "AgentWaitExpired",
     "ConfigView",
     "Receipt",
     "Record",

@@ -14,9 +14,9 @@ arrive for a subscription are held for it, at most its `buffer` of them: more ar
 and counted, and the subscription yields `Lagged(count)` where they went missing (as the
 agent does for a subscriber that falls behind). Not thread-safe: one client per thread.
 
-Errors: `AgentUnavailable` (no agent at the path, connection lost, no answer within the
-timeout; the connection is closed then) and `AgentError` (the agent refused a request, with
-its kind and message; the connection stays usable).
+Errors (episub/agent/errors.py): `AgentUnavailable` (no agent at the path, connection lost,
+no answer within the timeout; the connection is closed then) and `AgentError`, a subclass
+per cause the agent gave for refusing a request (the connection stays usable).
 """
 
 from __future__ import annotations
@@ -30,6 +30,14 @@ from dataclasses import dataclass
 from types import TracebackType
 
 from episub.agent import agent_pb2 as pb
+from episub.agent.errors import (
+    AgentError,
+    AgentInternalError,
+    AgentTimeout,
+    AgentTooLarge,
+    AgentUnavailable,
+    agent_error,
+)
 from episub.agent.wire import (
     MAX_BATCH_RECORDS,
     MAX_REQUEST_SIZE,
@@ -72,11 +80,8 @@ from episub.retention import Span
 __all__ = [
     "DEFAULT_TIMEOUT",
     "AgentClient",
-    "AgentError",
     "AgentStatus",
     "AgentSubscription",
-    "AgentTimeout",
-    "AgentUnavailable",
     "ConfigView",
     "NodeHoldings",
     "OverlayNode",
@@ -117,26 +122,6 @@ def config_view_from_pb(body: pb.ConfigSnapshot) -> ConfigView:
         values[e.key] = value_of(Entry(e.version, e.writer, e.kind, e.data))  # type: ignore[arg-type]
         stamps[e.key] = (e.version, e.writer)
     return ConfigView(body.name, body.version, values, stamps, body.known_version)
-
-
-class AgentUnavailable(ConnectionError):
-    """No agent answers at the socket, or the connection to it was lost."""
-
-
-class AgentTimeout(AgentUnavailable, TimeoutError):
-    """The agent did not answer a request within the client's timeout."""
-
-
-class AgentError(Exception):
-    """The agent refused or failed a request; `kind` is one of Error.kind (agent.proto).
-
-    `published` lists what a publish_batch had published before the failing request."""
-
-    def __init__(self, kind: str, message: str, published: list[Receipt] | None = None) -> None:
-        super().__init__(message)
-        self.kind = kind
-        self.message = message
-        self.published = published or []
 
 
 @dataclass(frozen=True, slots=True)
@@ -228,10 +213,10 @@ class AgentClient:
         *,
         history: bool = True,
     ) -> None:
-        """Join `topic` (a no-op when joined); no bootstrap: the agent's own list. AgentError
-        "timeout" when no neighbour came within `timeout` seconds (0: the node's default, 10
-        s); the node stays joined and keeps trying. `history=False`: the node pulls none of
-        what its neighbours retained from before the join (Node.join)."""
+        """Join `topic` (a no-op when joined); no bootstrap: the agent's own list.
+        AgentWaitExpired when no neighbour came within `timeout` seconds (0: the node's
+        default, 10 s); the node stays joined and keeps trying. `history=False`: the node
+        pulls none of what its neighbours retained from before the join (Node.join)."""
         if isinstance(bootstrap, str):
             raise TypeError(f"bootstrap must be a list of 'host:port' strings, not {bootstrap!r}")
         body = pb.Join(topic=topic, bootstrap=list(bootstrap), timeout=timeout)
@@ -270,8 +255,7 @@ class AgentClient:
                 encoded = record_to_pb(record)
             record_size = encoded.ByteSize() + 8  # its tag and length
             if record_size > MAX_REQUEST_SIZE - _BATCH_OVERHEAD:
-                raise AgentError(
-                    "too_large",
+                raise AgentTooLarge(
                     f"a record of {record_size} bytes does not fit one agent request "
                     f"({MAX_REQUEST_SIZE - _BATCH_OVERHEAD} bytes at most, a fixed bound of "
                     "the agent protocol that no option raises); publish it through an "
@@ -382,7 +366,7 @@ class AgentClient:
             page = self._call(wait=wait, read_range=body).messages
             out += (delivery_from_pb(m) for m in page.messages)
             if page.next_seq <= seq:
-                raise AgentError("internal", f"read_range made no progress at seq {seq}")
+                raise AgentInternalError(f"read_range made no progress at seq {seq}")
             seq = page.next_seq
         return out
 
@@ -419,7 +403,7 @@ class AgentClient:
             )
             page = self._call(wait=wait, read_range=body).messages
             if page.next_seq <= seq:
-                raise AgentError("internal", f"read_range made no progress at seq {seq}")
+                raise AgentInternalError(f"read_range made no progress at seq {seq}")
             try:
                 rows = rows_from_pb(page)
             except BatchFormatError as exc:
@@ -484,7 +468,7 @@ class AgentClient:
     def config_read(self, name: str, min_version: int = 0, timeout: float = 0.0) -> ConfigView:
         """Configuration `name` as the agent's replica holds it (started and caught up on
         first use). min_version > 0: wait up to `timeout` s for that version, else raise
-        AgentError("timeout")."""
+        AgentWaitExpired."""
         reply = self._call(
             wait=timeout,
             config_read=pb.ConfigRead(name=name, min_version=min_version, timeout=timeout),
@@ -496,7 +480,7 @@ class AgentClient:
     ) -> ConfigView:
         """One write to configuration `name`: `values` (bytes, or anything JSON can hold)
         set, `delete` keys removed, all under one new version; returns the view after it.
-        AgentError("too_large") past the configuration's bounds, nothing written."""
+        AgentTooLarge past the configuration's bounds, nothing written."""
         body = pb.ConfigWrite(name=name, delete=list(delete))
         for key, value in (values or {}).items():
             entry = entry_for(value, 1, b"-")  # checks the value; the agent stamps it
@@ -549,7 +533,7 @@ class AgentClient:
                 ) from None
             if response.id == rid:
                 if response.WhichOneof("body") == "error":
-                    raise AgentError(response.error.kind, response.error.message)
+                    raise agent_error(response.error.kind, response.error.message)
                 return response
             self._route(response)
 
@@ -579,7 +563,7 @@ class AgentClient:
             while (body := self._decoder.next_body()) is not None:
                 response = decode_response(body)
                 if response.id == 0 and response.WhichOneof("body") == "error":
-                    return AgentError(response.error.kind, response.error.message)
+                    return agent_error(response.error.kind, response.error.message)
         except FrameError:
             pass  # a broken frame says nothing: the send's error stands
         return None
@@ -626,7 +610,7 @@ class AgentClient:
             sub._take(response)
         elif response.id == 0 and response.WhichOneof("body") == "error":
             self.close()  # the agent refused the connection itself (too many clients)
-            raise AgentError(response.error.kind, response.error.message)
+            raise agent_error(response.error.kind, response.error.message)
         # Otherwise the End of a subscription closed here, or a reply nobody awaits.
 
     def _pump(self, deadline: float | None) -> None:

@@ -35,7 +35,8 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from episub.agent.client import AgentClient, AgentTimeout, AgentUnavailable
+from episub.agent.client import AgentClient
+from episub.agent.errors import AgentTimeout, AgentUnavailable
 from episub.agent.lifetime import lock_path_for
 from episub.agent.options import KEY_ENV, KEY_SIZE
 from episub.retention import RetentionConfig

@@ -17,9 +17,10 @@ from dataclasses import dataclass, field
 
 import trio
 
+from episub.agent.errors import AgentWaitExpired
 from episub.agent.lifetime import WATCH_INTERVAL, OwnerProcess
 from episub.agent.server import AgentServer
-from episub.agent.service import AgentLimits, AgentRequestError, AgentService
+from episub.agent.service import AgentLimits, AgentService
 from episub.allocator import ReleaseWatch, limit_heap_growth
 from episub.net.link_delay import LinkDelay
 from episub.net.peer_id import format_address, parse_address
@@ -129,12 +130,10 @@ async def _serve(
             shown = parse_address(node.address).host
             service.metrics_url = f"http://{format_address(shown, port)}/metrics"
         for topic in options.topics:
-            try:
+            # AgentWaitExpired: joined without a neighbour yet (logged); serve, the node
+            # keeps trying.
+            with contextlib.suppress(AgentWaitExpired):
                 await _join_patiently(service, topic, options.bootstrap_timeout)
-            except AgentRequestError as exc:
-                if exc.kind != "timeout":
-                    raise
-                # Joined without a neighbour yet (logged): serve, the node keeps trying.
         log.info("node %s listening on %s", node.id.decode("ascii", "replace"), node.address)
         on_ready(node)
         # Free memory goes back to the OS once the node is quiet after letting go of many

@@ -29,8 +29,16 @@ from typing import Any
 import trio
 
 from episub.agent import agent_pb2 as pb
+from episub.agent.errors import (
+    AgentAtLimit,
+    AgentBadRequest,
+    AgentBootstrapFailed,
+    AgentError,
+    AgentInternalError,
+    AgentTooLarge,
+)
 from episub.agent.lifetime import WATCH_INTERVAL, OwnerProcess, lock_path_for, try_lock
-from episub.agent.service import AgentRequestError, AgentService
+from episub.agent.service import AgentService
 from episub.agent.wire import FrameError, FrameSplitter, decode_request, encode_frame, item_to_pb
 from episub.node import SUBSCRIPTION_BUFFER, BootstrapError
 from episub.proto.errors import LocalProtocolError, MessageTooLarge
@@ -208,7 +216,7 @@ class AgentServer:
         message = f"the agent serves at most {self.limits.max_clients} clients at once"
         # A courtesy, so the client learns why; bounded, as it may not read at all.
         with trio.move_on_after(1.0), contextlib.suppress(trio.BrokenResourceError):
-            await stream.send_all(encode_frame(_error(0, "limit", message)))
+            await stream.send_all(encode_frame(_error(0, AgentAtLimit.kind, message)))
 
     async def _read_requests(self, client: _Client) -> str:
         decoder = FrameSplitter(self.limits.max_request_size)
@@ -235,13 +243,16 @@ class AgentServer:
         rid, kind = request.id, request.WhichOneof("body")
         refusal = None
         if kind is None:
-            refusal = "bad_request", "empty request: no known operation is set"
+            refusal = AgentBadRequest.kind, "empty request: no known operation is set"
         elif rid in client.in_flight or rid in client.subscriptions:
-            refusal = "bad_request", f"request id {rid} is already in flight on this connection"
+            refusal = (
+                AgentBadRequest.kind,
+                f"request id {rid} is already in flight on this connection",
+            )
         elif kind == "subscribe":
             refusal = self._check_subscribe(client, request.subscribe)
         elif len(client.in_flight) >= self.limits.max_in_flight:
-            refusal = "limit", f"at most {self.limits.max_in_flight} requests in flight"
+            refusal = AgentAtLimit.kind, f"at most {self.limits.max_in_flight} requests in flight"
         if refusal is not None:
             self.counters["request_errors"] += 1
             await client.send(_error(rid, *refusal))
@@ -255,17 +266,17 @@ class AgentServer:
     async def _handle(self, client: _Client, rid: int, kind: str, body: Any) -> None:
         try:
             response = await self._answer(client, rid, kind, body)
-        except AgentRequestError as exc:
+        except AgentError as exc:  # a refusal of the service's, typed by its cause
             response = _error(rid, exc.kind, str(exc))
         except MessageTooLarge as exc:
-            response = _error(rid, "too_large", str(exc))
+            response = _error(rid, AgentTooLarge.kind, str(exc))
         except BootstrapError as exc:
-            response = _error(rid, "bootstrap", str(exc))
+            response = _error(rid, AgentBootstrapFailed.kind, str(exc))
         except (LocalProtocolError, ValueError, TypeError) as exc:
-            response = _error(rid, "bad_request", str(exc))
+            response = _error(rid, AgentBadRequest.kind, str(exc))
         except Exception as exc:  # a bug here must not take the agent (and its node) down
             log.exception("client %d: %s request %d failed", client.number, kind, rid)
-            response = _error(rid, "internal", f"{type(exc).__name__}: {exc}")
+            response = _error(rid, AgentInternalError.kind, f"{type(exc).__name__}: {exc}")
         finally:
             client.in_flight.discard(rid)
         if response.WhichOneof("body") == "error":
@@ -285,9 +296,7 @@ class AgentServer:
         elif kind == "unsubscribe":
             scope = client.subscriptions.get(body.subscribe_id)
             if scope is None:
-                raise AgentRequestError(
-                    "bad_request", f"no subscription {body.subscribe_id} on this connection"
-                )
+                raise AgentBadRequest(f"no subscription {body.subscribe_id} on this connection")
             scope.cancel()
         elif kind == "read_range":
             return pb.Response(id=rid, messages=await service.read_range(body))
@@ -308,7 +317,7 @@ class AgentServer:
             stats["agent_clients"] = len(self._clients)
             return pb.Response(id=rid, node_info=service.node_info(stats))
         else:
-            raise AgentRequestError("bad_request", f"unknown request {kind!r}")
+            raise AgentBadRequest(f"unknown request {kind!r}")
         await trio.lowlevel.checkpoint()
         return pb.Response(id=rid, done=pb.Done())
 
@@ -318,14 +327,17 @@ class AgentServer:
         try:
             check_topic_name(body.topic)
         except ValueError as exc:
-            return "bad_request", str(exc)
+            return AgentBadRequest.kind, str(exc)
         if body.buffer > self.limits.max_subscription_buffer:
-            return "limit", (
+            return AgentAtLimit.kind, (
                 f"a subscription buffer holds at most {self.limits.max_subscription_buffer} "
                 f"items, not {body.buffer}"
             )
         if len(client.subscriptions) >= self.limits.max_subscriptions:
-            return "limit", f"at most {self.limits.max_subscriptions} subscriptions per client"
+            return (
+                AgentAtLimit.kind,
+                f"at most {self.limits.max_subscriptions} subscriptions per client",
+            )
         return None
 
     async def _subscription(self, client: _Client, rid: int, body: pb.Subscribe) -> None:

@@ -2,8 +2,9 @@
 
 server.py carries requests over a Unix socket and calls this; the CLI's `episub node` calls
 it directly for `--topic`. Everything a client can ask for is bounded here or there
-(`AgentLimits`), and a request the agent refuses raises `AgentRequestError(kind, message)`,
-which the server turns into an Error reply.
+(`AgentLimits`), and a request the agent refuses raises the AgentError of its cause
+(episub/agent/errors.py, the client's own classes), which the server turns into an Error
+reply of that kind.
 
 Choices:
 - Joining a topic already joined is a no-op, so every worker can just `join` what it uses;
@@ -32,6 +33,7 @@ from dataclasses import dataclass
 import trio
 
 from episub.agent import agent_pb2 as pb
+from episub.agent.errors import AgentAtLimit, AgentBadRequest, AgentTooLarge, AgentWaitExpired
 from episub.agent.readahead import ReadAhead
 from episub.agent.wire import (
     MAX_BATCH_RECORDS,
@@ -53,7 +55,7 @@ from episub.node import HELD_TIMEOUT, Node
 from episub.proto.messages import MAX_HELD_SPANS, HeldSpan, check_topic_name
 from episub.records import Delivery
 
-__all__ = ["AgentLimits", "AgentRequestError", "AgentService", "config_snapshot_to_pb"]
+__all__ = ["AgentLimits", "AgentService", "config_snapshot_to_pb"]
 
 log = logging.getLogger("episub.agent")
 
@@ -88,14 +90,6 @@ class AgentLimits:
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"AgentLimits.{name} must be an int >= 1, not {value!r}")
-
-
-class AgentRequestError(Exception):
-    """A request the agent refuses; becomes an Error reply of `kind`."""
-
-    def __init__(self, kind: str, message: str) -> None:
-        super().__init__(message)
-        self.kind = kind
 
 
 class AgentService:
@@ -140,7 +134,7 @@ class AgentService:
     ) -> bool:
         """Join `topic` (through the agent's bootstrap list when `bootstrap` is empty);
         False when it was joined already. Concurrent joins of one topic wait for the first.
-        AgentRequestError("timeout") when no neighbour came within `timeout` seconds (0: the
+        AgentWaitExpired when no neighbour came within `timeout` seconds (0: the
         node's default), joined all the same."""
         check_topic_name(topic)
         contacts = list(bootstrap) if bootstrap else self.bootstrap
@@ -163,7 +157,7 @@ class AgentService:
                 # the topic counts as joined here too; the caller still hears of it.
                 self._joined[topic] = None
                 log.warning("%s", exc)
-                raise AgentRequestError("timeout", str(exc)) from None
+                raise AgentWaitExpired(str(exc)) from None
             self._joined[topic] = None
             log.info("joined %r through %s", topic, ", ".join(contacts) or "nobody (first node)")
             return True
@@ -174,7 +168,7 @@ class AgentService:
     async def leave(self, topic: str) -> None:
         """Leave `topic` (what retention holds of it can still be read by range)."""
         if topic not in self._joined:
-            raise AgentRequestError("bad_request", f"not joined to topic {topic!r}")
+            raise AgentBadRequest(f"not joined to topic {topic!r}")
         del self._joined[topic]
         await self.node.leave(topic)
         log.info("left %r", topic)
@@ -187,26 +181,23 @@ class AgentService:
 
     async def join_request(self, body: pb.Join) -> None:
         if len(body.bootstrap) > self.limits.max_bootstrap:
-            raise AgentRequestError(
-                "limit",
+            raise AgentAtLimit(
                 f"at most {self.limits.max_bootstrap} bootstrap addresses, "
                 f"not {len(body.bootstrap)}",
             )
         if not 0 <= body.timeout <= MAX_JOIN_TIMEOUT:  # NaN fails too
-            raise AgentRequestError(
-                "bad_request",
+            raise AgentBadRequest(
                 f"join timeout must be in 0..{MAX_JOIN_TIMEOUT:g} s, not {body.timeout}",
             )
         await self.join(body.topic, list(body.bootstrap), body.timeout, not body.no_history)
 
     async def publish(self, topic: str, records: Sequence[pb.Record]) -> pb.Receipts:
         if topic not in self._joined:
-            raise AgentRequestError("bad_request", f"not joined to topic {topic!r}: join it first")
+            raise AgentBadRequest(f"not joined to topic {topic!r}: join it first")
         if not records:
-            raise AgentRequestError("bad_request", "a batch needs at least one record")
+            raise AgentBadRequest("a batch needs at least one record")
         if len(records) > self.limits.max_batch_records:
-            raise AgentRequestError(
-                "limit",
+            raise AgentAtLimit(
                 f"at most {self.limits.max_batch_records} records per batch, not {len(records)}",
             )
         # Checked once, here, where the records enter (envelope.Record), and trusted after;
@@ -218,7 +209,7 @@ class AgentService:
                 checked.append(record_from_pb(r))
             except (TypeError, ValueError) as exc:
                 where = f"record {i} of {count}: " if count > 1 else ""
-                raise AgentRequestError("bad_request", f"{where}{exc}") from None
+                raise AgentBadRequest(f"{where}{exc}") from None
         receipts = await self.node.publish_many(topic, checked)
         out = pb.Receipts(publisher=self.node.id)
         for record, receipt in zip(checked, receipts, strict=True):
@@ -233,20 +224,16 @@ class AgentService:
     async def read_range(self, body: pb.ReadRange) -> pb.Messages:
         first, last = body.first_seq, body.last_seq
         if first > last:
-            raise AgentRequestError(
-                "bad_request", f"need first_seq <= last_seq, not {first}..{last}"
-            )
+            raise AgentBadRequest(f"need first_seq <= last_seq, not {first}..{last}")
         timeout = body.fetch_timeout
         if not 0 <= timeout <= self.limits.max_fetch_timeout:
-            raise AgentRequestError(
-                "bad_request",
+            raise AgentBadRequest(
                 f"fetch_timeout must be in 0..{self.limits.max_fetch_timeout} s, not {timeout}",
             )
         if body.as_rows and body.value_prefix:
-            raise AgentRequestError("bad_request", "as_rows and value_prefix do not go together")
+            raise AgentBadRequest("as_rows and value_prefix do not go together")
         if len(body.holders) > self.limits.max_holdings_nodes:
-            raise AgentRequestError(
-                "limit",
+            raise AgentAtLimit(
                 f"at most {self.limits.max_holdings_nodes} holders, not {len(body.holders)}",
             )
         # One page at most: a client reading a long range asks page by page.
@@ -301,19 +288,17 @@ class AgentService:
         check_topic_name(body.topic)
         limits = self.limits
         if len(body.spans) > MAX_HELD_SPANS:
-            raise AgentRequestError(
-                "limit", f"at most {MAX_HELD_SPANS} spans, not {len(body.spans)}"
-            )
+            raise AgentAtLimit(f"at most {MAX_HELD_SPANS} spans, not {len(body.spans)}")
         named = len(body.peers) + len(body.addresses)
         if named > limits.max_holdings_nodes:
-            raise AgentRequestError(
-                "limit", f"a Holdings request names at most {limits.max_holdings_nodes} nodes"
+            raise AgentAtLimit(
+                f"a Holdings request names at most {limits.max_holdings_nodes} nodes"
             )
         timeout = self._node_timeout(body.timeout)
         try:
             spans = tuple(span_from_pb(s) for s in body.spans)
         except ValueError as exc:
-            raise AgentRequestError("bad_request", f"a span: {exc}") from None
+            raise AgentBadRequest(f"a span: {exc}") from None
         targets = await self._targets(
             body.topic, body.neighbors, body.peers, body.addresses, timeout
         )
@@ -340,9 +325,7 @@ class AgentService:
         """The topics this node, its neighbours (with `neighbors`) and the nodes at
         `addresses` are in: what a subscribePattern matches against."""
         if len(body.addresses) > self.limits.max_holdings_nodes:
-            raise AgentRequestError(
-                "limit", f"at most {self.limits.max_holdings_nodes} addresses per request"
-            )
+            raise AgentAtLimit(f"at most {self.limits.max_holdings_nodes} addresses per request")
         timeout = self._node_timeout(body.timeout)
         targets = await self._targets(None, body.neighbors, (), body.addresses, timeout)
         names: set[str] = set(self._joined)
@@ -359,8 +342,7 @@ class AgentService:
     def _node_timeout(self, asked: float) -> float:
         timeout = asked or HELD_TIMEOUT
         if not 0 < timeout <= self.limits.max_holdings_timeout:
-            raise AgentRequestError(
-                "bad_request",
+            raise AgentBadRequest(
                 f"timeout must be in 0..{self.limits.max_holdings_timeout} s, not {asked}",
             )
         return timeout
@@ -402,7 +384,7 @@ class AgentService:
                     if parse_address(address) == own:
                         continue  # this node, asked first already
                 except PeerIdError as exc:
-                    raise AgentRequestError("bad_request", str(exc)) from None
+                    raise AgentBadRequest(str(exc)) from None
                 nursery.start_soon(reach, address)
         return [*found.items(), *((b"", a) for a in unreachable)]
 
@@ -413,9 +395,7 @@ class AgentService:
         replica = self._configs.get(name)
         if replica is None:
             if len(self._configs) >= self.limits.max_configs:
-                raise AgentRequestError(
-                    "limit", f"at most {self.limits.max_configs} configurations per agent"
-                )
+                raise AgentAtLimit(f"at most {self.limits.max_configs} configurations per agent")
             assert self._nursery is not None, "config() needs AgentService.run started"
             replica = self._configs[name] = ConfigReplica(self.node, name, bootstrap=self.bootstrap)
             try:
@@ -430,14 +410,12 @@ class AgentService:
 
     async def config_read(self, body: pb.ConfigRead) -> pb.ConfigSnapshot:
         if not 0 <= body.timeout <= self.limits.max_config_wait:
-            raise AgentRequestError(
-                "bad_request",
+            raise AgentBadRequest(
                 f"timeout must be in 0..{self.limits.max_config_wait} s, not {body.timeout}",
             )
         replica = await self.config(body.name)
         if body.min_version and not await replica.wait_for(body.min_version, body.timeout):
-            raise AgentRequestError(
-                "timeout",
+            raise AgentWaitExpired(
                 f"configuration {body.name!r} is at version {replica.state.version}, not yet "
                 f"{body.min_version}, after {body.timeout} s"
                 + (f" (behind: it knows of version {replica.state.top})" if replica.behind else ""),
@@ -448,22 +426,20 @@ class AgentService:
         changes: dict[str, object] = {}
         for value in body.set:
             if value.kind not in ("json", "bytes"):
-                raise AgentRequestError(
-                    "bad_request", f"a value's kind is 'json' or 'bytes', not {value.kind!r}"
-                )
+                raise AgentBadRequest(f"a value's kind is 'json' or 'bytes', not {value.kind!r}")
             # The client sends JSON as text; it is checked by parsing it back here.
             entry = Entry(1, b"-", value.kind, value.data)  # type: ignore[arg-type]
             try:
                 changes[value.key] = value_of(entry)
             except ValueError as exc:
-                raise AgentRequestError("bad_request", f"value of {value.key!r}: {exc}") from None
+                raise AgentBadRequest(f"value of {value.key!r}: {exc}") from None
         for key in body.delete:
             changes[key] = DELETE
         replica = await self.config(body.name)
         try:
             await replica.write(changes)
         except ConfigLimitError as exc:
-            raise AgentRequestError("too_large", str(exc)) from None
+            raise AgentTooLarge(str(exc)) from None
         return config_snapshot_to_pb(replica)
 
     async def overlay(self, body: pb.Overlay) -> pb.OverlayMap:
@@ -471,13 +447,12 @@ class AgentService:
         check_topic_name(body.topic)
         max_nodes = body.max_nodes or CRAWL_MAX_NODES
         if max_nodes > self.limits.max_overlay_nodes:
-            raise AgentRequestError(
-                "limit", f"an overlay walk asks at most {self.limits.max_overlay_nodes} nodes"
+            raise AgentAtLimit(
+                f"an overlay walk asks at most {self.limits.max_overlay_nodes} nodes"
             )
         timeout = body.timeout or CRAWL_TIMEOUT
         if not 0 < timeout <= self.limits.max_overlay_timeout:
-            raise AgentRequestError(
-                "bad_request",
+            raise AgentBadRequest(
                 f"timeout must be in 0..{self.limits.max_overlay_timeout} s, not {timeout}",
             )
         out = pb.OverlayMap()

@@ -65,8 +65,8 @@ from episub.config.codec import (
 from episub.config.state import ConfigState, Entry, check_key
 from episub.net.peer_id import PeerIdError, parse_peer_id
 from episub.node import Node
-from episub.proto.config import CONFIG_TOPIC_PREFIX
 from episub.proto.messages import check_topic_name
+from episub.proto.reserved import CONFIG_TOPIC_PREFIX
 from episub.subscription import Delivery, Lost
 
 __all__ = [

@@ -132,6 +132,11 @@ class AnswerLane:
         self.bytes -= size
         return size, make
 
+    def idle(self, now: float) -> bool:
+        """Empty, with its byte budget full again: forgetting it changes nothing."""
+        bucket = self.bucket
+        return not self.items and not self.timer_set and bucket.refill(now) >= bucket.burst
+
     def cancel(self, counters: AnswerCounters) -> None:
         counters.answers_cancelled += len(self.items)
         self.items.clear()

@@ -1,9 +1,8 @@
-"""Frames on a trio stream: read them with wire.FrameDecoder, pack queued items into them.
+"""Frames on a connection: their sizes, and queued items packed into them.
 
-Reading: `FrameReader.receive_frames()` reads at most `READ_CHUNK` bytes at a time and hands
-out every whole frame it then holds, together (the runtime feeds them to the core as one
-input), so what the decoder holds stays below one chunk plus one unfinished frame, itself
-bounded by the decoder's `max_frame_size`.
+Reading: a connection (connection.py) reads at most `READ_CHUNK` bytes at a time into a
+wire.FrameDecoder and hands out every whole frame it then holds, so what the decoder holds
+stays below one chunk plus one unfinished frame, itself bounded by `max_frame_size`.
 
 Writing: the runtime encodes each message once (`wire.encode_item`) and queues the bytes
 per peer. `take_frames` drains what is queued into frames (piggybacking) up to a byte budget
@@ -15,23 +14,14 @@ from __future__ import annotations
 
 from collections import deque
 
-import trio
-
 from episub.proto.framing import LENGTH_PREFIX
-from episub.proto.messages import PeerMessage
-from episub.proto.wire import (
-    MAX_ITEMS_PER_FRAME,
-    FrameDecoder,
-    FrameError,
-    frame_from_items,
-)
+from episub.proto.wire import MAX_ITEMS_PER_FRAME, frame_from_items
 
 __all__ = [
     "FRAME_OVERHEAD",
     "PIGGYBACK_BUDGET",
     "READ_CHUNK",
     "WRITE_BUDGET",
-    "FrameReader",
     "max_frame_size",
     "take_frame",
     "take_frames",
@@ -54,59 +44,6 @@ WRITE_BUDGET = 256 * 1024
 def max_frame_size(max_message_size: int) -> int:
     """The largest frame a node accepts: one maximal message plus `FRAME_OVERHEAD`."""
     return max_message_size + FRAME_OVERHEAD
-
-
-class FrameReader:
-    """Whole frames of (topic, message) items from one stream, None at a clean end."""
-
-    def __init__(self, stream: trio.abc.ReceiveStream, *, max_frame_size: int) -> None:
-        self._stream = stream
-        self._decoder = FrameDecoder(max_frame_size=max_frame_size)
-        self._error: FrameError | None = None
-        self.bytes_received = 0
-
-    def feed(self, data: bytes) -> None:
-        """Bytes that arrived before the reader took over (what followed the handshake)."""
-        self.bytes_received += len(data)
-        self._decoder.feed(data)
-
-    async def receive_frame(self) -> list[tuple[str | None, PeerMessage]] | None:
-        """The next frame; None once the peer closed cleanly between frames.
-
-        Raises FrameError for a bad frame, or for a stream that ends inside a frame.
-        """
-        if self._error is not None:
-            raise self._error
-        while True:
-            frame = self._decoder.next_frame()
-            if frame is not None:
-                return frame
-            data = await self._stream.receive_some(READ_CHUNK)
-            if not data:
-                if self._decoder.buffered:
-                    raise FrameError(
-                        f"connection closed inside a frame ({self._decoder.buffered} bytes "
-                        "of it received)"
-                    )
-                return None
-            self.bytes_received += len(data)
-            self._decoder.feed(data)
-
-    async def receive_frames(self) -> list[list[tuple[str | None, PeerMessage]]]:
-        """Every whole frame held after one read (at least one); [] once the peer closed
-        cleanly between frames. Raises like `receive_frame`; frames before a bad one are
-        handed out first."""
-        first = await self.receive_frame()
-        if first is None:
-            return []
-        frames = [first]
-        decoder = self._decoder
-        try:
-            while (frame := decoder.next_frame()) is not None:
-                frames.append(frame)
-        except FrameError as exc:
-            self._error = exc  # raised by the next call, once these are processed
-        return frames
 
 
 def take_frames(queue: deque[bytes], *, budget: int = WRITE_BUDGET) -> tuple[bytes, int, int]:

@@ -28,7 +28,11 @@ Rules:
   half full for the whole wait is too slow, and is lost as on overflow.
 - Answers (what a peer asked for: `answer`) wait in the peer's lane (answers.py) as
   recipes and are encoded a batch at a time while its queue is under an eighth of its
-  bounds, within the peer's byte budget; the lane goes with the peer's connection. A
+  bounds, within the peer's byte budget; the lane goes with the peer's connection. When
+  a lane empties, the core is told (`on_answers_drained`): it makes the next batch of
+  what the peer asked; when the connection goes, the core drops it
+  (`on_answers_cancelled`). An empty lane is kept, with its byte budget, until the
+  budget is full again (`sweep`), so that batch after batch is paced by one budget. A
   peer's requests are charged to its work budget (`charge`): refused past it, and the peer
   dropped when it asks on regardless. Answers never overflow a queue: a peer that does
   not read what it asked for only fills its lane.
@@ -154,6 +158,8 @@ class Network:
         counters: NetCounters,
         on_frames: Callable[[Connection, list[FrameItems]], None],
         on_lost: Callable[[bytes], None],
+        on_answers_drained: Callable[[bytes], None],
+        on_answers_cancelled: Callable[[bytes], None],
         uses: Callable[[bytes], bool],
         max_frame_size: int,
         liveness_timeout: float,
@@ -176,6 +182,8 @@ class Network:
         self.counters = counters
         self._on_frames = on_frames
         self._on_lost = on_lost
+        self._on_answers_drained = on_answers_drained
+        self._on_answers_cancelled = on_answers_cancelled
         self._uses = uses
         self._max_frame_size = max_frame_size
         self._liveness_timeout = liveness_timeout
@@ -206,7 +214,8 @@ class Network:
         # far from the half at which publishers wait for the peer (wait_for_room).
         self._fill_items = max(1, send_queue_cap // 8)
         self._fill_bytes = self._queue_max_bytes // 8
-        self._lanes: dict[bytes, AnswerLane] = {}  # peers with answers waiting
+        # Peers with answers waiting, or whose byte budget is still refilling.
+        self._lanes: dict[bytes, AnswerLane] = {}
         self._budgets: dict[bytes, RequestBudget] = {}  # peers that asked something
         self.closing = False
 
@@ -658,9 +667,10 @@ class Network:
         conn = peer.conn
         counters = self.counters.answers
         now = trio.current_time()
-        if conn is not None and lane.items:
-            peer.notify()  # a writer parked on an empty queue (a delay line's) takes them
-        while lane.items and conn is not None:
+        if conn is None or not lane.items:
+            return
+        peer.notify()  # a writer parked on an empty queue (a delay line's) takes them
+        while lane.items:
             if (
                 peer.queued_bytes >= self._fill_bytes
                 or len(peer.queue) + conn.in_flight >= self._fill_items
@@ -680,8 +690,7 @@ class Network:
             lane.bucket.level -= len(item)
             counters.answers_sent += 1
             self.send(peer.id, item)
-        if not lane.items and self._lanes.get(peer.id) is lane and not lane.timer_set:
-            del self._lanes[peer.id]
+        self._on_answers_drained(peer.id)  # the last one went: the core makes the next batch
 
     async def _refill_later(self, peer: Peer, lane: AnswerLane, wait: float) -> None:
         await trio.sleep(wait)
@@ -696,6 +705,7 @@ class Network:
         lane = self._lanes.pop(peer_id, None)
         if lane is not None:
             lane.cancel(self.counters.answers)
+        self._on_answers_cancelled(peer_id)
 
     def _notify_progress(self) -> None:
         progress = self._progress
@@ -711,12 +721,15 @@ class Network:
 
     def sweep(self) -> None:
         """Close idle connections nobody uses; declare silent neighbours lost; forget the
-        budgets of peers that owe nothing."""
+        budgets and empty lanes of peers that owe nothing."""
         now = trio.current_time()
         for peer_id, budget in list(self._budgets.items()):
             budget.bucket.refill(now)
             if budget.idle:
                 del self._budgets[peer_id]
+        for peer_id, lane in list(self._lanes.items()):
+            if lane.idle(now):
+                del self._lanes[peer_id]
         for peer in list(self.peers.values()):
             conn = peer.conn
             if conn is None:

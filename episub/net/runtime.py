@@ -14,7 +14,9 @@ carries out the outputs, and re-arms the timer task. What each output becomes:
   (epoch) clock, `upkeep` to a tick of the node's own, at a phase of its own (from its
   id); and timers due within `TIMER_SLACK` of each other fire in one wakeup.
   A Send marked `answer` (what the peer asked for) is not encoded here: the network
-  takes it a batch at a time as the peer reads, within its budget (answers.py).
+  takes it a batch at a time as the peer reads, within its budget (answers.py). When
+  the peer's lane empties the core is fed AnswersDrained and makes its next batch of
+  what the peer asked (proto/answers.py); when its connection goes, AnswersCancelled.
 - ClosePeer: the network closes that connection once its queue is drained.
 - PeerMisbehaved: counted, and logged (logger "episub.net") at most once a minute per
   reason.
@@ -84,6 +86,8 @@ from episub.proto import messages as m
 from episub.proto.config import NodeConfig
 from episub.proto.errors import LocalProtocolError
 from episub.proto.events import (
+    AnswersCancelled,
+    AnswersDrained,
     ClosePeer,
     ConnectionLost,
     InEvent,
@@ -231,6 +235,8 @@ class Runtime:
             counters=self.counters,
             on_frames=self._on_frames,
             on_lost=self._on_lost,
+            on_answers_drained=self._on_answers_drained,
+            on_answers_cancelled=self._on_answers_cancelled,
             uses=self.state.uses,
             max_frame_size=self.max_frame_size,
             liveness_timeout=self.liveness_timeout,
@@ -256,6 +262,7 @@ class Runtime:
         self._upkeep_phase = zlib.crc32(my_id) / 2**32 * TIMER_TICK
         self._answer_keys = itertools.count()  # answers that no repeat merges with
         self._deferred: deque[InEvent] = deque()
+        self._drained: set[bytes] = set()  # peers with an AnswersDrained still to feed
         self._pumping = False
         self._run_scope = trio.CancelScope(shield=True)
         self._epoch = time.time() - trio.current_time()
@@ -346,6 +353,8 @@ class Runtime:
         return ok
 
     def _feed_one(self, event: InEvent) -> bool:
+        if type(event) is AnswersDrained:
+            self._drained.discard(event.peer)
         try:
             self._carry_out(self.state.handle(event, self.now()))
         except Exception as exc:
@@ -570,6 +579,29 @@ class Runtime:
     def _on_lost(self, peer_id: bytes) -> None:
         self._feed(ConnectionLost(peer_id))
 
+    def _on_answers_drained(self, peer_id: bytes) -> None:
+        """The peer's answer lane emptied (network.py): the core's next batch for it, once
+        however often it empties before the core is fed. Called from within a write (a
+        writer's, or a flush's): what the batch sends is queued for the peer's writer,
+        which the lane wakes, never written from here, where a write of ours could cut
+        into the one in progress."""
+        if peer_id in self._drained:
+            return
+        self._drained.add(peer_id)
+        event = AnswersDrained(peer_id)
+        if self._pumping:
+            self._deferred.append(event)
+            return
+        self._pumping = True
+        try:
+            self._feed_one(event)
+            self._feed_deferred()
+        finally:
+            self._pumping = False
+
+    def _on_answers_cancelled(self, peer_id: bytes) -> None:
+        self._feed(AnswersCancelled(peer_id))
+
     # -- timers ---------------------------------------------------------------------------
 
     def _schedule(
@@ -640,16 +672,20 @@ class Runtime:
 
 def with_runtime_upkeep(config: NodeConfig, *, kernel_rtt: bool) -> NodeConfig:
     """`config` with the runtime's choices where it leaves them to us (None): the settled
-    upkeep, and RTT samples from the kernel instead of PONGs when `kernel_rtt`."""
+    upkeep, and RTT samples from the kernel instead of PONGs when `kernel_rtt`; and no
+    answer timer (the network reports when a peer has read its answers)."""
     membership = config.membership
     changes: dict[str, object] = {}
     if membership.settled_upkeep is None:
         changes["settled_upkeep"] = SETTLED_UPKEEP
     if membership.pong_rtt is None:
         changes["pong_rtt"] = not kernel_rtt
-    if not changes:
-        return config
-    return replace(config, membership=replace(membership, **changes))
+    if changes:
+        config = replace(config, membership=replace(membership, **changes))
+    if config.broadcast.answer_interval is not None:
+        # The network reports drained lanes (AnswersDrained): no timer paces answers here.
+        config = replace(config, broadcast=replace(config.broadcast, answer_interval=None))
+    return config
 
 
 def _show(peer_id: object) -> str:

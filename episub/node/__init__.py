@@ -16,7 +16,6 @@ Parts never import one another's state: `Node` hands each the core's events it n
 """
 
 from episub.node.bootstrap import BOOTSTRAP_GRACE, BootstrapError
-from episub.node.fanout import CONTROL_PREFIX
 from episub.node.fetching import FETCH_TIMEOUT
 from episub.node.lifetime import CLOSE_TIMEOUT
 from episub.node.node import JOIN_TIMEOUT, Node
@@ -27,7 +26,6 @@ from episub.records import HELD_TIMEOUT, SUBSCRIPTION_BUFFER, Neighbor, Receipt
 __all__ = [
     "BOOTSTRAP_GRACE",
     "CLOSE_TIMEOUT",
-    "CONTROL_PREFIX",
     "FETCH_TIMEOUT",
     "HELD_TIMEOUT",
     "JOIN_TIMEOUT",

@@ -11,14 +11,9 @@ from episub.proto.messages import check_topic_name
 from episub.records import Delivery, Lost
 from episub.subscription import Subscription
 
-__all__ = ["CONTROL_PREFIX", "Fanout", "Listener"]
+__all__ = ["Fanout", "Listener"]
 
 log = logging.getLogger(__name__)
-
-# Named streams whose publisher starts with this carry a deployment's own bookkeeping (a
-# Spark sink's batch index): held, relayed and readable by range like any message, never
-# delivered to subscriptions or listeners. Application streams must not use the prefix.
-CONTROL_PREFIX = b"_episub/"
 
 Listener = Callable[[Delivery | Lost], None]
 

@@ -49,7 +49,7 @@ from episub.net.runtime import DIAL_TIMEOUT, Runtime
 from episub.node import checks, serving
 from episub.node.bootstrap import Bootstraps, reach
 from episub.node.catchup import CatchUp
-from episub.node.fanout import CONTROL_PREFIX, Fanout
+from episub.node.fanout import Fanout
 from episub.node.fetching import FETCH_TIMEOUT, Fetcher, FetchReport
 from episub.node.lifetime import running
 from episub.node.publishing import Receipt, publish_checked
@@ -75,6 +75,7 @@ from episub.proto.events import (
     ViewReport,
 )
 from episub.proto.messages import GetHeld, Held, HeldSpan, View, check_topic_name
+from episub.proto.reserved import CONTROL_PREFIX
 from episub.proto.signing import Signer
 from episub.records import HELD_TIMEOUT, SUBSCRIPTION_BUFFER, Neighbor
 from episub.retention import RetentionConfig, RetentionStore, Span

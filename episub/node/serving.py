@@ -29,6 +29,5 @@ def serve_history(
         event.seqs,
         now,
     )
-    found = tuple(kept)
-    if found:
-        runtime.input(ServeHistory(event.topic, event.peer, found, event.publisher))
+    # Given even when empty: the PULL's next batch waits for it (events.ServeHistory).
+    runtime.input(ServeHistory(event.topic, event.peer, tuple(kept), event.publisher))

@@ -46,6 +46,8 @@ Rules from the draft (and Plumtree):
   the cache holds.
 - PULL: the sender gets the publisher's messages it asked for that the cache holds; the
   others are asked of retention, above the core (HistoryAsked).
+- GRAFT and PULL answers go a bounded batch at a time, the next when the asker has read
+  the last (answers.py, whose rules are at its top).
 - one message per place: a first copy for a (publisher, seq) the cache holds another
   message for wins it only with the earlier stamp (then the smaller id); a losing one is
   dropped and its sender gets the winner (`_rival_loses`).
@@ -58,15 +60,18 @@ Rules from the draft (and Plumtree):
   (see `_prefer_near_parent`).
 - a new link starts eager, except a RAND link at a node with a parent (an eager
   neighbour that has sent it a message first): that starts lazy, and a PRUNE at link-up
-  makes it lazy at the other end too (`neighbor_up`). NEAR links start eager.
+  makes it lazy at the other end too (`neighbor_up`). A NEAR link races (starts eager) in
+  the `near_race_trees` trees seen most lately: from both ends in the latest, from the
+  lower id's end only in the others (the other end starts it lazy and sends no PRUNE).
 - hub links (ours, `hub_parent`: configuration topics): a NEAR link is a hub link
   (membership.py); it starts eager and is never pruned for a duplicate, and while one
   stands every RAND link starts lazy; one coming up makes our eager RAND links lazy.
 - IHAVE flush period (ours, `ihave_spread`): ihave_interval times a share of the node's
   own, fixed by its id, so that nodes fed at the same moment do not flush together.
 - optional eager repair when an eager neighbour goes down (empty GRAFT to at most
-  `eager_repair_grafts` lazy peers, those that fed us most lately first), unless a
-  remaining eager neighbour has sent us a message first since it did.
+  `eager_repair_grafts` lazy peers in the latest tree, one in the others, those that fed
+  us most lately first), unless a remaining eager neighbour has sent us a message first
+  since it did.
 - per-publisher gaps are pulled (PULL first..last) from neighbours in turn (ordering.py).
 - stream heads (ours, heads.py): `heads_quiet` after a stream's newest message came, its
   seq is named once in a HEADS to every neighbour not known to hold it. A HEADS is taken
@@ -85,13 +90,13 @@ from itertools import islice
 from typing import Any, TypeAlias, assert_never
 
 from episub.proto import messages as m
-from episub.proto.cache import MessageCache
+from episub.proto.answers import AnswerCursors
+from episub.proto.cache import Cached, MessageCache
 from episub.proto.config import BroadcastConfig
 from episub.proto.envelope import IdHasher, Record
 from episub.proto.errors import LocalProtocolError, MessageTooLarge, too_large
 from episub.proto.events import (
     AlreadyPublished,
-    HistoryAsked,
     OutEvent,
     PeerMisbehaved,
     Published,
@@ -100,12 +105,12 @@ from episub.proto.events import (
     Send,
 )
 from episub.proto.heads import StreamHeads
-from episub.proto.history import history_packs
 from episub.proto.messages import Envelope, LinkKind, MessageId, PeerId
 from episub.proto.ordering import OrderedDelivery, PublisherStream
 from episub.proto.peers import RttTable
 from episub.proto.signing import Signer, check_message
 from episub.proto.tables import BroadcastCounters
+from episub.proto.timers import BroadcastTimer
 from episub.proto.trees import Tree, Trees
 
 # Ranges a neighbour announced to us that we note between two flushes (to leave out of
@@ -199,7 +204,10 @@ class Broadcast:
         self._heads_armed = False
         self._ihave_armed = False
         self._missing_armed = False
+        self._answers_armed = False
         self.counters = BroadcastCounters()
+        # What peers asked (PULL, GRAFT over ranges) and were not sent yet (answers.py).
+        self.answers = AnswerCursors(topic, config, self.counters)
         # Per-publisher order (ordering.py): it counts into our counters.
         self.ordering = OrderedDelivery(
             topic=topic,
@@ -262,10 +270,16 @@ class Broadcast:
         lazy_start = self.config.lazy_start
         hubbed = hub_parent and bool(self.hubs)
         racing = self._racing(kind)
+        # The end that does not push a race, and the stream both ends race in.
+        waits = self._waits_in_races(kind, peer)
+        latest = next(reversed(trees.by_stream), None)
         lazy_in: list[tuple[PeerId | None, Tree]] = []
         for publisher, tree in trees:
             if racing is not None and (publisher is None or publisher in racing):
-                tree.eager[peer] = None
+                if waits and publisher not in (None, latest) and tree.has_parent():
+                    tree.lazy[peer] = None  # the other end pushes: no PRUNE
+                else:
+                    tree.eager[peer] = None
             elif lazy_start and (hubbed or tree.has_parent()):
                 tree.lazy[peer] = None
                 lazy_in.append((publisher, tree))
@@ -290,6 +304,18 @@ class Broadcast:
             return by_stream
         return set(islice(reversed(by_stream), budget))
 
+    def _waits_in_races(self, kind: LinkKind, peer: PeerId) -> bool:
+        """Does a new link start lazy here in the trees it races in, but the one of the
+        stream seen most lately (a single publisher's)? For a NEAR link at the end with the
+        higher id (`_pushes_race`), so that one end pushes each race; never with hub_parent
+        (a hub link stays eager). A race both ends push costs two copies when neither end
+        gains, one when one end pushes, and the lazy end that gets the pushed copy first
+        grafts it back (`_lazy_sender_first`). With both ends pushing in 8 trees, races
+        were half the redundant copies of 8 publishers (docs/protocol.md, "Delivery trees")."""
+        return (
+            kind is LinkKind.NEAR and not self.config.hub_parent and not _pushes_race(self.me, peer)
+        )
+
     def neighbor_down(
         self, peer: PeerId, now: float, out: list[OutEvent], *, repair: bool = True
     ) -> None:
@@ -299,12 +325,18 @@ class Broadcast:
         self.announced.pop(peer, None)
         self.queued_before.pop(peer, None)
         self.heads.link_down(peer)
+        self.answers.forget(peer)
         repairing = repair and self.config.eager_repair
+        # Every tree grafts eager_repair_grafts with hub_parent; else the latest and `shared`.
+        full = self.config.eager_repair_grafts
+        latest = next(reversed(self.trees.by_stream), None)
         targets: dict[PeerId, list[tuple[PeerId | None, Tree]]] = {}
         for publisher, tree in self.trees:
             was_eager, lost_at = tree.drop(peer)
             if was_eager and repairing and self._parentless(publisher, tree, lost_at, down=True):
-                for lazy_peer in self._repair_targets(tree):
+                whole = self.config.hub_parent or publisher in (None, latest)
+                grafts = full if whole else 1
+                for lazy_peer in self._repair_targets(tree, grafts):
                     targets.setdefault(lazy_peer, []).append((publisher, tree))
         for lazy_peer, trees in targets.items():
             self._graft(lazy_peer, trees, now, out)
@@ -323,15 +355,20 @@ class Broadcast:
             return not tree.still_fed(lost_at)
         return not tree.eager or (lost_at is not None and not tree.still_fed(lost_at))
 
-    def _repair_targets(self, tree: Tree) -> list[PeerId]:
-        """At most `eager_repair_grafts` lazy neighbours to graft when a tree's parent went:
-        those that fed us most lately first, then the others in the order they became
-        lazy. Grafting every lazy one (up to 13 with near links chosen by each end) pushed
-        a copy of each message over every one of them, both ways, unpruned for graft_grace."""
+    def _repair_targets(self, tree: Tree, grafts: int) -> list[PeerId]:
+        """At most `grafts` lazy neighbours to graft when a tree's parent went: those that
+        fed us most lately first, then the others in the order they became lazy. Grafting
+        every lazy one (up to 13 with near links chosen by each end) pushed a copy of each
+        message over every one of them, both ways, unpruned for graft_grace. The tree of
+        the stream seen most lately (a single publisher's) grafts `eager_repair_grafts`,
+        the others one (with hub_parent, where each write is a stream, all grafts): a link
+        that goes down (a proximity swap) is the parent of many trees, and their second
+        grafts were a third of 32 publishers' redundant copies (docs/protocol.md,
+        "Delivery trees")."""
         lazy = tree.lazy
         fed = [p for p in reversed(tree.first_from) if p in lazy]
         others = [p for p in lazy if p not in tree.first_from]
-        return (fed + others)[: self.config.eager_repair_grafts]
+        return (fed + others)[:grafts]
 
     def _graft(
         self,
@@ -989,12 +1026,8 @@ class Broadcast:
     ) -> None:
         if self._is_neighbor(peer):
             self._grafted(peer, ranges, streams, now, out)
-        by_seq = self.by_seq
-        for publisher, first, last, _ in ranges:
-            for seq in range(first, last + 1):
-                mid = by_seq.get((publisher, seq))
-                if mid is not None:
-                    self._send_cached(peer, mid, out)
+        if ranges:
+            self._ask(peer, False, [(p, first, last) for p, first, last, _ in ranges], out)
 
     def _grafted(
         self,
@@ -1023,25 +1056,36 @@ class Broadcast:
         self, peer: PeerId, publisher: PeerId, first: int, last: int, out: list[OutEvent]
     ) -> None:
         """Answer from the cache; the seqs it lacks go to retention (above the core)."""
-        lacking = []
-        found: list[tuple[bytes, int]] = []  # (envelope bytes, hops to send it with)
-        for seq in range(first, last + 1):
-            mid = self.by_seq.get((publisher, seq))
-            cached = None if mid is None else self.cache.get(mid)
-            if cached is not None:
-                found.append((cached.raw, min(cached.hops + 1, m.MAX_HOPS)))
-            else:
-                lacking.append(seq)
-        if found and isinstance(publisher, bytes):  # the simulator's int ids: one by one
-            for pack in history_packs(publisher, found, self.config.max_message_size):
-                out.append(Send(peer, self.topic, pack, answer=True))
-        elif found:
-            for seq in range(first, last + 1):
-                mid = self.by_seq.get((publisher, seq))
-                if mid is not None:
-                    self._send_cached(peer, mid, out)
-        if lacking:
-            out.append(HistoryAsked(self.topic, peer, publisher, tuple(lacking)))
+        self._ask(peer, True, [(publisher, first, last)], out)
+
+    def _ask(
+        self, peer: PeerId, pull: bool, ranges: list[tuple[PeerId, int, int]], out: list[OutEvent]
+    ) -> None:
+        """A PULL's or GRAFT's ranges, answered a batch at a time (answers.py)."""
+        if self.answers.ask(peer, pull, ranges, self._cached_at, out):
+            self._arm_answers(out)
+
+    def _cached_at(self, publisher: PeerId, seq: int) -> Cached | None:
+        mid = self.by_seq.get((publisher, seq))
+        return None if mid is None else self.cache.get(mid)
+
+    def answers_drained(self, peer: PeerId, out: list[OutEvent]) -> None:
+        """`peer` has read the answers it was sent: its next batch, if any waits."""
+        self.answers.drained(peer, self._cached_at, out)
+
+    def history_served(self, peer: PeerId, sent: bool, out: list[OutEvent]) -> None:
+        """Retention answered what a batch of `peer`'s asked it (`sent`: some messages)."""
+        self.answers.history_served(peer, sent, self._cached_at, out)
+
+    def forget_answers(self, peer: PeerId) -> None:
+        """`peer`'s connection went: what it asked and was not sent is not made."""
+        self.answers.forget(peer)
+
+    def _arm_answers(self, out: list[OutEvent]) -> None:
+        interval = self.config.answer_interval
+        if interval is not None and not self._answers_armed:
+            self._answers_armed = True
+            out.append(ScheduleTimer(interval, (*self._timer_prefix, "answers")))
 
     def _on_history(self, peer: PeerId, msg: m.History, now: float, out: list[OutEvent]) -> None:
         """A PULL answered in bulk (history.py). Each envelope is checked as a GOSSIP's
@@ -1081,31 +1125,30 @@ class Broadcast:
             out.append(Recovered(self.topic, mid, envelope))
             self.missing.pop((envelope.publisher, envelope.seq), None)
 
-    def _send_cached(self, peer: PeerId, mid: MessageId, out: list[OutEvent]) -> None:
-        """Answer a GRAFT or PULL from the cache; an id we no longer hold is skipped. An
-        answer: the runtime streams it within the peer's budget (Send.answer)."""
-        cached = self.cache.get(mid)
-        if cached is not None:
-            gossip = cached.gossip(min(cached.hops + 1, m.MAX_HOPS))
-            out.append(Send(peer, self.topic, gossip, answer=True))
-
     # -- timers -------------------------------------------------------------------------
 
-    def on_timer(self, name: str, now: float, out: list[OutEvent]) -> None:
-        if name == "ihave":
-            self._ihave_armed = False
-            self._flush_ihave(out)
-        elif name == "missing":
-            self._missing_armed = False
-            self._graft_due(now, out)
-        elif name == "gap":
-            tree = self._latest_tree()
-            self.ordering.on_gap_timer([*tree.eager, *tree.lazy], now, out)
-        elif name == "settle":
-            self.ordering.on_settle_timer(now, out)
-        elif name == "heads":
-            self._heads_armed = False
-            self._send_heads(now, out)
+    def on_timer(self, timer: BroadcastTimer, now: float, out: list[OutEvent]) -> None:
+        match timer:
+            case BroadcastTimer.IHAVE:
+                self._ihave_armed = False
+                self._flush_ihave(out)
+            case BroadcastTimer.MISSING:
+                self._missing_armed = False
+                self._graft_due(now, out)
+            case BroadcastTimer.GAP:
+                tree = self._latest_tree()
+                self.ordering.on_gap_timer([*tree.eager, *tree.lazy], now, out)
+            case BroadcastTimer.SETTLE:
+                self.ordering.on_settle_timer(now, out)
+            case BroadcastTimer.HEADS:
+                self._heads_armed = False
+                self._send_heads(now, out)
+            case BroadcastTimer.ANSWERS:
+                self._answers_armed = False
+                if self.answers.retry(self._cached_at, out):
+                    self._arm_answers(out)
+            case _:
+                assert_never(timer)
 
     def _queue_ihave(
         self,
@@ -1239,6 +1282,15 @@ class Broadcast:
         self, mid: MessageId, envelope: Envelope, *, hops: int, sender: PeerId | None, now: float
     ) -> None:
         self.messages.remember(mid, envelope, hops, now, sender)
+
+
+def _pushes_race(me: PeerId, peer: PeerId) -> bool:
+    """Is `me` the end of a new link that pushes in a race one end pushes? The lower id, so
+    that both ends agree without a message."""
+    try:
+        return bool(me < peer)  # type: ignore[operator]
+    except TypeError:
+        return repr(me) < repr(peer)
 
 
 def _spread_share(me: PeerId, spread: float) -> float:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 from episub.proto import messages as m
+from episub.proto.reserved import CONFIG_TOPIC_PREFIX
 
 
 def _positive(name: str, value: float) -> None:
@@ -33,35 +34,20 @@ class MembershipConfig:
     shuffle_active: int = 3  # HyParView: k_a = 3
     shuffle_passive: int = 4  # HyParView: k_p = 4
     leave_ttl: int = 2  # guess: two rings of eager diffusion reach ~A^2 nodes
-    # 60 s (iroh's) left survivors of a 95% crash out of the overlay for good
-    # (tests/test_sim_scenarios.py): their passive views refresh too slowly.
-    shuffle_interval: float = 30.0  # guess: iroh uses 60 s; halved for faster churn recovery
-    # 4 s (and probes every 6 s) halved idle wakeups before upkeep rode on 2 s ticks, but
-    # the simulator's 4-sender run went from RMR 0.027, p99 306 ms to 0.111, 665 ms.
-    stabilize_interval: float = 2.0  # guess: GoCast maintains every second or so
-    # ... while the active view is not at its size (thin or oversubscribed).
-    stabilize_interval_unsettled: float = 2.0  # guess: GoCast maintains every second or so
+    shuffle_interval: float = 30.0  # tuned: iroh's 60 s left a 95% crash's survivors isolated
+    stabilize_interval: float = 2.0  # tuned: GoCast maintains every second or so; 4 s cost p99
+    stabilize_interval_unsettled: float = 2.0  # guess: the same while the view is off its size
     optimize_interval: float = 5.0  # guess: slower than stabilisation so swaps settle
-    # ... and this often while the near links still improve (the last round asked for a
-    # link): 90 s of rounds every 5 s left near links far from converged (docs/simulation.md).
-    optimize_interval_improving: float = 1.0  # tuned: docs/simulation.md, proximity runs
-    # Pings are most of the control traffic (the simulator shows 60%), so they are sparse:
-    ping_interval: float = 10.0  # guess: an RTT sample and view refresh per neighbour per 10 s
-    # Upkeep rides on 2 s ticks (the runtime), so probing every 2 s costs few wakeups.
+    optimize_interval_improving: float = 1.0  # tuned: while near links still improve
+    ping_interval: float = 10.0  # guess: pings are most control traffic, so sparse
     passive_probe_interval: float = 2.0  # guess: the 42 passive peers measured in ~90 s
-    # ... and as often as before while some passive peer or near candidate has no RTT yet,
-    # so that a new overlay finds its near links as fast as it did.
-    passive_probe_interval_unmeasured: float = 2.0  # guess: 42 passive peers in ~90 s
+    passive_probe_interval_unmeasured: float = 2.0  # guess: while a candidate has no RTT
     passive_probes_per_tick: int = 1  # guess
-    # ... and this many while near candidates have no RTT yet: one a tick measured few of
-    # the candidates neighbours' views bring before newer ones pushed them out.
-    passive_probes_per_tick_unmeasured: int = 4  # tuned: docs/simulation.md, proximity runs
+    passive_probes_per_tick_unmeasured: int = 4  # tuned: one a tick missed near candidates
     ping_timeout: float = 5.0  # guess: far above any RTT we serve
     neighbor_request_timeout: float = 2.0  # guess: iroh waits 500 ms; we allow slow links
     join_retry_interval: float = 3.0  # guess
-    # A node with no neighbour and no passive peer asks its contacts and the peers it
-    # remembers again, first after recovery_retry, the wait doubling up to its maximum.
-    recovery_retry: float = 1.0  # guess: a few round trips; the first attempt is at once
+    recovery_retry: float = 1.0  # guess: an isolated node asks again after a few round trips
     recovery_max_retry: float = 60.0  # guess: an isolated node costs its contacts little
     recovery_fanout: int = 16  # guess: remembered peers (from the RTT table) asked per attempt
     timer_jitter: float = 0.25  # guess: +-25% so periodic work does not synchronise
@@ -78,29 +64,9 @@ class MembershipConfig:
     dormant_size: int = 16  # guess: unreachable peers re-probed, so split overlays re-merge
     dormant_retry: float = 10.0  # guess: first re-probe of an unreachable peer; doubles after
     dormant_max_retry: float = 120.0  # guess: ceiling of that backoff
-    # A contact (a node others join through: they asked it for peers, GETNODES) takes in
-    # every joiner's JOIN with a link of its own, up to this many such links beside its A,
-    # and the joiner keeps its link to its contact beside its own A; stabilisation drops
-    # neither end's (membership.py, "hub links"). 0: off, a contact takes a joiner in only
-    # while its view has room (HyParView). Configuration topics set it: one writer, the
-    # readers' contact, reaches every reader in one hop.
-    hub_links: int = 0
-    # Once a node is settled (its view at size, every known peer measured, the last
-    # optimisation round asked for nothing), its pings, probes, stabilisation and
-    # optimisation come this many times less often (shuffles at most twice), and it does
-    # not ping a link the peer pinged within that ping period; timers set at the old pace
-    # (but optimisation) are re-armed when it settles; anything that unsettles it brings
-    # the periods above back at its next timer. None: 1 (every period as above, nothing
-    # re-armed) in the core and the simulator; the trio runtime sets its own (episub/net/runtime.py
-    # SETTLED_UPKEEP), because a real process pays ~0.5 ms of CPU per wakeup and its
-    # kernel watches the connections (TCP keepalive) between pings.
-    settled_upkeep: float | None = None
-    # Does a PONG give an RTT sample? None: yes in the core and the simulator; the trio
-    # runtime says no where it feeds the kernel's RTT of every connection instead
-    # (RttMeasured: measured by TCP's own segments, without the receiving process's
-    # scheduling delay, and without a PING), and yes where it cannot (no TCP_INFO, or
-    # emulated link delays the kernel never sees).
-    pong_rtt: bool | None = None
+    hub_links: int = 0  # off; a contact's links to its joiners beside A (docs/protocol.md)
+    settled_upkeep: float | None = None  # None: 1 here, the runtime's own (docs/protocol.md)
+    pong_rtt: bool | None = None  # None: yes here, the runtime's own (docs/protocol.md)
 
     def __post_init__(self) -> None:
         if self.c_rand < 1:
@@ -160,53 +126,20 @@ class MembershipConfig:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BroadcastConfig:
     ihave_interval: float = 0.1  # draft: "a period in the order of 0.1s"
-    # Each node flushes every ihave_interval times its own share of 1 - spread/2 ..
-    # 1 + spread/2 (fixed by its id). 0: every node flushes ihave_interval after the first
-    # id it queued, so nodes fed the same messages at the same time flush together: on a
-    # config topic (32 readers fed by one writer) every ~20th write met 32 flushes and
-    # their ~150 IHAVE frames at once, 10-20 ms late (the benchmark's p99).
-    ihave_spread: float = 0.0
-    # A place announced by IHAVE and not received is GRAFTed this long after its first
-    # announcement (Plumtree's per-message timer), then every missing_check_interval from
-    # the next announcer. An IHAVE can trail its announcer's copy by one flush interval,
-    # so an eager copy later than that comes by a slower path than the lazy one.
-    graft_timeout: float = 0.1  # = ihave_interval
+    ihave_spread: float = 0.0  # off: each node flushes on a period of its own when > 0
+    graft_timeout: float = 0.1  # = ihave_interval: an IHAVE trails its copy by one flush
     missing_check_interval: float = 0.2  # guess: an answer's round trip, with room
     missing_give_up_ticks: int = 25  # guess: ~5 s of grafting before giving an id up
-    # The draft: "closer to the diameter of the tree to avoid constant changes". iroh uses 7;
-    # at 7 the simulator saw 4 senders flutter (RMR 0.38, p50 327 ms; 15: 0.11, 204 ms).
-    optimization_threshold: int = 15
-    # Near parent (broadcast.py, `_prefer_near_parent`): a lazy announcer whose RTT is this
-    # many times smaller than our eager parent's, and whose copy was about as early, takes
-    # its place. 0: off (the default). At 4 the simulator's zones model met its 4x target
-    # on 4 seeds of 5 (mean 4.4x, 3.67x off), but the 2-D model's p99 rose on 3 seeds of 5
-    # (docs/simulation.md): for deployments whose far links cost much more than near ones.
-    near_parent_factor: float = 0.0
-    # The draft recommends it "for applications that value latency minimization"; with
-    # proximity swaps it cut p99 from 447 to 199 ms at 1,000 nodes (docs/simulation.md).
-    eager_repair: bool = True
-    # Lazy neighbours grafted by eager repair, those that fed us most lately first: all of
-    # them (up to 13) pushed a copy each, both ways, for graft_grace (churn RMR 0.08).
-    eager_repair_grafts: int = 2
-    # A RAND link that comes up while an eager neighbour feeds us starts lazy at both ends
-    # (broadcast.py `neighbor_up`): links made by overlay upkeep and repair carried a
-    # redundant copy of every message until their first duplicate pruned them.
-    lazy_start: bool = True
-    # Hub links (MembershipConfig.hub_links, which labels them NEAR): a NEAR link stays
-    # eager (a duplicate from it is never pruned) and, while one stands, every RAND link
-    # starts lazy; the contact's copies reach its joiners in one hop, and their own links
-    # are the lazy repair paths. Off: Plumtree kept whichever copy came first, and at 32
-    # readers the contact fed 9 of them, the rest 2-4 hops down.
-    hub_parent: bool = False
-    # After an empty GRAFT (eager repair, optimisation) the grafter is not pruned for the
-    # duplicates already in flight: one IHAVE round plus a slow round trip.
+    optimization_threshold: int = 15  # tuned: iroh's 7 made several senders' trees flutter
+    near_parent_factor: float = 0.0  # off: for deployments whose far links cost much more
+    eager_repair: bool = True  # draft: "for applications that value latency minimization"
+    eager_repair_grafts: int = 2  # tuned: in the latest stream's tree; the others graft one
+    lazy_start: bool = True  # tuned: upkeep's new links carried a redundant copy of each
+    hub_parent: bool = False  # off: hub links' topics turn it on (CONFIG_TOPIC_BROADCAST)
     graft_grace: float = 0.5  # guess: ihave_interval + 2 * 200 ms
     cache_ttl: float = 120.0  # guess: payloads kept for GRAFT and PULL answers
     cache_max_messages: int = 100_000  # guess: bounds memory with cache_max_bytes
-    # No more than retention's default (episub/retention.py): on a node the cache shares
-    # retention's bytes objects, and a cache larger than retention would keep payloads
-    # retention has let go. Older messages are served from retention (PULL).
-    cache_max_bytes: int = 64 * 1024 * 1024
+    cache_max_bytes: int = 64 * 1024 * 1024  # = retention's default, whose bytes it shares
     seen_ttl: float = 600.0  # guess: must exceed the longest time a copy can wander
     seen_max: int = 1_000_000  # guess
     max_missing: int = 10_000  # guess: ids we track as announced but not received
@@ -214,28 +147,20 @@ class BroadcastConfig:
     max_ihave_ids: int = 1024  # guess: ids per IHAVE frame
     max_graft_ids: int = 256  # guess: ids per GRAFT
     gap_timeout: float = 1.0  # guess: let the tree and IHAVE repair a gap before pulling
-    # A stream with nothing newer for this long has its head (last seq) named once to each
-    # neighbour in a HEADS (heads.py): a lost last message shows no gap otherwise.
     heads_quiet: float = 1.0  # = gap_timeout: IHAVE and GRAFT have had their turn
     gap_retry_interval: float = 0.5  # guess
     gap_max_attempts: int = 6  # guess: then the gap is reported as DataLost
     max_gap: int = 4096  # = messages.MAX_PULL_SPAN; a bigger jump is resynchronised
     max_held_per_publisher: int = 4096  # out-of-order messages held for in-order delivery
-    # A new subscriber's first copy of a publisher may overtake an earlier message still on
-    # its way (by about an IHAVE + GRAFT round); the stream's start is fixed after this.
     stream_settle: float = 0.5  # guess: ihave_interval + 2 * missing_check_interval; 0: off
     max_publishers: int = 100_000  # guess: per-publisher state entries per topic
-    # Publisher streams of a topic with a delivery tree of their own (trees.py); the least
-    # recently seen give theirs up past it and start again from the links' sets when next
-    # seen. ~1.2 KB a tree (docs/protocol.md). 0: one tree for every stream (Plumtree's).
     max_stream_trees: int = 1024  # guess: a Spark job's sink partitions and executors, with room
-    # A NEAR link starts eager (races the parent's copies, so trees move onto fast links)
-    # in the trees of at most this many streams, those seen most lately; lazy in the
-    # others that have a parent. Every race costs a duplicate or two: racing in all 32
-    # trees gave RMR 0.22, in none p99 1.4x (docs/protocol.md, "Delivery trees").
-    near_race_trees: int = 8  # measured: 8 publishers at one publisher's p99
+    near_race_trees: int = 6  # tuned: 8 and 32 publishers, one end racing (docs/protocol.md)
     max_fetches: int = 1024  # guess: publishers whose history one topic fetches at once
-    max_message_size: int = 1024 * 1024  # issue: 1 MiB default, configurable
+    max_message_size: int = 1024 * 1024  # guess: Kafka's message.max.bytes is about 1 MB
+    answer_batch_messages: int = 256  # a GRAFT's worth (max_graft_ids), like gossipsub's IWANT cap
+    answer_batch_bytes: int = 64 * 1024  # guess: a 20-byte PULL never queues megabytes at once
+    answer_interval: float | None = 0.1  # next batch where no drain is reported (sim)
 
     def __post_init__(self) -> None:
         for name in (
@@ -269,6 +194,13 @@ class BroadcastConfig:
             )
         if self.max_message_size < 1:
             raise ValueError(f"max_message_size must be >= 1, not {self.max_message_size}")
+        if self.answer_batch_messages < 1 or self.answer_batch_bytes < 1:
+            raise ValueError(
+                "answer_batch_messages and answer_batch_bytes must be >= 1, not "
+                f"{self.answer_batch_messages} and {self.answer_batch_bytes}"
+            )
+        if self.answer_interval is not None:
+            _positive("answer_interval", self.answer_interval)
         if self.near_race_trees < 0:
             raise ValueError(f"near_race_trees must be >= 0, not {self.near_race_trees}")
         if self.max_stream_trees < 0:
@@ -288,53 +220,25 @@ class BroadcastConfig:
 
 _Part = TypeVar("_Part", "MembershipConfig", "BroadcastConfig")
 
-# Live configuration's topics (episub.config): `_episub.config.<name>`.
-CONFIG_TOPIC_PREFIX = "_episub.config."
-# A configuration topic carries a few small writes that every node gets eagerly, each on a
-# one-message stream of its own (episub/config/replica.py), so its IHAVEs only ever repair
-# a loss. At 0.1 s they were a third of what a config benchmark node received and sent at
-# 50 writes/s (one frame per lazy neighbour per flush, each range a stream of its own); at
-# 0.5 s, every reader fed by the one writer at the same moment flushed at the same moment,
-# and each ~20th write met ~150 IHAVE frames at once on a 2-core host (10-20 ms late: the
-# benchmark's p99). Now each node flushes at a period of its own, 0.5-1.5 s: a lost write
-# is grafted within ~2 s (its announcer's flush, then graft_timeout), and a reader reads
-# ~0.1 IHAVE frames per write at 50 writes/s (0.26 at 0.5 s).
+# A configuration topic: a few small writes every node gets eagerly from one writer, each
+# on a stream of its own, so its IHAVEs only repair a loss (docs/protocol.md).
 CONFIG_TOPIC_BROADCAST: tuple[tuple[str, Any], ...] = (
-    ("ihave_interval", 1.0),  # guess: repair within ~2 s is live enough for configuration
-    ("ihave_spread", 1.0),  # every node its own period, 0.5-1.5 s: the flushes spread
+    ("ihave_interval", 1.0),  # tuned: repair within ~2 s is live enough for configuration
+    ("ihave_spread", 1.0),  # tuned: every node its own period, 0.5-1.5 s, so flushes spread
     ("graft_grace", 1.4),  # ihave_interval + 2 * 200 ms, as the default's
-    # An announcer got its copy from the hub when we did ours (hub_parent), so an IHAVE of
-    # a place we lack names a loss, not a copy on its way: grafted after half a period.
-    ("graft_timeout", 0.5),
+    ("graft_timeout", 0.5),  # an IHAVE names a loss (all copies come from the hub): half a period
     ("hub_parent", True),  # the star of CONFIG_TOPIC_MEMBERSHIP's hub links
-    # Each write is a stream of its own, so each is a head: at 4 s a link carries at most
-    # one HEADS frame every 2 s (heads.py), after IHAVE repair (~2 s) had its turn.
-    ("heads_quiet", 4.0),  # guess
+    ("heads_quiet", 4.0),  # guess: after IHAVE repair (~2 s) had its turn
 )
 
-
-# ... and its overlay keeps its links where they are: no near links, so no optimisation
-# rounds swapping links on RTT noise. Every link that comes up costs a catch-up (GETHELD /
-# HELD listing the topic's streams: one per write) and every link that goes re-grafts the
-# Plumtree tree under it; at 32 readers a reader saw ~4 swaps and ~8 connections a second
-# while writes flowed, and the writes in flight while a subtree lost its parent reached it
-# by IHAVE + GRAFT, 0.2-0.8 s late (the benchmark's p99). A configuration's few small writes
-# gain nothing from near links; its links are random ones (plain HyParView).
-# Its contact (the writer, the Spark driver) holds a hub link to every node that joins
-# through it (up to 64) and pushes each write over them: every reader one hop from it. A
-# random tree was 3-4 hops deep, and each hop waited for its process to be scheduled on a
-# busy host (a relay costs up to 40% more CPU than a leaf). The readers' own links (3: the
-# lazy repair paths, and the overlay when the contact is gone) announce, they do not push.
-# Without proximity no RTT is wanted, but passive peers never get one (the runtime reads
-# RTTs of connections only), so probing stayed at its unmeasured pace: 4 PINGs every 2 s on
-# the shared 2 s tick, every reader at once (a write met them every 2 s, 10-15 ms late).
+# ... and its overlay: random links that stay put, the writer one hop from every reader.
 CONFIG_TOPIC_MEMBERSHIP: tuple[tuple[str, Any], ...] = (
-    ("proximity", False),
+    ("proximity", False),  # tuned: near-link swaps cost catch-ups and late writes
     ("hub_links", 64),  # guess: "a small config group"; larger groups relay through readers
     ("c_near", 0),
     ("c_rand", 3),  # guess: A = 3 own links, with a hub link beside them
     ("passive_probe_interval", 12.0),  # a settled node's pace (settled_upkeep 6 x 2 s)
-    ("passive_probe_interval_unmeasured", 12.0),
+    ("passive_probe_interval_unmeasured", 12.0),  # no RTT is wanted without proximity
     ("passive_probes_per_tick_unmeasured", 1),
 )
 
@@ -343,8 +247,7 @@ CONFIG_TOPIC_MEMBERSHIP: tuple[tuple[str, Any], ...] = (
 class NodeConfig:
     membership: MembershipConfig = field(default_factory=MembershipConfig)
     broadcast: BroadcastConfig = field(default_factory=BroadcastConfig)
-    # Per topic-name prefix, `broadcast` fields a topic of that prefix changes (the first
-    # prefix that matches); other topics use `broadcast` as it is.
+    # Per topic-name prefix, the `broadcast` fields its topics change (first match wins).
     topic_broadcast: tuple[tuple[str, tuple[tuple[str, Any], ...]], ...] = (
         (CONFIG_TOPIC_PREFIX, CONFIG_TOPIC_BROADCAST),
     )

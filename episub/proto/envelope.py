@@ -32,7 +32,9 @@ import blake3
 __all__ = [
     "ID_VERSION",
     "MAX_HEADERS",
+    "MAX_SEQ",
     "MAX_STREAM_NAME",
+    "MAX_TIMESTAMP_MS",
     "PUBLIC_KEY_SIZE",
     "SIGNATURE_SIZE",
     "Envelope",
@@ -49,7 +51,8 @@ MessageId: TypeAlias = bytes
 MAX_HEADERS = 64  # Kafka-style record headers one message may carry
 PUBLIC_KEY_SIZE = 32  # Ed25519's (signing.py)
 SIGNATURE_SIZE = 64  # Ed25519's
-MAX_SEQ = 1 << 63  # seq and timestamp_ms are below this (signed 64-bit in most consumers)
+MAX_SEQ = (1 << 63) - 1  # the largest seq: signed 64-bit in most consumers (Kafka's offsets)
+MAX_TIMESTAMP_MS = (1 << 63) - 1  # the largest timestamp_ms, for the same reason
 MAX_STREAM_NAME = 64  # = wire.MAX_PEER_ID_SIZE: a named stream travels as a peer id
 # The version of the id's layout: blake3(ID_VERSION, u32 topic length, topic, envelope bytes).
 ID_VERSION = b"\x02"
@@ -177,9 +180,9 @@ class Envelope:
         headers: tuple[tuple[str, bytes], ...] = (),
         signature: Signature | None = None,
     ) -> None:
-        if not isinstance(seq, int) or not 0 <= seq < MAX_SEQ:
+        if not isinstance(seq, int) or not 0 <= seq <= MAX_SEQ:
             raise ValueError(f"seq must be a non-negative 63-bit int, not {seq!r}")
-        if not isinstance(timestamp_ms, int) or not 0 <= timestamp_ms < MAX_SEQ:
+        if not isinstance(timestamp_ms, int) or not 0 <= timestamp_ms <= MAX_TIMESTAMP_MS:
             raise ValueError(f"timestamp_ms must be a non-negative int, not {timestamp_ms!r}")
         if not isinstance(payload, bytes):
             raise TypeError(f"payload must be bytes, not {type(payload).__name__}")
@@ -315,12 +318,12 @@ class Envelope:
                 pos += 2
             else:
                 seq, pos = read_varint(raw, pos + 1)
-            if not 0 < seq < MAX_SEQ:
+            if not 0 < seq <= MAX_SEQ:
                 raise ValueError(f"seq must be 1..2**63-1 when present, not {seq}")
             tag = raw[pos] if pos < end else -1
         if tag == _TIMESTAMP:
             timestamp_ms, pos = read_varint(raw, pos + 1)
-            if not 0 < timestamp_ms < MAX_SEQ:
+            if not 0 < timestamp_ms <= MAX_TIMESTAMP_MS:
                 raise ValueError(f"timestamp_ms must be 1..2**63-1 if present, not {timestamp_ms}")
             tag = raw[pos] if pos < end else -1
         app_size = 0
@@ -480,7 +483,7 @@ class Record:
             if (
                 not isinstance(timestamp_ms, int)
                 or isinstance(timestamp_ms, bool)
-                or not 0 <= timestamp_ms < MAX_SEQ
+                or not 0 <= timestamp_ms <= MAX_TIMESTAMP_MS
             ):
                 raise ValueError(f"timestamp_ms must be a 63-bit int, not {timestamp_ms!r:.40}")
         self.timestamp_ms = timestamp_ms
@@ -540,7 +543,7 @@ def _checked_stream(stream: object) -> tuple[bytes, int]:
         raise ValueError(
             f"a stream's publisher must be 1..{MAX_STREAM_NAME} bytes, not {len(publisher)}"
         )
-    if not isinstance(seq, int) or isinstance(seq, bool) or not 0 <= seq < MAX_SEQ:
+    if not isinstance(seq, int) or isinstance(seq, bool) or not 0 <= seq <= MAX_SEQ:
         raise ValueError(f"a stream's seq must be an int in 0..2**63-1, not {seq!r:.40}")
     return publisher, seq
 

@@ -13,7 +13,7 @@ from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import TypeAlias
 
-from episub.proto.envelope import MAX_SEQ, Record
+from episub.proto.envelope import MAX_SEQ, MAX_TIMESTAMP_MS, Record
 from episub.proto.messages import (
     Envelope,
     GetHeld,
@@ -61,6 +61,21 @@ class RttMeasured:
 
 
 @dataclass(frozen=True, slots=True)
+class AnswersDrained:
+    """`peer` has read the answers it asked for (the runtime's lane for it emptied): the
+    core sends the next batch of what it asked, if any waits (answers.py)."""
+
+    peer: PeerId
+
+
+@dataclass(frozen=True, slots=True)
+class AnswersCancelled:
+    """`peer`'s connection went: what it asked for and was not sent yet is not made."""
+
+    peer: PeerId
+
+
+@dataclass(frozen=True, slots=True)
 class JoinTopic:
     """Command: subscribe to `topic`, entering through any of the `bootstrap` peers.
 
@@ -101,11 +116,14 @@ class Publish:
         if self.timestamp_ms is not None:
             if self.stream is None:
                 raise ValueError("only a named stream's place takes a given timestamp_ms")
-            if not isinstance(self.timestamp_ms, int) or not 0 <= self.timestamp_ms < 1 << 63:
+            if (
+                not isinstance(self.timestamp_ms, int)
+                or not 0 <= self.timestamp_ms <= MAX_TIMESTAMP_MS
+            ):
                 raise ValueError(f"timestamp_ms must be a 63-bit int, not {self.timestamp_ms!r}")
         if self.stream is not None:
             publisher, seq = self.stream
-            if not isinstance(seq, int) or isinstance(seq, bool) or not 0 <= seq < MAX_SEQ:
+            if not isinstance(seq, int) or isinstance(seq, bool) or not 0 <= seq <= MAX_SEQ:
                 raise ValueError(f"a stream's seq must be an int in 0..2**63-1, not {seq!r}")
             if publisher is None:
                 raise ValueError("a stream needs a publisher")
@@ -173,7 +191,9 @@ class AnswerHeld:
 @dataclass(frozen=True, slots=True)
 class ServeHistory:
     """Command: send `peer` these messages of `publisher` in `topic` from retention
-    (HISTORY, one hop), for the seqs of its PULL the cache no longer had (`HistoryAsked`)."""
+    (HISTORY, one hop), for the seqs of its PULL the cache no longer had (`HistoryAsked`).
+    Given for every HistoryAsked, with no messages when retention has none of them: the
+    next batch of the PULL waits for it."""
 
     topic: str
     peer: PeerId
@@ -203,6 +223,8 @@ InEvent: TypeAlias = (
     Received
     | TimerFired
     | ConnectionLost
+    | AnswersDrained
+    | AnswersCancelled
     | RttMeasured
     | JoinTopic
     | LeaveTopic
@@ -386,7 +408,8 @@ class HeldReport:
 @dataclass(frozen=True, slots=True)
 class HistoryAsked:
     """`peer` PULLed `publisher`'s `seqs` of `topic` and the cache no longer holds them:
-    retention (above the core) may, and answers with `ServeHistory`."""
+    retention (above the core) may, and answers with `ServeHistory` (at most a batch of
+    seqs: BroadcastConfig.answer_batch_messages)."""
 
     topic: str
     peer: PeerId

@@ -86,9 +86,10 @@ from episub.proto.passive import PassiveView
 from episub.proto.peers import Rng, RttTable, choice, jittered, sample
 from episub.proto.proximity import Proximity
 from episub.proto.tables import Link, MembershipCounters
+from episub.proto.timers import MembershipTimer as Timer
 
 # Periodic timers; each re-arms itself when it fires.
-PERIODIC_TIMERS = ("stabilize", "optimize", "shuffle", "ping", "probe")
+PERIODIC_TIMERS = (Timer.STABILIZE, Timer.OPTIMIZE, Timer.SHUFFLE, Timer.PING, Timer.PROBE)
 
 
 @dataclass(slots=True)
@@ -99,11 +100,11 @@ class PendingRequest:
     join_ttl: int | None = None  # it answers a JOIN with this TTL: walked on if undeliverable
 
 
-_COALESCED_TIMERS = frozenset({"ping", "probe"})
+_COALESCED_TIMERS = frozenset({Timer.PING, Timer.PROBE})
 # Periodic upkeep that MembershipConfig.settled_upkeep stretches once the node is settled
 # (shuffles at most 2x: passive views must stay fresh for recovery after a crash).
-_SETTLED_TIMERS = frozenset({"ping", "probe", "stabilize", "optimize", "shuffle"})
-_UPKEEP_TIMERS = frozenset({"stabilize", "optimize", "shuffle"})
+_SETTLED_TIMERS = frozenset(PERIODIC_TIMERS)
+_UPKEEP_TIMERS = frozenset({Timer.STABILIZE, Timer.OPTIMIZE, Timer.SHUFFLE})
 # A periodic timer firing this much before its due time is stale (re-armed since): timers
 # never fire early (the runtime rounds deadlines up), so this only absorbs float rounding.
 _DUE_SLACK = 1e-6
@@ -149,8 +150,8 @@ class Membership:
         # timers set at the unsettled pace are re-armed at the settled pace once the node
         # settles (a timer firing before its name's due time is stale: it does nothing and
         # sets no next one), and whether the node was settled when last looked at.
-        self._due: dict[str, float] = {}
-        self._at_settled_pace: set[str] = set()  # timers armed while settled: not re-armed
+        self._due: dict[Timer, float] = {}
+        self._at_settled_pace: set[Timer] = set()  # timers armed while settled: not re-armed
         self._was_settled = False
         # Hub links (config.hub_links): the peers that asked us for peers (GETNODES), most
         # recent last: a JOIN such a peer sends us itself is taken in as a hub link.
@@ -202,9 +203,6 @@ class Membership:
         rand = LinkKind.RAND
         return sum(1 for link in self.active.values() if link.kind is rand and not link.hub)
 
-    def near_count(self) -> int:
-        return self.own_count() - self.rand_count()
-
     def _counts(self, link: Link) -> bool:
         """Does the link count against A? A random link, or a near link we chose; with
         proximity, a near link a peer chose is held beside them (proximity.py); a hub
@@ -247,7 +245,7 @@ class Membership:
             self._arm(name, now, out)
         if self.bootstrap:
             self._ask_contacts(out)
-            self._schedule("join_retry", self.config.join_retry_interval, out)
+            self._schedule(Timer.JOIN_RETRY, self.config.join_retry_interval, out)
 
     def leave(self, now: float, out: list[OutEvent]) -> None:
         for peer in list(self.active):
@@ -261,41 +259,47 @@ class Membership:
 
     # -- timers -------------------------------------------------------------------------
 
-    def on_timer(self, name: str, now: float, out: list[OutEvent]) -> None:
+    def on_timer(self, timer: Timer, now: float, out: list[OutEvent]) -> None:
         if not self.joined:
             return
-        if name == "recover":
-            self._on_recover_timer(now, out)
-            return
-        if name == "join_retry":
-            # Also with links: if our GETNODES, its answer or our JOINs were lost, the
-            # links we hold are to nodes that joined through us since, and without our
-            # own JOIN taken in we are the root of an island that may never meet the
-            # rest of the overlay (its few bridges can be evicted like any link).
-            if not self.join_confirmed or (not self.active and not self.pending):
-                self.join_sent = False
-            if not self.join_sent:
-                self._ask_contacts(out)
-                self._schedule("join_retry", self.config.join_retry_interval, out)
-            return
-        due = self._due.get(name)
+        match timer:
+            case Timer.RECOVER:
+                self._on_recover_timer(now, out)
+            case Timer.JOIN_RETRY:
+                self._on_join_retry_timer(out)
+            case Timer.STABILIZE | Timer.OPTIMIZE | Timer.SHUFFLE | Timer.PING | Timer.PROBE:
+                self._on_periodic_timer(timer, now, out)
+            case _:
+                assert_never(timer)
+
+    def _on_join_retry_timer(self, out: list[OutEvent]) -> None:
+        # Also with links: if our GETNODES, its answer or our JOINs were lost, the
+        # links we hold are to nodes that joined through us since, and without our
+        # own JOIN taken in we are the root of an island that may never meet the
+        # rest of the overlay (its few bridges can be evicted like any link).
+        if not self.join_confirmed or (not self.active and not self.pending):
+            self.join_sent = False
+        if not self.join_sent:
+            self._ask_contacts(out)
+            self._schedule(Timer.JOIN_RETRY, self.config.join_retry_interval, out)
+
+    def _on_periodic_timer(self, timer: Timer, now: float, out: list[OutEvent]) -> None:
+        due = self._due.get(timer)
         if due is not None and now < due - _DUE_SLACK:
             return  # set at the pace before the node settled: re-armed since (_note_settled)
         handler = {
-            "stabilize": self._stabilize,
-            "optimize": self._optimize,
-            "shuffle": self.passive_view.start_shuffle,
-            "ping": self._ping_active,
-            "probe": self.passive_view.probe,
-        }.get(name)
-        if handler is None:
-            return
+            Timer.STABILIZE: self._stabilize,
+            Timer.OPTIMIZE: self._optimize,
+            Timer.SHUFFLE: self.passive_view.start_shuffle,
+            Timer.PING: self._ping_active,
+            Timer.PROBE: self.passive_view.probe,
+        }[timer]
         handler(now, out)
-        self._arm(name, now, out)
+        self._arm(timer, now, out)
         if self.config.settled_upkeep is not None:
             self._note_settled(now, out)
 
-    def _arm(self, name: str, now: float, out: list[OutEvent]) -> None:
+    def _arm(self, name: Timer, now: float, out: list[OutEvent]) -> None:
         """Set periodic timer `name` at the current pace (runtime: and note when it is due)."""
         delay = self._period(name)
         if self.config.settled_upkeep is not None:
@@ -319,7 +323,7 @@ class Membership:
         if settled and not self._was_settled:
             for name in PERIODIC_TIMERS:
                 due = self._due.get(name)
-                if due is None or name in self._at_settled_pace or name == "optimize":
+                if due is None or name in self._at_settled_pace or name is Timer.OPTIMIZE:
                     continue
                 delay = self._period(name)
                 if now + delay > due:
@@ -328,33 +332,33 @@ class Membership:
                 self._at_settled_pace.add(name)
         self._was_settled = settled
 
-    def _period(self, name: str) -> float:
+    def _period(self, name: Timer) -> float:
         c = self.config
         base = {
-            "stabilize": c.stabilize_interval,
-            "optimize": c.optimize_interval,
-            "shuffle": c.shuffle_interval,
-            "ping": c.ping_interval,
-            "probe": c.passive_probe_interval,
+            Timer.STABILIZE: c.stabilize_interval,
+            Timer.OPTIMIZE: c.optimize_interval,
+            Timer.SHUFFLE: c.shuffle_interval,
+            Timer.PING: c.ping_interval,
+            Timer.PROBE: c.passive_probe_interval,
         }[name]
         # Upkeep is sparse once the view is settled and measured (an idle node's CPU goes
         # to wakeups), as frequent as it was before that.
         settled = c.settled_upkeep is not None and self.settled()
-        if name == "probe" and self.passive_view.has_unmeasured():
+        if name is Timer.PROBE and self.passive_view.has_unmeasured():
             base = min(base, c.passive_probe_interval_unmeasured)
-        elif name == "stabilize" and self.link_count() != self.active_size and not settled:
+        elif name is Timer.STABILIZE and self.link_count() != self.active_size and not settled:
             base = min(base, c.stabilize_interval_unsettled)
-        elif name == "optimize" and self.improving:
+        elif name is Timer.OPTIMIZE and self.improving:
             base = min(base, c.optimize_interval_improving)
         elif (
             settled
             and name in _SETTLED_TIMERS
-            and not (name == "optimize" and self.passive_view.has_unmeasured())
+            and not (name is Timer.OPTIMIZE and self.passive_view.has_unmeasured())
         ):
             # Shuffles at most twice as sparse (iroh's 60 s): passive views must stay
             # fresh for recovery after a crash of most of the overlay.
-            base *= min(c.settled_upkeep, 2.0) if name == "shuffle" else c.settled_upkeep
-            if name == "probe":
+            base *= min(c.settled_upkeep, 2.0) if name is Timer.SHUFFLE else c.settled_upkeep
+            if name is Timer.PROBE:
                 # Probes back off further once optimisation finds nothing nearer: to
                 # half the settled ping period (every 30 s at the defaults).
                 base = max(base, c.ping_interval * c.settled_upkeep / 2)
@@ -376,7 +380,7 @@ class Membership:
             and not any(link.relabel is not None for link in self.active.values())
         )
 
-    def _schedule(self, name: str, delay: float, out: list[OutEvent]) -> None:
+    def _schedule(self, name: Timer, delay: float, out: list[OutEvent]) -> None:
         # Pings and probes may share wakeups with other nodes' (ScheduleTimer.coalesce):
         # their answers then come while the node is awake anyway. The rest of the
         # periodic upkeep shares this node's own ticks (ScheduleTimer.upkeep), at a phase
@@ -507,7 +511,7 @@ class Membership:
         self.join_sent = False
         out.append(Isolated(self.topic, self.recovery_attempts))
         assert self.recovery_wait is not None
-        self._schedule("recover", self.recovery_wait, out)
+        self._schedule(Timer.RECOVER, self.recovery_wait, out)
 
     def _on_recover_timer(self, now: float, out: list[OutEvent]) -> None:
         """Again, with the wait doubled, until a neighbour comes."""

@@ -20,9 +20,10 @@ from dataclasses import dataclass
 from typing import TypeAlias, get_args
 
 from episub.proto.envelope import MAX_HEADERS as MAX_HEADERS
+from episub.proto.envelope import MAX_SEQ as MAX_SEQ
+from episub.proto.envelope import MAX_TIMESTAMP_MS, Envelope
 from episub.proto.envelope import PUBLIC_KEY_SIZE as PUBLIC_KEY_SIZE
 from episub.proto.envelope import SIGNATURE_SIZE as SIGNATURE_SIZE
-from episub.proto.envelope import Envelope
 from episub.proto.envelope import Signature as Signature
 
 PeerId: TypeAlias = Hashable
@@ -50,7 +51,6 @@ MAX_TOPIC_NAME = 256  # bytes of UTF-8; Kafka caps topic names at 249 characters
 # publishers is ~20 KB, far below any frame limit; more publishers take more pages.
 MAX_HELD_SPANS = 256
 MAX_PUBLISHER_NAME = 64  # = wire.MAX_PEER_ID_SIZE: a publisher travels as a peer id
-MAX_SEQ = (1 << 63) - 1  # sequence numbers are non-negative 63-bit ints (see Envelope)
 
 
 def check_topic_name(topic: str) -> None:
@@ -224,7 +224,7 @@ class GetHeld:
         _check_spans(self.spans)
         if len(self.after) > MAX_PUBLISHER_NAME:
             raise ValueError(f"after is at most {MAX_PUBLISHER_NAME} bytes, not {len(self.after)}")
-        if not 0 <= self.since_ms <= MAX_SEQ:
+        if not 0 <= self.since_ms <= MAX_TIMESTAMP_MS:
             raise ValueError(f"since_ms must be a non-negative 63-bit int, not {self.since_ms!r}")
 
 
@@ -540,7 +540,7 @@ class Pull:
     last_seq: int
 
     def __post_init__(self) -> None:
-        if not 0 <= self.first_seq <= self.last_seq < 1 << 63:
+        if not 0 <= self.first_seq <= self.last_seq <= MAX_SEQ:
             raise ValueError(f"bad range {self.first_seq!r}..{self.last_seq!r}")
         if self.last_seq - self.first_seq + 1 > MAX_PULL_SPAN:
             raise ValueError(f"a PULL spans at most {MAX_PULL_SPAN} sequence numbers")

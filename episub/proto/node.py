@@ -20,6 +20,8 @@ from episub.proto.config import NodeConfig
 from episub.proto.errors import LocalProtocolError
 from episub.proto.events import (
     AnswerHeld,
+    AnswersCancelled,
+    AnswersDrained,
     AskHeld,
     AskTopics,
     AskView,
@@ -97,6 +99,12 @@ class NodeState:
             case ConnectionLost(peer=peer):
                 for t in self._topics.values():
                     t.on_connection_lost(peer, now, out)
+            case AnswersDrained(peer=peer):
+                for t in self._topics.values():
+                    t.broadcast.answers_drained(peer, out)
+            case AnswersCancelled(peer=peer):
+                for t in self._topics.values():
+                    t.broadcast.forget_answers(peer)
             case RttMeasured(peer=peer, rtt=rtt):
                 if not 0.0 <= rtt < math.inf:
                     raise LocalProtocolError(f"an RTT must be finite and >= 0, not {rtt!r}")
@@ -146,6 +154,9 @@ class NodeState:
                     for mid, raw in messages:
                         gossip = m.Gossip.from_wire(mid, raw, 1)
                         out.append(Send(peer, topic, gossip, answer=True))
+                t = self._topics.get(topic)
+                if t is not None:
+                    t.broadcast.history_served(peer, bool(messages), out)
             case AskTopics(peer=peer):
                 out.append(Send(peer, None, m.GetTopics()))
             case _:
@@ -358,7 +369,12 @@ class NodeState:
         return self.rtts.get(peer)
 
     def stats(self) -> dict[str, int]:
-        totals: dict[str, int] = {"topics": len(self._topics), "misbehaved": self.misbehaved}
+        totals: dict[str, int] = {
+            "topics": len(self._topics),
+            "misbehaved": self.misbehaved,
+            # peers with PULL or GRAFT answers waiting for them to read the last batch
+            "answer_askers": sum(len(t.broadcast.answers) for t in self._topics.values()),
+        }
         for t in self._topics.values():
             for source in (t.membership.counters, t.broadcast.counters):
                 for name in source.__slots__:

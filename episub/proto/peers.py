@@ -133,10 +133,5 @@ class RttTable:
         """Our own smoothed RTT to `peer`: None while we only have its word."""
         return None if peer in self._claimed else self._srtt.get(peer)
 
-    def forget(self, peer: PeerId) -> None:
-        self._srtt.pop(peer, None)
-        self._rttvar.pop(peer, None)
-        self._claimed.discard(peer)
-
     def __len__(self) -> int:
         return len(self._srtt)

@@ -80,3 +80,7 @@ class BroadcastCounters:
     crossed_prunes: int = 0  # PRUNEs that crossed our GRAFT, answered by GRAFT again
     regrafts: int = 0  # empty GRAFTs sent because a PRUNE took our last eager link
     held_dropped: int = 0  # messages beyond a gap dropped unheld, held full (ordering.py)
+    answer_batches: int = 0  # batches of PULL and GRAFT answers served (answers.py)
+    answer_ranges_merged: int = 0  # asked again while waiting: nothing added
+    answer_ranges_refused: int = 0  # past a peer's waiting bounds: not answered
+    answer_askers_evicted: int = 0  # peers whose waiting answers made room for another's

@@ -19,8 +19,7 @@ from episub.proto.membership import Membership
 from episub.proto.messages import MessageId, PeerId
 from episub.proto.peers import Rng, RttTable
 from episub.proto.signing import Signer
-
-BROADCAST_TIMERS = ("ihave", "missing", "gap", "settle", "heads")
+from episub.proto.timers import BroadcastTimer, timer_named
 
 
 class Topic:
@@ -92,15 +91,18 @@ class Topic:
         else:
             assert_never(msg)
 
-    def on_timer(self, name: str, now: float, out: list[OutEvent]) -> None:
-        if name in BROADCAST_TIMERS:
-            self.broadcast.on_timer(name, now, out)
+    def on_timer(self, name: Hashable, now: float, out: list[OutEvent]) -> None:
+        """Timer `name` fired; LocalProtocolError for a name no layer sets (a bug)."""
+        timer = timer_named(name)
+        if isinstance(timer, BroadcastTimer):
+            self.broadcast.on_timer(timer, now, out)
             return
         start = len(out)
-        self.membership.on_timer(name, now, out)
+        self.membership.on_timer(timer, now, out)
         self._feed_neighbor_changes(out, start, now)
 
     def on_connection_lost(self, peer: PeerId, now: float, out: list[OutEvent]) -> None:
+        self.broadcast.forget_answers(peer)
         start = len(out)
         self.membership.on_connection_lost(peer, now, out)
         self._feed_neighbor_changes(out, start, now)

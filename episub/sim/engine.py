@@ -127,9 +127,6 @@ class Simulator:
     def connected(self, a: int, b: int) -> bool:
         return b in self._conns.get(a, ())
 
-    def connections(self, node: int) -> list[int]:
-        return sorted(self._conns.get(node, ()))
-
     # -- what scenarios do -----------------------------------------------------------------
 
     def add_node(self, node: int) -> SimNode:
