@@ -8,8 +8,7 @@ only: it imports pyarrow and numpy, which Spark's Python workers have.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from typing import Any
+from collections.abc import Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -22,7 +21,7 @@ __all__ = [
     "BATCH_ROWS",
     "Chunker",
     "batch_record_batch",
-    "plain_record_batch",
+    "page_record_batch",
     "source_schema",
     "to_payload",
 ]
@@ -95,6 +94,29 @@ def batch_record_batch(
     high = min(last_row + 1, batch.end_row) - batch.first_row
     if high <= low:
         return None
+    offsets = np.arange(batch.first_row + low, batch.first_row + high, dtype=np.int64)
+    return _rows(topic, publisher, batch, low, high, offsets, schema)
+
+
+def page_record_batch(
+    topic: str, publisher: str, rows: RecordBatch, seqs: memoryview, schema: pa.Schema
+) -> pa.RecordBatch:
+    """A page of plain messages read as columns (the agent's ReadRange `as_rows`: one
+    record batch, each row's seq beside it) as Arrow, over the page's own bytes."""
+    offsets = np.frombuffer(seqs, dtype="<i8").astype(np.int64, copy=False)
+    return _rows(topic, publisher, rows, 0, rows.rows, offsets, schema)
+
+
+def _rows(
+    topic: str,
+    publisher: str,
+    batch: RecordBatch,
+    low: int,
+    high: int,
+    offsets: np.ndarray,
+    schema: pa.Schema,
+) -> pa.RecordBatch:
+    """Rows low..high-1 of `batch` as Arrow, `offsets` their offset column."""
     n, b, count = batch.rows, batch.buffers, high - low
     stamps = np.frombuffer(b[0], dtype="<i8")[low:high] * 1000
     key = pa.Array.from_buffers(
@@ -104,7 +126,7 @@ def batch_record_batch(
     columns = [
         _repeated(topic, count),
         _repeated(publisher, count),
-        pa.array(np.arange(batch.first_row + low, batch.first_row + high, dtype=np.int64)),
+        pa.array(offsets),
         pa.array(stamps, type=schema.field("timestamp").type),
         key,
         value.slice(low, count),
@@ -117,31 +139,6 @@ def batch_record_batch(
         struct = pa.StructArray.from_arrays([names, values], fields=list(list_type.value_type))
         headers = pa.Array.from_buffers(list_type, n, [None, _buffer(b[6])], children=[struct])
         columns.append(headers.slice(low, count))
-    return pa.RecordBatch.from_arrays(columns, schema=schema)
-
-
-def plain_record_batch(messages: Sequence[Any], schema: pa.Schema) -> pa.RecordBatch:
-    """Plain messages (one row each, its offset its seq) as Arrow."""
-    from spark_connector.planner import publisher_text
-
-    columns = [
-        pa.array([m.topic for m in messages], pa.string()),
-        pa.array([publisher_text(m.publisher) for m in messages], pa.string()),
-        pa.array([m.seq for m in messages], pa.int64()),
-        pa.array(
-            np.array([m.timestamp_ms for m in messages], dtype=np.int64) * 1000,
-            type=schema.field("timestamp").type,
-        ),
-        pa.array([m.key for m in messages], pa.binary()),
-        pa.array([m.value for m in messages], pa.binary()),
-    ]
-    if len(schema) == 7:
-        columns.append(
-            pa.array(
-                [[{"key": k, "value": v} for k, v in m.headers] for m in messages],
-                schema.field("headers").type,
-            )
-        )
     return pa.RecordBatch.from_arrays(columns, schema=schema)
 
 

@@ -504,6 +504,7 @@ def join_through(client: AgentClient, topic: str, addresses: Any) -> None:
     in time is no error: the node is joined all the same, keeps trying them, and is where
     executors join (a sink writing a topic the outside nodes do not follow, for one)."""
     try:
-        client.join(topic, list(addresses), timeout=CONTACT_JOIN_TIMEOUT)
+        # No history: the planner asks what nodes hold; it reads no rows itself.
+        client.join(topic, list(addresses), timeout=CONTACT_JOIN_TIMEOUT, history=False)
     except AgentWaitExpired as exc:
         log.info("topic %r: %s", topic, exc)

@@ -446,59 +446,26 @@ def _holders_now(client: Any, rng: Range, first: int, last: int) -> str:
 def read_ranges(partition: RangePartition) -> Iterator[Any]:
     """The rows of `partition`'s ranges, from this executor's node, as Arrow record
     batches: one per record-batch message (its rows in the range, over its own bytes), and
-    one per page of plain messages."""
-    from spark_connector.arrow_rows import (
-        batch_record_batch,
-        plain_record_batch,
-        source_schema,
-    )
+    one per page of plain messages (over the page's columns: no Python object per row)."""
+    from spark_connector.arrow_rows import source_schema
 
     schema = source_schema(partition.include_headers)
     with shared_executor_client(partition.deployment) as client:
         joins = partition.deployment.joins()
         for topic in dict.fromkeys(r.topic for r in partition.ranges):
-            client.join(topic, joins)
+            # No history: a task fetches the ranges it reads; its node does not copy all
+            # that its neighbours retain as well (each node would read it all again).
+            client.join(topic, joins, history=False)
         for rng in partition.ranges:
             batched = rng.first_msg >= 0
             first, last = (
                 (rng.first_msg, rng.last_msg) if batched else (rng.first_seq, rng.last_seq)
             )
-            messages = client.read_range(
-                rng.topic,
-                publisher_bytes(rng.publisher),
-                first,
-                last,
-                fetch_timeout=partition.fetch_timeout,
-                holders=rng.holders,
-            )
+            read = _batched_rows if batched else _plain_rows
             found = 0
-            plain = []
-            for m in messages:
-                if is_batch(m.headers) != batched:
-                    raise mixed(rng.topic, m.publisher, m.seq, batch=not batched)
-                if not batched:
-                    if rng.first_seq <= m.seq <= rng.last_seq:
-                        plain.append(m)
-                    continue
-                try:
-                    batch = RecordBatch.decode(m.value)
-                except BatchFormatError as exc:
-                    log.warning(
-                        "a record batch at seq %d of %r is unreadable: %s",
-                        m.seq,
-                        rng.publisher,
-                        exc,
-                    )
-                    continue
-                out = batch_record_batch(
-                    rng.topic, rng.publisher, batch, rng.first_seq, rng.last_seq, schema
-                )
-                if out is not None:
-                    found += out.num_rows
-                    yield out
-            if plain:
-                found += len(plain)
-                yield plain_record_batch(plain, schema)
+            for rows in read(client, rng, first, last, partition.fetch_timeout, schema):
+                found += rows.num_rows
+                yield rows
             if found != rng.rows:
                 lacking = rng.rows - found
                 what = (
@@ -511,3 +478,56 @@ def read_ranges(partition: RangePartition) -> Iterator[Any]:
                 if partition.fail_on_data_loss:
                     raise DataLossError(f"{what}. Set failOnDataLoss=false to skip them.")
                 log.warning("skipping %d lost rows: %s", lacking, what)
+
+
+def _plain_rows(
+    client: Any, rng: Range, first: int, last: int, fetch_timeout: float, schema: Any
+) -> Iterator[Any]:
+    """A range of plain messages (one row each, seqs first..last), page by page."""
+    from spark_connector.arrow_rows import page_record_batch
+
+    pages = client.read_range_rows(
+        rng.topic,
+        publisher_bytes(rng.publisher),
+        first,
+        last,
+        fetch_timeout=fetch_timeout,
+        holders=rng.holders,
+    )
+    for page in pages:
+        for m in page.batches:
+            raise mixed(rng.topic, m.publisher, m.seq, batch=True)
+        if page.rows.rows:
+            yield page_record_batch(rng.topic, rng.publisher, page.rows, page.seqs, schema)
+
+
+def _batched_rows(
+    client: Any, rng: Range, first: int, last: int, fetch_timeout: float, schema: Any
+) -> Iterator[Any]:
+    """A range of record batches (messages first..last holding rows first_seq..last_seq):
+    each batch's rows in the range, over its own bytes."""
+    from spark_connector.arrow_rows import batch_record_batch
+
+    messages = client.read_range(
+        rng.topic,
+        publisher_bytes(rng.publisher),
+        first,
+        last,
+        fetch_timeout=fetch_timeout,
+        holders=rng.holders,
+    )
+    for m in messages:
+        if not is_batch(m.headers):
+            raise mixed(rng.topic, m.publisher, m.seq, batch=False)
+        try:
+            batch = RecordBatch.decode(m.value)
+        except BatchFormatError as exc:
+            log.warning(
+                "a record batch at seq %d of %r is unreadable: %s", m.seq, rng.publisher, exc
+            )
+            continue
+        out = batch_record_batch(
+            rng.topic, rng.publisher, batch, rng.first_seq, rng.last_seq, schema
+        )
+        if out is not None:
+            yield out

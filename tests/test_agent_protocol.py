@@ -34,7 +34,9 @@ from episub.agent import agent_pb2 as pb
 from episub.agent.options import UsageError, load_key, load_link_delay
 from episub.agent.server import AgentServer
 from episub.agent.service import AgentLimits, AgentService
-from episub.agent.wire import item_to_pb
+from episub.agent.wire import delivery_to_pb, item_to_pb, rows_from_pb, rows_to_pb
+from episub.recordbatch import BATCH_HEADER, is_batch
+from episub.recordbatch import encode as encode_batch
 from episub.retention import Span
 from episub.subscription import Delivery, Lagged
 from tests.proc_helpers import KEY, TOPIC, WAIT, socket_dir
@@ -177,6 +179,71 @@ def test_a_read_range_bigger_than_a_page_comes_in_several_replies() -> None:
         assert [m.seq for m in client.read_range(TOPIC, publisher, 2, 8)] == list(range(2, 9))
         assert client.read_range(TOPIC, publisher, 20, 30) == []
         assert client.inspect().stats["agent_requests"] >= 3
+
+
+def test_a_read_range_as_rows_gives_each_page_s_messages_as_columns() -> None:
+    records = [
+        Record(b"v%d" % i, key=None if i % 3 else b"k%d" % i, headers=[("h", b"%d" % i)] * (i % 2))
+        for i in range(10)
+    ]
+    with agent(read_page_messages=3) as path, AgentClient(path) as client:
+        publisher = client.publish_batch(TOPIC, records)[0].publisher
+        expected = client.read_range(TOPIC, publisher, 1, 8)
+        pages = list(client.read_range_rows(TOPIC, publisher, 1, 8))
+        assert [p.rows.rows for p in pages] == [3, 3, 2]
+        got = [
+            (int.from_bytes(p.seqs[8 * i : 8 * i + 8], "little"), p.rows.row(i))
+            for p in pages
+            for i in range(p.rows.rows)
+        ]
+        assert [(seq, r.timestamp_ms, r.key, r.value, r.headers) for seq, r in got] == [
+            (m.seq, m.timestamp_ms, m.key, m.value, m.headers) for m in expected
+        ]
+        assert all(p.batches == [] for p in pages)
+        assert {p.rows.rows for p in client.read_range_rows(TOPIC, publisher, 20, 30)} == {0}
+        with pytest.raises(AgentError, match="as_rows and value_prefix") as refused:
+            body = pb.ReadRange(topic=TOPIC, publisher=publisher, last_seq=1, as_rows=True)
+            body.value_prefix = 8
+            client._call(read_range=body)
+        assert refused.value.kind == "bad_request"
+
+
+def test_a_record_batch_message_in_a_page_as_rows_comes_as_it_is() -> None:
+    with agent() as path, AgentClient(path) as client:
+        stream = (b"s", 0)
+        client.publish(TOPIC, b"plain", stream=stream, timestamp_ms=5)
+        client.publish(TOPIC, encode_batch(1, [(6, None, b"r", ())]), stream=(b"s", 1),
+                       headers=[(BATCH_HEADER, b"1")])  # fmt: skip
+        (page,) = client.read_range_rows(TOPIC, b"s", 0, 1)
+        assert page.rows.rows == 1 and page.rows.row(0).value == b"plain"
+        assert [(m.seq, is_batch(m.headers)) for m in page.batches] == [(1, True)]
+
+
+def test_a_page_as_rows_reads_the_same_from_an_agent_that_sent_one_delivery_each() -> None:
+    """rows_from_pb turns a page of Deliveries (an agent that ignores as_rows) into the
+    columns an as_rows page carries, record batches set apart as such a page sets them."""
+
+    def delivery(seq: int, key: bytes | None, headers: tuple, value: bytes) -> Delivery:
+        return Delivery(
+            topic="t", publisher=b"p", seq=seq, timestamp_ms=10 + seq, key=key, value=value,
+            headers=headers, id=b"i",
+        )  # fmt: skip
+
+    plain = [
+        delivery(3, None, (), b"a"),
+        delivery(4, b"k", (("h", b"1"),), b"b"),
+        delivery(6, b"", (), b""),
+    ]
+    batch = delivery(7, None, ((BATCH_HEADER, b"1"),), b"rows")
+    as_rows, old = pb.Messages(next_seq=8), pb.Messages(next_seq=8)
+    rows_to_pb([*plain, batch], as_rows)
+    old.messages.extend(delivery_to_pb(m) for m in [*plain, batch])
+    for page in (rows_from_pb(as_rows), rows_from_pb(old)):
+        assert bytes(page.seqs) == b"".join(m.seq.to_bytes(8, "little") for m in plain)
+        assert [(r.timestamp_ms, r.key, r.value, r.headers) for r in page.rows] == [
+            (m.timestamp_ms, m.key, m.value, m.headers) for m in plain
+        ]
+        assert page.batches == [batch]
 
 
 def test_a_batch_is_all_or_nothing_when_one_record_is_too_large() -> None:

@@ -795,6 +795,25 @@ def test_a_near_link_races_in_the_near_race_trees_seen_most_lately_only():
     assert 4 in trees.shared.eager  # what a new stream starts from: every link as it came
 
 
+def test_a_near_link_races_from_the_lower_id_end_only_but_in_the_latest_tree():
+    # Both ends pushing a race costs two copies when neither end gains; one end pushing
+    # costs one, and the other end grafts the link back when the pushed copy wins.
+    config = node_config(broadcast=broadcast_config())
+    for me, waits in ((0, False), (10, True)):
+        node = make_node(me, active=[1, 2], config=config)
+        node.handle(received(1, gossip(env(0), hops=2)), 1.0)
+        node.handle(received(1, gossip(envelope(OTHER, 0))), 1.0)  # OTHER: seen most lately
+        out = node.handle(received(4, request(NEAR, high_priority=True)), 1.1)
+        assert sends(out, m.Prune) == []  # the pushing end keeps the link eager
+        trees = broadcast(node).trees
+        assert 4 in trees.by_stream[OTHER].eager  # both ends race in the latest tree
+        assert (4 in trees.by_stream[PUBLISHER].lazy) is waits
+    # The waiting end (10 > 4) takes the pushed copy and, as it came first, grafts the link.
+    out = node.handle(received(4, gossip(env(1), hops=2)), 1.2)
+    assert sends(out, m.Graft) == [send(4, m.Graft(streams=S))]
+    assert 4 in trees.by_stream[PUBLISHER].eager
+
+
 def test_a_link_coming_up_or_going_down_changes_every_tree():
     node = node_with(1, 2)
     node.handle(received(1, gossip(env(0), hops=2)), 1.0)
@@ -834,6 +853,23 @@ def test_eager_repair_grafts_at_most_eager_repair_grafts_lazy_peers_fed_us_first
     assert sends(out, m.Graft) == [send(4, m.Graft(streams=S)), send(2, m.Graft(streams=S))]
     assert node.eager_peers(TOPIC) == [4, 2]
     assert node.lazy_peers(TOPIC) == [3, 5]
+
+
+def test_eager_repair_grafts_one_lazy_peer_in_trees_but_the_latest():
+    # A link going down (a proximity swap) is the parent of many trees; each one's second
+    # graft cost redundant copies. The stream seen most lately grafts eager_repair_grafts.
+    node = node_with(1, 2, 3, 4, 5, eager_repair=True, eager_repair_grafts=2)
+    node.handle(received(4, gossip(env(0), hops=2)), 1.0)
+    node.handle(received(1, gossip(env(1), hops=2)), 1.1)
+    node.handle(received(1, gossip(envelope(OTHER, 0))), 1.15)
+    make_lazy(node, 2, 3, 4, 5, now=1.2, streams=S)
+    make_lazy(node, 2, 3, 4, 5, now=1.2, streams=(OTHER,))  # OTHER: seen most lately
+    out = node.handle(received(1, m.Disconnect()), 1.3)
+    assert sends(out, m.Graft) == [
+        send(4, m.Graft(streams=S)),
+        send(2, m.Graft(streams=(OTHER,))),
+        send(3, m.Graft(streams=(OTHER,))),
+    ]
 
 
 def test_a_prune_that_crossed_our_graft_is_answered_by_graft_again():

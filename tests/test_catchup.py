@@ -13,8 +13,9 @@ import trio
 import trio.testing
 
 from episub.node.catchup import CatchUp
+from episub.node.fetching import FetchReport
 from episub.proto.messages import HeldSpan
-from episub.records import Delivery, Neighbor
+from episub.records import Neighbor
 from episub.retention import RetentionConfig, RetentionStore
 from tests.net_helpers import TOPIC, run, wait_until
 from tests.test_node_history import node, pair
@@ -41,11 +42,11 @@ class Neighbourhood:
         self.asked.append((topic, peer_id))
         return [HeldSpan(publisher=PUBLISHER, first_seq=0, last_seq=2, count=3)]
 
-    async def fetch(
+    async def fetch_range(
         self, topic: str, publisher: bytes, first: int, last: int, *, holders: Iterable[bytes]
-    ) -> list[Delivery]:
+    ) -> FetchReport:
         self.fetched.append((publisher, first, last))
-        return []
+        return FetchReport(last - first + 1, "unheld")
 
 
 def catch_up_after(act: str, held: bool) -> tuple[Neighbourhood, dict[str, int]]:
@@ -158,13 +159,14 @@ class History(Neighbourhood):
         ]
 
 
-def late_join(config: RetentionConfig) -> History:
-    """We join TOPIC_NAME holding nothing; PEER, which holds 10 messages stamped a minute
-    before our join, asks what we hold; run until every catch-up is done."""
+def late_join(config: RetentionConfig, history: bool = True) -> History:
+    """We join TOPIC_NAME holding nothing (pulling history or not); PEER, which holds 10
+    messages stamped a minute before our join, asks what we hold; run until every
+    catch-up is done."""
     node = History(stamp_ms=int(time.time() * 1000) - 60_000)
     store: RetentionStore[bytes] = RetentionStore(config)
     catch_up = CatchUp(node, store, PAUSE)  # type: ignore[arg-type]
-    catch_up.joined(TOPIC_NAME)
+    catch_up.joined(TOPIC_NAME, history)
 
     async def main() -> None:
         async with trio.open_nursery() as nursery:
@@ -180,6 +182,14 @@ def test_a_late_joiner_asks_for_the_history_its_retention_would_keep() -> None:
     fetched (before, the catch-up asked only since the join and fetched nothing)."""
     node = late_join(RetentionConfig())
     assert node.fetched == [(PUBLISHER, 0, 9)]
+
+
+def test_a_late_joiner_without_history_asks_only_since_its_join() -> None:
+    """Joined with history=False (a node whose readers fetch their own ranges): the
+    comparison still runs, from the join on, and pulls none of the minute-old history."""
+    node = late_join(RetentionConfig(), history=False)
+    assert node.asked == [(TOPIC_NAME, PEER)]
+    assert node.since[0] >= node.stamp_ms and node.fetched == []
 
 
 def test_a_late_joiner_asks_for_no_more_than_its_retention_holds() -> None:

@@ -88,18 +88,14 @@ def start_nodes(processes: Processes, names: list[str]) -> tuple[dict[str, Proc]
     return procs, {name: str(processes.dir / f"{name}.sock") for name in names}
 
 
-# On demand: which node a newcomer asks first depends on timing under load.
-@pytest.mark.skipif(
-    os.environ.get("EPISUB_ONDEMAND") != "1",
-    reason="on demand (EPISUB_ONDEMAND=1)",
-)
 def test_replicas_started_together_ask_the_node_with_the_snapshot_first(
     processes: Processes,
 ) -> None:
     """Three agents start their replicas at the same moment, after the first node wrote:
     each asks the bootstrap node, which holds the writes, first, and holds them when its
     first read returns (before, they asked each other first, and waited 2 s for answers
-    that could not come)."""
+    that could not come; and a newcomer whose first link was another newcomer's, its
+    contact not linked yet, asked that newcomer first)."""
     names = ["n0", "n1", "n2", "n3"]
     _, sockets = start_nodes(processes, names)
     with AgentClient(sockets["n0"]) as writer:

@@ -13,6 +13,8 @@ from episub.config import DELETE, ConfigReplica, config_topic
 from episub.config import replica as replica_module
 from episub.config.codec import encode_update, entry_for, value_of
 from episub.config.replica import write_stream
+from episub.net.peer_id import make_peer_id
+from episub.records import Neighbor
 from episub.subscription import Delivery
 from tests.net_helpers import KEY, fast_config, run, wait_until
 
@@ -115,6 +117,27 @@ def test_two_replicas_starting_together_after_a_write_both_catch_up() -> None:
                 nursery.cancel_scope.cancel()
 
     run(main)
+
+
+def test_a_starting_replica_asks_its_contact_first_while_its_only_link_is_another_newcomer():
+    """join() returns at the topic's first link, which may be another newcomer's (its
+    contact walked the JOIN on) before the contact's own link is up: the contact is asked
+    first all the same (and last in a repair round, as the driver's node)."""
+    seed, other, me = (make_peer_id("127.0.0.1", port) for port in (7001, 7002, 7003))
+
+    class Newcomer:
+        id = me
+
+        def neighbors(self, topic: str) -> list[Neighbor]:
+            return [Neighbor(peer_id=other, address="127.0.0.1:7002", kind="rand",
+                             role="eager", rtt_ms=None)]  # fmt: skip
+
+        def contacts(self, topic: str) -> list[bytes]:
+            return [seed]
+
+    replica = ConfigReplica(Newcomer(), "default", bootstrap=["127.0.0.1:7001"])  # type: ignore[arg-type]
+    assert [peer for peer, _ in replica._candidates(first=True)] == [seed, other]
+    assert [peer for peer, _ in replica._candidates(first=False)] == [other, seed]
 
 
 def test_two_writers_racing_on_one_key_converge_everywhere() -> None:

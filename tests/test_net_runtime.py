@@ -22,6 +22,8 @@ from episub.net.connection import (
     KEEPALIVE_COUNT,
     KEEPALIVE_IDLE,
     KEEPALIVE_INTERVAL,
+    RTO_MAX,
+    TCP_RTO_MAX_MS,
     USER_TIMEOUT,
 )
 from episub.net.peer_id import make_peer_id, parse_address
@@ -30,6 +32,16 @@ from episub.proto.config import NodeConfig
 from episub.proto.events import ClosePeer, OutEvent, Send
 from episub.proto.messages import GetTopics, Ping, Prune, Topics
 from tests.net_helpers import KEY, TOPIC, WAIT, RawPeer, fast_config, run, wait_until
+
+
+def rto_max_supported() -> bool:
+    """Whether this kernel takes TCP_RTO_MAX_MS (Linux 6.15+)."""
+    with socket.socket() as probe:
+        try:
+            probe.setsockopt(socket.IPPROTO_TCP, TCP_RTO_MAX_MS, 1000)
+        except OSError:
+            return False
+    return True
 
 
 def runtime_of(node: Node) -> Runtime:
@@ -260,7 +272,7 @@ def test_a_timer_that_may_fire_early_fires_while_the_node_handles_a_frame() -> N
     run(main)
 
 
-def test_every_connection_has_kernel_keepalive_and_rtt_comes_from_the_kernel() -> None:
+def test_every_connection_has_kernel_keepalive_capped_retransmission_waits_and_kernel_rtt() -> None:
     async def main() -> None:
         # No PING over the link in the test's time: any RTT must be the kernel's.
         config = fast_config(ping_interval=1000.0)
@@ -285,6 +297,8 @@ def test_every_connection_has_kernel_keepalive_and_rtt_comes_from_the_kernel() -
                         assert sock.getsockopt(tcp, socket.TCP_KEEPCNT) == KEEPALIVE_COUNT
                         timeout_ms = sock.getsockopt(tcp, socket.TCP_USER_TIMEOUT)
                         assert timeout_ms == USER_TIMEOUT * 1000
+                        if rto_max_supported():
+                            assert sock.getsockopt(tcp, TCP_RTO_MAX_MS) == RTO_MAX * 1000
 
     run(main)
 

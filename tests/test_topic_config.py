@@ -5,15 +5,26 @@ nothing else about them changes."""
 
 from __future__ import annotations
 
+import random
 from dataclasses import replace
 
 import pytest
 
 from episub.config.replica import config_topic
+from episub.proto import messages as m
 from episub.proto.config import NodeConfig
-from episub.proto.events import Publish, ScheduleTimer
+from episub.proto.events import (
+    ConnectionLost,
+    JoinTopic,
+    Publish,
+    Received,
+    ScheduleTimer,
+    Send,
+)
+from episub.proto.messages import LinkKind
+from episub.proto.node import NodeState
 from episub.proto.reserved import CONFIG_TOPIC_PREFIX
-from tests.helpers import broadcast_config, make_node, node_config, token
+from tests.helpers import broadcast_config, fire, make_node, node_config, token
 
 CONFIG = config_topic("default")
 
@@ -56,12 +67,34 @@ def test_a_config_topic_takes_the_config_membership_changes_and_keeps_every_othe
     assert (m.c_rand, m.c_near) == (3, 0)
     assert m.passive_probe_interval == m.passive_probe_interval_unmeasured == 12.0
     assert m.passive_probes_per_tick_unmeasured == 1
+    assert m.recovery_max_retry == 4.0
     assert_only_changed(
         m,
         cfg.membership,
         ("proximity", "hub_links", "c_rand", "c_near", "passive_probe_interval",
-         "passive_probe_interval_unmeasured", "passive_probes_per_tick_unmeasured"),
+         "passive_probe_interval_unmeasured", "passive_probes_per_tick_unmeasured",
+         "recovery_max_retry"),
     )  # fmt: skip
+
+
+def test_a_config_topic_node_cut_off_asks_its_contact_again_at_least_every_4_s():
+    """A host cut off past TCP's user timeout loses every link; its replica holds stale
+    values until it links again, so its attempts stay 4 s apart however long the cut (a
+    data topic's grow to 60 s)."""
+    node = NodeState(b"me", node_config(), random.Random(0))
+    node.handle(JoinTopic(CONFIG, (b"hub",)), 0.0)
+    high = m.Neighbor(op=m.NeighborOp.REQUEST, kind=LinkKind.RAND, high_priority=True,
+                      active_count=1, rand_count=1)  # fmt: skip
+    node.handle(Received(b"hub", CONFIG, high), 0.5)  # the contact took our JOIN in
+    out = node.handle(ConnectionLost(b"hub"), 1.0)
+    waits = [e.delay for e in out if isinstance(e, ScheduleTimer) and e.token[-1] == "recover"]
+    now = 1.0
+    for _ in range(8):  # the cut goes on: every attempt fails
+        now += waits[-1]
+        out = fire(node, "recover", now, topic=CONFIG)
+        assert Send(b"hub", CONFIG, m.GetNodes()) in out
+        waits += [e.delay for e in out if isinstance(e, ScheduleTimer) and e.token[-1] == "recover"]
+    assert waits == [1.0, 2.0, 4.0, 4.0, 4.0, 4.0, 4.0, 4.0, 4.0]
 
 
 def test_a_config_topic_overlay_makes_no_near_links_and_runs_no_optimisation():

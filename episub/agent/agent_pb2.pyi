@@ -71,14 +71,16 @@ class Request(_message.Message):
     def __init__(self, id: _Optional[int] = ..., join: _Optional[_Union[Join, _Mapping]] = ..., leave: _Optional[_Union[Leave, _Mapping]] = ..., publish: _Optional[_Union[Publish, _Mapping]] = ..., publish_batch: _Optional[_Union[PublishBatch, _Mapping]] = ..., subscribe: _Optional[_Union[Subscribe, _Mapping]] = ..., unsubscribe: _Optional[_Union[Unsubscribe, _Mapping]] = ..., read_range: _Optional[_Union[ReadRange, _Mapping]] = ..., offsets: _Optional[_Union[GetOffsets, _Mapping]] = ..., inspect: _Optional[_Union[Inspect, _Mapping]] = ..., config_read: _Optional[_Union[ConfigRead, _Mapping]] = ..., config_write: _Optional[_Union[ConfigWrite, _Mapping]] = ..., overlay: _Optional[_Union[Overlay, _Mapping]] = ..., holdings: _Optional[_Union[Holdings, _Mapping]] = ..., known_topics: _Optional[_Union[KnownTopics, _Mapping]] = ...) -> None: ...
 
 class Join(_message.Message):
-    __slots__ = ("topic", "bootstrap", "timeout")
+    __slots__ = ("topic", "bootstrap", "timeout", "no_history")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     BOOTSTRAP_FIELD_NUMBER: _ClassVar[int]
     TIMEOUT_FIELD_NUMBER: _ClassVar[int]
+    NO_HISTORY_FIELD_NUMBER: _ClassVar[int]
     topic: str
     bootstrap: _containers.RepeatedScalarFieldContainer[str]
     timeout: float
-    def __init__(self, topic: _Optional[str] = ..., bootstrap: _Optional[_Iterable[str]] = ..., timeout: _Optional[float] = ...) -> None: ...
+    no_history: bool
+    def __init__(self, topic: _Optional[str] = ..., bootstrap: _Optional[_Iterable[str]] = ..., timeout: _Optional[float] = ..., no_history: _Optional[bool] = ...) -> None: ...
 
 class Leave(_message.Message):
     __slots__ = ("topic",)
@@ -117,7 +119,7 @@ class Unsubscribe(_message.Message):
     def __init__(self, subscribe_id: _Optional[int] = ...) -> None: ...
 
 class ReadRange(_message.Message):
-    __slots__ = ("topic", "publisher", "first_seq", "last_seq", "fetch_timeout", "holders", "value_prefix")
+    __slots__ = ("topic", "publisher", "first_seq", "last_seq", "fetch_timeout", "holders", "value_prefix", "as_rows")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     PUBLISHER_FIELD_NUMBER: _ClassVar[int]
     FIRST_SEQ_FIELD_NUMBER: _ClassVar[int]
@@ -125,6 +127,7 @@ class ReadRange(_message.Message):
     FETCH_TIMEOUT_FIELD_NUMBER: _ClassVar[int]
     HOLDERS_FIELD_NUMBER: _ClassVar[int]
     VALUE_PREFIX_FIELD_NUMBER: _ClassVar[int]
+    AS_ROWS_FIELD_NUMBER: _ClassVar[int]
     topic: str
     publisher: bytes
     first_seq: int
@@ -132,7 +135,8 @@ class ReadRange(_message.Message):
     fetch_timeout: float
     holders: _containers.RepeatedScalarFieldContainer[bytes]
     value_prefix: int
-    def __init__(self, topic: _Optional[str] = ..., publisher: _Optional[bytes] = ..., first_seq: _Optional[int] = ..., last_seq: _Optional[int] = ..., fetch_timeout: _Optional[float] = ..., holders: _Optional[_Iterable[bytes]] = ..., value_prefix: _Optional[int] = ...) -> None: ...
+    as_rows: bool
+    def __init__(self, topic: _Optional[str] = ..., publisher: _Optional[bytes] = ..., first_seq: _Optional[int] = ..., last_seq: _Optional[int] = ..., fetch_timeout: _Optional[float] = ..., holders: _Optional[_Iterable[bytes]] = ..., value_prefix: _Optional[int] = ..., as_rows: _Optional[bool] = ...) -> None: ...
 
 class Holdings(_message.Message):
     __slots__ = ("topic", "spans", "neighbors", "peers", "addresses", "since_ms", "timeout")
@@ -341,12 +345,16 @@ class End(_message.Message):
     def __init__(self, reason: _Optional[str] = ...) -> None: ...
 
 class Messages(_message.Message):
-    __slots__ = ("messages", "next_seq")
+    __slots__ = ("messages", "next_seq", "rows", "row_seqs")
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
     NEXT_SEQ_FIELD_NUMBER: _ClassVar[int]
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    ROW_SEQS_FIELD_NUMBER: _ClassVar[int]
     messages: _containers.RepeatedCompositeFieldContainer[Delivery]
     next_seq: int
-    def __init__(self, messages: _Optional[_Iterable[_Union[Delivery, _Mapping]]] = ..., next_seq: _Optional[int] = ...) -> None: ...
+    rows: bytes
+    row_seqs: bytes
+    def __init__(self, messages: _Optional[_Iterable[_Union[Delivery, _Mapping]]] = ..., next_seq: _Optional[int] = ..., rows: _Optional[bytes] = ..., row_seqs: _Optional[bytes] = ...) -> None: ...
 
 class Offsets(_message.Message):
     __slots__ = ("publishers",)

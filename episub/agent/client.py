@@ -46,6 +46,7 @@ from episub.agent.wire import (
     FrameError,
     FrameSplitter,
     Record,
+    RowsPage,
     checked_record_to_pb,
     decode_response,
     delivery_from_pb,
@@ -53,13 +54,14 @@ from episub.agent.wire import (
     item_from_pb,
     neighbor_from_pb,
     record_to_pb,
+    rows_from_pb,
     span_from_pb,
     span_to_pb,
 )
 from episub.config.codec import entry_for, value_of
 from episub.config.state import Entry
 from episub.proto.messages import HeldSpan
-from episub.recordbatch import BATCH_HEADER
+from episub.recordbatch import BATCH_HEADER, BatchFormatError
 from episub.recordbatch import MAX_ROWS as MAX_BATCH_ROWS
 from episub.recordbatch import encode as encode_batch
 from episub.records import (
@@ -203,13 +205,23 @@ class AgentClient:
 
     # -- requests ---------------------------------------------------------------------------
 
-    def join(self, topic: str, bootstrap: Iterable[str] = (), timeout: float = 0.0) -> None:
+    def join(
+        self,
+        topic: str,
+        bootstrap: Iterable[str] = (),
+        timeout: float = 0.0,
+        *,
+        history: bool = True,
+    ) -> None:
         """Join `topic` (a no-op when joined); no bootstrap: the agent's own list.
-        AgentWaitExpired when no neighbour came within `timeout` seconds (0: the node's default, 10
-        s); the node stays joined and keeps trying."""
+        AgentWaitExpired when no neighbour came within `timeout` seconds (0: the node's
+        default, 10 s); the node stays joined and keeps trying. `history=False`: the node
+        pulls none of what its neighbours retained from before the join (Node.join)."""
         if isinstance(bootstrap, str):
             raise TypeError(f"bootstrap must be a list of 'host:port' strings, not {bootstrap!r}")
-        self._call(join=pb.Join(topic=topic, bootstrap=list(bootstrap), timeout=timeout))
+        body = pb.Join(topic=topic, bootstrap=list(bootstrap), timeout=timeout)
+        body.no_history = not history
+        self._call(join=body)
 
     def leave(self, topic: str) -> None:
         self._call(leave=pb.Leave(topic=topic))
@@ -357,6 +369,48 @@ class AgentClient:
                 raise AgentInternalError(f"read_range made no progress at seq {seq}")
             seq = page.next_seq
         return out
+
+    def read_range_rows(
+        self,
+        topic: str,
+        publisher: bytes,
+        first_seq: int,
+        last_seq: int,
+        *,
+        fetch_timeout: float = 0.0,
+        holders: Iterable[bytes] = (),
+    ) -> Iterator[RowsPage]:
+        """`read_range`'s pages as they come, each page's plain messages as columns (one
+        record batch, see episub.recordbatch, and their seqs) rather than one Delivery each:
+        what a reader that turns rows into Arrow wants (the Spark source), without a Python
+        object per row on either end. A page's record-batch messages come as they are.
+        Ask for the next page only after this one was used: the connection is the
+        client's, and one page is asked at a time."""
+        if not 0 <= first_seq <= last_seq:
+            raise ValueError(f"need 0 <= first_seq <= last_seq, not {first_seq!r}..{last_seq!r}")
+        seq = first_seq
+        holders = list(holders)
+        wait = fetch_timeout + READ_FETCH_BUDGET if fetch_timeout > 0 else 0.0
+        while seq <= last_seq:
+            body = pb.ReadRange(
+                topic=topic,
+                publisher=publisher,
+                first_seq=seq,
+                last_seq=last_seq,
+                fetch_timeout=fetch_timeout,
+                holders=holders,
+                as_rows=True,
+            )
+            page = self._call(wait=wait, read_range=body).messages
+            if page.next_seq <= seq:
+                raise AgentInternalError(f"read_range made no progress at seq {seq}")
+            try:
+                rows = rows_from_pb(page)
+            except BatchFormatError as exc:
+                self.close()  # an agent that sends this is not one to go on with
+                raise AgentUnavailable(f"the agent sent a malformed page: {exc}") from None
+            seq = page.next_seq
+            yield rows
 
     def offsets(self, topic: str) -> dict[bytes, Span]:
         """publisher -> what the agent's node holds of it on `topic` (first and last seq

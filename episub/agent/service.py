@@ -41,6 +41,7 @@ from episub.agent.wire import (
     delivery_to_pb,
     neighbor_to_pb,
     record_from_pb,
+    rows_to_pb,
     span_from_pb,
     span_to_pb,
 )
@@ -52,6 +53,7 @@ from episub.net.handshake import HandshakeError
 from episub.net.peer_id import PeerIdError, parse_address, parse_peer_id
 from episub.node import HELD_TIMEOUT, Node
 from episub.proto.messages import MAX_HELD_SPANS, HeldSpan, check_topic_name
+from episub.records import Delivery
 
 __all__ = ["AgentLimits", "AgentService", "config_snapshot_to_pb"]
 
@@ -124,7 +126,11 @@ class AgentService:
     # -- topics -----------------------------------------------------------------------------
 
     async def join(
-        self, topic: str, bootstrap: Sequence[str] | None = None, timeout: float = 0.0
+        self,
+        topic: str,
+        bootstrap: Sequence[str] | None = None,
+        timeout: float = 0.0,
+        history: bool = True,
     ) -> bool:
         """Join `topic` (through the agent's bootstrap list when `bootstrap` is empty);
         False when it was joined already. Concurrent joins of one topic wait for the first.
@@ -143,9 +149,9 @@ class AgentService:
         try:
             try:
                 if timeout > 0:
-                    await self.node.join(topic, contacts, timeout=timeout)
+                    await self.node.join(topic, contacts, timeout=timeout, history=history)
                 else:
-                    await self.node.join(topic, contacts)
+                    await self.node.join(topic, contacts, history=history)
             except TimeoutError as exc:
                 # Joined, but no neighbour yet: the node stays joined and keeps trying, so
                 # the topic counts as joined here too; the caller still hears of it.
@@ -183,7 +189,7 @@ class AgentService:
             raise AgentBadRequest(
                 f"join timeout must be in 0..{MAX_JOIN_TIMEOUT:g} s, not {body.timeout}",
             )
-        await self.join(body.topic, list(body.bootstrap), body.timeout)
+        await self.join(body.topic, list(body.bootstrap), body.timeout, not body.no_history)
 
     async def publish(self, topic: str, records: Sequence[pb.Record]) -> pb.Receipts:
         if topic not in self._joined:
@@ -224,6 +230,8 @@ class AgentService:
             raise AgentBadRequest(
                 f"fetch_timeout must be in 0..{self.limits.max_fetch_timeout} s, not {timeout}",
             )
+        if body.as_rows and body.value_prefix:
+            raise AgentBadRequest("as_rows and value_prefix do not go together")
         if len(body.holders) > self.limits.max_holdings_nodes:
             raise AgentAtLimit(
                 f"at most {self.limits.max_holdings_nodes} holders, not {len(body.holders)}",
@@ -240,18 +248,24 @@ class AgentService:
         out = pb.Messages(next_seq=upto + 1)
         size = 0
         prefix = body.value_prefix
+        page: list[Delivery] = []
         for message in found:
-            if out.messages and (
+            if page and (
                 size + message.size > self.limits.read_page_bytes
-                or len(out.messages) >= self.limits.read_page_messages
+                or len(page) >= self.limits.read_page_messages
             ):
                 out.next_seq = message.seq  # the page is full: the client asks again from here
                 break
+            page.append(message)
+            size += message.size if not prefix else min(message.size, prefix)
+        if body.as_rows:
+            rows_to_pb(page, out)
+            return out
+        for message in page:
             encoded = delivery_to_pb(message)
             if prefix:
                 encoded.value = encoded.value[:prefix]
             out.messages.append(encoded)
-            size += message.size if not prefix else min(message.size, prefix)
         return out
 
     def offsets(self, topic: str) -> pb.Offsets:

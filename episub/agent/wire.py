@@ -10,7 +10,10 @@ decoder and its one bound (a header announcing more than the splitter's `max_siz
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import sys
+from array import array
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Literal
 
 from google.protobuf.message import DecodeError
@@ -19,6 +22,7 @@ from episub.agent import agent_pb2 as pb
 from episub.proto.envelope import Record
 from episub.proto.framing import FrameError, FrameSplitter, frame
 from episub.proto.messages import HeldSpan
+from episub.recordbatch import BatchFormatError, RecordBatch, encode_columns, is_batch
 from episub.records import Delivery, Item, Lagged, Lost, Neighbor
 
 __all__ = [
@@ -28,6 +32,7 @@ __all__ = [
     "FrameError",
     "FrameSplitter",
     "Record",
+    "RowsPage",
     "checked_record_to_pb",
     "decode_request",
     "decode_response",
@@ -40,6 +45,8 @@ __all__ = [
     "neighbor_to_pb",
     "record_from_pb",
     "record_to_pb",
+    "rows_from_pb",
+    "rows_to_pb",
     "span_from_pb",
     "span_to_pb",
 ]
@@ -157,6 +164,100 @@ def delivery_from_pb(message: pb.Delivery) -> Delivery:
         headers=_headers_from_pb(message.headers),
         id=message.id,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class RowsPage:
+    """A ReadRange page asked `as_rows`: its plain messages as one record batch (`rows`,
+    numbered from 0) with each row's seq (`seqs`, rising), and its record-batch messages."""
+
+    rows: RecordBatch
+    seqs: memoryview  # int64 little-endian, rows.rows of them
+    batches: list[Delivery]
+
+
+def rows_to_pb(messages: Sequence[Delivery], out: pb.Messages) -> None:
+    """A page's messages into `out` as columns (agent.proto's Messages.rows): one pass per
+    column over the page, no protobuf message per row."""
+    plain: Sequence[Delivery] = messages
+    if any(m.headers and is_batch(m.headers) for m in messages):
+        plain = []
+        for m in messages:
+            if m.headers and is_batch(m.headers):
+                out.messages.append(delivery_to_pb(m))
+            else:
+                plain.append(m)
+    n = len(plain)
+    validity = bytearray(-(-n // 8))
+    key_offsets, keys = array("i", [0]), []
+    total = 0
+    for i, m in enumerate(plain):
+        if m.key is not None:
+            validity[i >> 3] |= 1 << (i & 7)
+            keys.append(m.key)
+            total += len(m.key)
+        key_offsets.append(total)
+    value_offsets, total = array("i", [0]), 0
+    for m in plain:
+        total += len(m.value)
+        value_offsets.append(total)
+    header_offsets, names, header_values = array("i", [0]), [], []
+    for m in plain:
+        for name, value in m.headers:
+            names.append(name.encode("utf-8"))
+            header_values.append(value)
+        header_offsets.append(len(names))
+    out.rows = encode_columns(
+        0,
+        n,
+        [
+            _little(array("q", [m.timestamp_ms for m in plain])),
+            validity,
+            _little(key_offsets),
+            b"".join(keys),
+            _little(value_offsets),
+            b"".join(m.value for m in plain),
+            _little(header_offsets),
+            _little(_offsets(names)),
+            b"".join(names),
+            _little(_offsets(header_values)),
+            b"".join(header_values),
+        ],
+    )
+    out.row_seqs = _little(array("q", [m.seq for m in plain]))
+
+
+def rows_from_pb(page: pb.Messages) -> RowsPage:
+    """A page asked `as_rows`, checked (BatchFormatError if its columns are not well formed;
+    a page that came as one Delivery per message, from an agent that does not know
+    `as_rows`, is turned into the same)."""
+    batches = [delivery_from_pb(m) for m in page.messages]
+    if not page.rows:
+        plain = [m for m in batches if not (m.headers and is_batch(m.headers))]
+        batches = [m for m in batches if m.headers and is_batch(m.headers)]
+        holder = pb.Messages()
+        rows_to_pb(plain, holder)
+        page = holder
+    rows = RecordBatch.decode(page.rows)
+    seqs = memoryview(page.row_seqs)
+    if len(seqs) != 8 * rows.rows:
+        raise BatchFormatError(f"{len(seqs)} bytes of seqs for {rows.rows} rows")
+    return RowsPage(rows, seqs, batches)
+
+
+def _offsets(items: Sequence[bytes]) -> array:
+    out, total = array("i", [0]), 0
+    for item in items:
+        total += len(item)
+        out.append(total)
+    return out
+
+
+def _little(values: array) -> bytes:
+    if sys.byteorder != "little":
+        values = array(values.typecode, values)
+        values.byteswap()
+    return values.tobytes()
 
 
 def item_to_pb(item: Item) -> pb.Item:

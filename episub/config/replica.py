@@ -380,13 +380,17 @@ class ConfigReplica:
             key=lambda p: -self._holders[p],
         )
         near = sorted(neighbours.values(), key=lambda n: math.inf if n.rtt_ms is None else n.rtt_ms)
-        ordered = [*relinked, *holders, *(n.peer_id for n in near)]
+        # The nodes we joined through, linked yet or not: join() returns at the first
+        # link, which may be another newcomer's (a JOIN walked on), not the contact's.
+        contacts = self.node.contacts(self.topic)
+        ordered = [*relinked, *holders, *(n.peer_id for n in near), *contacts]
         out: dict[bytes, str] = {}
         for peer in ordered:
             if peer not in out and peer != self._me:
                 out[peer] = neighbours[peer].address if peer in neighbours else _address_of(peer)
         # The bootstrap nodes: first on the first catch-up, else last.
-        seeded = [p for p, a in out.items() if a in seeds][:MAX_ASKED_PER_ROUND]
+        seeded = [p for p, a in out.items() if a in seeds or p in contacts]
+        seeded = seeded[:MAX_ASKED_PER_ROUND]
         rest = [p for p in out if p not in seeded][: MAX_ASKED_PER_ROUND - len(seeded)]
         order = [*seeded, *rest] if first else [*rest, *seeded]
         return [(p, out[p]) for p in order]

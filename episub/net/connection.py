@@ -37,6 +37,7 @@ that holds frames back, in order) instead of inline.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
@@ -60,6 +61,7 @@ __all__ = [
     "KEEPALIVE_COUNT",
     "KEEPALIVE_IDLE",
     "KEEPALIVE_INTERVAL",
+    "RTO_MAX",
     "TCP_INFO",
     "USER_TIMEOUT",
     "Connection",
@@ -93,6 +95,14 @@ KEEPALIVE_IDLE = 20
 KEEPALIVE_INTERVAL = 5
 KEEPALIVE_COUNT = 4
 USER_TIMEOUT = KEEPALIVE_IDLE + KEEPALIVE_INTERVAL * KEEPALIVE_COUNT  # seconds
+# While a link is down, TCP retransmits what it sent with a wait that doubles each time (up
+# to 2 min): after a 20 s outage the next try may come 10-25 s after the link's return, and
+# the connection stalls until then. Capped here, it resumes within RTO_MAX of the return;
+# a dead path costs a segment per RTO_MAX until USER_TIMEOUT. Linux 6.15+'s TCP_RTO_MAX_MS
+# (not in Python's socket module yet; older kernels refuse it and keep the doubling).
+# Guess: far above a LAN's RTT, well inside the configuration's catch-up after a cut.
+RTO_MAX = 2.0  # seconds
+TCP_RTO_MAX_MS = 44  # linux/tcp.h
 # struct tcp_info (linux/tcp.h): tcpi_rtt, microseconds, is the u32 at byte 68 of the
 # 104 bytes every kernel since 2.6 fills in. None of it where the platform has no TCP_INFO.
 TCP_INFO: int | None = getattr(socket, "TCP_INFO", None) if sys.platform == "linux" else None
@@ -104,9 +114,9 @@ FrameItems = list[tuple[str | None, PeerMessage]]
 
 
 def keep_alive(sock: trio.socket.SocketType) -> None:
-    """Let the kernel find a dead peer host (KEEPALIVE_IDLE above). Where the platform
-    lacks an option (TCP_KEEPIDLE, TCP_USER_TIMEOUT are Linux's), the app's pings are
-    left to find it."""
+    """Let the kernel find a dead peer host (KEEPALIVE_IDLE above), and use a link that
+    came back within RTO_MAX. Where the platform lacks an option (TCP_KEEPIDLE,
+    TCP_USER_TIMEOUT are Linux's), the app's pings are left to find it."""
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
         for name, value in (
@@ -120,6 +130,11 @@ def keep_alive(sock: trio.socket.SocketType) -> None:
                 sock.setsockopt(socket.IPPROTO_TCP, option, value)
     except OSError as exc:  # a socket closed under us: its reader finds out
         log.debug("keepalive not set: %s", exc)
+        return
+    if sys.platform == "linux":
+        # A kernel before 6.15 refuses it: retransmissions keep doubling there.
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.IPPROTO_TCP, TCP_RTO_MAX_MS, int(RTO_MAX * 1000))
 
 
 def show_peer(peer_id: bytes) -> str:

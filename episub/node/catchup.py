@@ -37,7 +37,7 @@ import trio
 from episub.node.checks import FETCH_MAX_SPAN
 from episub.proto.errors import LocalProtocolError
 from episub.proto.messages import HeldSpan
-from episub.records import Delivery, Neighbor
+from episub.records import Neighbor
 from episub.retention import RetentionStore
 
 __all__ = ["CATCH_UP_AT_ONCE", "CATCH_UP_CLOCK_SLACK_MS", "CATCH_UP_TIMEOUT", "CatchUp"]
@@ -61,7 +61,7 @@ class _Asks(Protocol):
         self, topic: str, peer_id: bytes, *, since_ms: int
     ) -> list[HeldSpan] | None: ...
 
-    async def fetch(
+    async def fetch_range(
         self,
         topic: str,
         publisher: bytes,
@@ -69,7 +69,7 @@ class _Asks(Protocol):
         last_seq: int,
         *,
         holders: Iterable[bytes],
-    ) -> list[Delivery]: ...
+    ) -> object: ...  # a FetchReport: what arrived is counted in retention
 
 
 class CatchUp:
@@ -92,9 +92,11 @@ class CatchUp:
         self._caught_up = 0
         self._skipped = 0
 
-    def joined(self, topic: str) -> None:
+    def joined(self, topic: str, history: bool = True) -> None:
+        """`topic` was joined now; `history`: pull what neighbours retained from before."""
         self._joined_ms[topic] = int(time.time() * 1000)
-        self._history_due.add(topic)
+        if history:
+            self._history_due.add(topic)
 
     def left(self, topic: str) -> None:
         self._joined_ms.pop(topic, None)
@@ -217,7 +219,10 @@ class CatchUp:
             had = 0 if ours is None else ours.count
             if had >= last - first + 1 or had >= theirs:
                 return last - first + 1
-            got = len(await self._node.fetch(topic, publisher, first, last, holders=[peer]))
+            # Into retention, and counted there: the messages themselves are not read back.
+            await self._node.fetch_range(topic, publisher, first, last, holders=[peer])
+            now_held = self._store.span(topic, publisher, first, last, trio.current_time())
+            got = 0 if now_held is None else now_held.count
             self._caught_up += max(0, got - had)
             if got <= had:
                 return last - first + 1  # nobody gave more: the rest is not to be had now

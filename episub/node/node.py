@@ -234,8 +234,14 @@ class Node:
         *,
         timeout: float = JOIN_TIMEOUT,
         retain: bool = True,
+        history: bool = True,
     ) -> None:
         """Join `topic` through any of the `bootstrap` addresses ("host:port").
+
+        `history=False`: catch-ups pull only what is published from the join on, not what
+        the neighbours retained from before it (see episub/node/catchup.py): for a node
+        whose readers fetch the ranges they read (the Spark source's), which would
+        otherwise copy every neighbour's retention in the background as they read.
 
         `retain=False`: the topic's messages are delivered but not kept in retention, so
         `retained` and `fetch` find none of them and a new link starts no comparison of
@@ -261,7 +267,7 @@ class Node:
         else:
             await trio.lowlevel.checkpoint()
         up, who = self._bootstraps.joining(topic)
-        self._catch_up.joined(topic)
+        self._catch_up.joined(topic, history)
         if not retain:
             self._unretained.add(topic)
         runtime.input(JoinTopic(topic, tuple(dict.fromkeys(contacts))))
@@ -449,6 +455,11 @@ class Node:
     def neighbors(self, topic: str) -> list[Neighbor]:
         """The topic's active view: near links first, then random ones, by peer id."""
         return neighbors(self._running().state, topic)
+
+    def contacts(self, topic: str) -> list[bytes]:
+        """The ids of the nodes `topic` was joined through (those of its bootstrap
+        addresses that answered), neighbours or not."""
+        return self._running().state.contacts(topic)  # type: ignore[return-value]
 
     def passive_view_size(self, topic: str) -> int:
         """How many peers the topic's passive view holds (0 when not joined)."""

@@ -60,15 +60,18 @@ Rules from the draft (and Plumtree):
   (see `_prefer_near_parent`).
 - a new link starts eager, except a RAND link at a node with a parent (an eager
   neighbour that has sent it a message first): that starts lazy, and a PRUNE at link-up
-  makes it lazy at the other end too (`neighbor_up`). NEAR links start eager.
+  makes it lazy at the other end too (`neighbor_up`). A NEAR link races (starts eager) in
+  the `near_race_trees` trees seen most lately: from both ends in the latest, from the
+  lower id's end only in the others (the other end starts it lazy and sends no PRUNE).
 - hub links (ours, `hub_parent`: configuration topics): a NEAR link is a hub link
   (membership.py); it starts eager and is never pruned for a duplicate, and while one
   stands every RAND link starts lazy; one coming up makes our eager RAND links lazy.
 - IHAVE flush period (ours, `ihave_spread`): ihave_interval times a share of the node's
   own, fixed by its id, so that nodes fed at the same moment do not flush together.
 - optional eager repair when an eager neighbour goes down (empty GRAFT to at most
-  `eager_repair_grafts` lazy peers, those that fed us most lately first), unless a
-  remaining eager neighbour has sent us a message first since it did.
+  `eager_repair_grafts` lazy peers in the latest tree, one in the others, those that fed
+  us most lately first), unless a remaining eager neighbour has sent us a message first
+  since it did.
 - per-publisher gaps are pulled (PULL first..last) from neighbours in turn (ordering.py).
 - stream heads (ours, heads.py): `heads_quiet` after a stream's newest message came, its
   seq is named once in a HEADS to every neighbour not known to hold it. A HEADS is taken
@@ -267,10 +270,16 @@ class Broadcast:
         lazy_start = self.config.lazy_start
         hubbed = hub_parent and bool(self.hubs)
         racing = self._racing(kind)
+        # The end that does not push a race, and the stream both ends race in.
+        waits = self._waits_in_races(kind, peer)
+        latest = next(reversed(trees.by_stream), None)
         lazy_in: list[tuple[PeerId | None, Tree]] = []
         for publisher, tree in trees:
             if racing is not None and (publisher is None or publisher in racing):
-                tree.eager[peer] = None
+                if waits and publisher not in (None, latest) and tree.has_parent():
+                    tree.lazy[peer] = None  # the other end pushes: no PRUNE
+                else:
+                    tree.eager[peer] = None
             elif lazy_start and (hubbed or tree.has_parent()):
                 tree.lazy[peer] = None
                 lazy_in.append((publisher, tree))
@@ -295,6 +304,18 @@ class Broadcast:
             return by_stream
         return set(islice(reversed(by_stream), budget))
 
+    def _waits_in_races(self, kind: LinkKind, peer: PeerId) -> bool:
+        """Does a new link start lazy here in the trees it races in, but the one of the
+        stream seen most lately (a single publisher's)? For a NEAR link at the end with the
+        higher id (`_pushes_race`), so that one end pushes each race; never with hub_parent
+        (a hub link stays eager). A race both ends push costs two copies when neither end
+        gains, one when one end pushes, and the lazy end that gets the pushed copy first
+        grafts it back (`_lazy_sender_first`). With both ends pushing in 8 trees, races
+        were half the redundant copies of 8 publishers (docs/protocol.md, "Delivery trees")."""
+        return (
+            kind is LinkKind.NEAR and not self.config.hub_parent and not _pushes_race(self.me, peer)
+        )
+
     def neighbor_down(
         self, peer: PeerId, now: float, out: list[OutEvent], *, repair: bool = True
     ) -> None:
@@ -306,11 +327,16 @@ class Broadcast:
         self.heads.link_down(peer)
         self.answers.forget(peer)
         repairing = repair and self.config.eager_repair
+        # Every tree grafts eager_repair_grafts with hub_parent; else the latest and `shared`.
+        full = self.config.eager_repair_grafts
+        latest = next(reversed(self.trees.by_stream), None)
         targets: dict[PeerId, list[tuple[PeerId | None, Tree]]] = {}
         for publisher, tree in self.trees:
             was_eager, lost_at = tree.drop(peer)
             if was_eager and repairing and self._parentless(publisher, tree, lost_at, down=True):
-                for lazy_peer in self._repair_targets(tree):
+                whole = self.config.hub_parent or publisher in (None, latest)
+                grafts = full if whole else 1
+                for lazy_peer in self._repair_targets(tree, grafts):
                     targets.setdefault(lazy_peer, []).append((publisher, tree))
         for lazy_peer, trees in targets.items():
             self._graft(lazy_peer, trees, now, out)
@@ -329,15 +355,20 @@ class Broadcast:
             return not tree.still_fed(lost_at)
         return not tree.eager or (lost_at is not None and not tree.still_fed(lost_at))
 
-    def _repair_targets(self, tree: Tree) -> list[PeerId]:
-        """At most `eager_repair_grafts` lazy neighbours to graft when a tree's parent went:
-        those that fed us most lately first, then the others in the order they became
-        lazy. Grafting every lazy one (up to 13 with near links chosen by each end) pushed
-        a copy of each message over every one of them, both ways, unpruned for graft_grace."""
+    def _repair_targets(self, tree: Tree, grafts: int) -> list[PeerId]:
+        """At most `grafts` lazy neighbours to graft when a tree's parent went: those that
+        fed us most lately first, then the others in the order they became lazy. Grafting
+        every lazy one (up to 13 with near links chosen by each end) pushed a copy of each
+        message over every one of them, both ways, unpruned for graft_grace. The tree of
+        the stream seen most lately (a single publisher's) grafts `eager_repair_grafts`,
+        the others one (with hub_parent, where each write is a stream, all grafts): a link
+        that goes down (a proximity swap) is the parent of many trees, and their second
+        grafts were a third of 32 publishers' redundant copies (docs/protocol.md,
+        "Delivery trees")."""
         lazy = tree.lazy
         fed = [p for p in reversed(tree.first_from) if p in lazy]
         others = [p for p in lazy if p not in tree.first_from]
-        return (fed + others)[: self.config.eager_repair_grafts]
+        return (fed + others)[:grafts]
 
     def _graft(
         self,
@@ -1251,6 +1282,15 @@ class Broadcast:
         self, mid: MessageId, envelope: Envelope, *, hops: int, sender: PeerId | None, now: float
     ) -> None:
         self.messages.remember(mid, envelope, hops, now, sender)
+
+
+def _pushes_race(me: PeerId, peer: PeerId) -> bool:
+    """Is `me` the end of a new link that pushes in a race one end pushes? The lower id, so
+    that both ends agree without a message."""
+    try:
+        return bool(me < peer)  # type: ignore[operator]
+    except TypeError:
+        return repr(me) < repr(peer)
 
 
 def _spread_share(me: PeerId, spread: float) -> float:

@@ -133,7 +133,7 @@ class BroadcastConfig:
     optimization_threshold: int = 15  # tuned: iroh's 7 made several senders' trees flutter
     near_parent_factor: float = 0.0  # off: for deployments whose far links cost much more
     eager_repair: bool = True  # draft: "for applications that value latency minimization"
-    eager_repair_grafts: int = 2  # tuned: grafting every lazy neighbour doubled churn's RMR
+    eager_repair_grafts: int = 2  # tuned: in the latest stream's tree; the others graft one
     lazy_start: bool = True  # tuned: upkeep's new links carried a redundant copy of each
     hub_parent: bool = False  # off: hub links' topics turn it on (CONFIG_TOPIC_BROADCAST)
     graft_grace: float = 0.5  # guess: ihave_interval + 2 * 200 ms
@@ -155,7 +155,7 @@ class BroadcastConfig:
     stream_settle: float = 0.5  # guess: ihave_interval + 2 * missing_check_interval; 0: off
     max_publishers: int = 100_000  # guess: per-publisher state entries per topic
     max_stream_trees: int = 1024  # guess: a Spark job's sink partitions and executors, with room
-    near_race_trees: int = 8  # tuned: 8 publishers at one publisher's p99 (docs/protocol.md)
+    near_race_trees: int = 6  # tuned: 8 and 32 publishers, one end racing (docs/protocol.md)
     max_fetches: int = 1024  # guess: publishers whose history one topic fetches at once
     max_message_size: int = 1024 * 1024  # guess: Kafka's message.max.bytes is about 1 MB
     answer_batch_messages: int = 256  # a GRAFT's worth (max_graft_ids), like gossipsub's IWANT cap
@@ -240,6 +240,7 @@ CONFIG_TOPIC_MEMBERSHIP: tuple[tuple[str, Any], ...] = (
     ("passive_probe_interval", 12.0),  # a settled node's pace (settled_upkeep 6 x 2 s)
     ("passive_probe_interval_unmeasured", 12.0),  # no RTT is wanted without proximity
     ("passive_probes_per_tick_unmeasured", 1),
+    ("recovery_max_retry", 4.0),  # guess: a cut-off replica relinks seconds after its link's return
 )
 
 

@@ -357,6 +357,11 @@ class NodeState:
         t = self._topics.get(topic)
         return [] if t is None else list(t.membership.passive)
 
+    def contacts(self, topic: str) -> list[PeerId]:
+        """The nodes the topic was joined through (its bootstrap addresses' ids)."""
+        t = self._topics.get(topic)
+        return [] if t is None else list(t.membership.bootstrap)
+
     def eager_peers(self, topic: str) -> list[PeerId]:
         t = self._topics.get(topic)
         return [] if t is None else list(t.broadcast.eager)

@@ -125,8 +125,13 @@ class OrderedDelivery:
 
     def fetched(self, envelope: Envelope) -> bool:
         """Does this message fall in one of the last spans we fetched of its publisher?"""
-        seq = envelope.seq
-        return any(low <= seq <= high for low, high in self.fetches.get(envelope.publisher, ()))
+        spans = self.fetches.get(envelope.publisher)
+        if spans:
+            seq = envelope.seq
+            for low, high in spans:  # a loop, not any(genexpr): asked of every HISTORY message
+                if low <= seq <= high:
+                    return True
+        return False
 
     # -- commands -----------------------------------------------------------------------
 

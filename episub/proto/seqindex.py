@@ -20,6 +20,9 @@ __all__ = ["SeqIndex"]
 
 _HOLE = -1
 _DENSE_FLOOR = 64  # slots a dense index may always span, whatever it holds
+# Seqs a sparse index steps past to find its new lowest or highest before it looks at all
+# of them. Guess: the gaps a stream's cached or retained messages leave are short.
+_SPARSE_WALK = 64
 
 
 class SeqIndex:
@@ -114,8 +117,10 @@ class SeqIndex:
             if not sparse:
                 self._sparse = None
                 self.low, self.high = 0, -1
-            elif seq == self.low or seq == self.high:
-                self.low, self.high = min(sparse), max(sparse)  # O(held): rare (sparse)
+            elif seq == self.low:
+                self.low = _next_held(sparse, seq, 1)
+            elif seq == self.high:
+                self.high = _next_held(sparse, seq, -1)
             return
         rows = self._rows
         rows[self._head + seq - self.low] = _HOLE
@@ -181,3 +186,15 @@ class SeqIndex:
     def seqs(self) -> Iterator[tuple[int, int]]:
         """(seq, row) of every held seq (in seq order when dense)."""
         return self._items()
+
+
+def _next_held(sparse: dict[int, int], seq: int, step: int) -> int:
+    """The held seq nearest `seq` in the direction of `step`: a few steps when it is near
+    (a stream's oldest dropped one after another, as a cache drops them), else a pass over
+    every held one (min or max). Not that pass every time: dropping the lowest of many held
+    seqs in turn was quadratic."""
+    for _ in range(_SPARSE_WALK):
+        seq += step
+        if seq in sparse:
+            return seq
+    return min(sparse) if step > 0 else max(sparse)

@@ -15,8 +15,8 @@ included, the session's start not).
 
 Prints one JSON line and writes it to --out (default benchmarks/results/outside_messages.json):
 {"rows", "publish_rows_per_s", "batch": {"rows_per_s", "distinct", "rows"},
-"stream": {...}, "command"}. Exit status 1 when a read failed or a row is missing or
-repeated.
+"stream": {...}, "load_before", "load_after" (1-minute load averages), "command"}.
+Exit status 1 when a read failed or a row is missing or repeated.
 """
 
 from __future__ import annotations
@@ -151,12 +151,16 @@ def main() -> None:
         work = Path(directory)
         node, address, socket_path = start_outside_node(work, args.rows, args.size)
         try:
+            # The 1-minute load average before and after: the machine is shared, and the
+            # rates move with what else runs on it.
             result: dict[str, object] = {"rows": args.rows, "size": args.size}
+            result["load_before"] = round(os.getloadavg()[0], 2)
             result["publish_rows_per_s"] = round(publish(socket_path, args.rows, args.size))
             result.update(read(args.master, address, args.rows, args.size, work))
         finally:
             node.terminate()
             node.wait(timeout=30)
+    result["load_after"] = round(os.getloadavg()[0], 2)
     result["master"] = args.master
     result["command"] = " ".join(["tests/spark_apps/outside_messages.py", *sys.argv[1:]])
     line = json.dumps(result)

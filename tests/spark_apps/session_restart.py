@@ -87,6 +87,24 @@ def wait(condition, queries, what: str) -> None:  # type: ignore[no-untyped-def]
         time.sleep(0.25)  # the next look at the queries' progress: no event to await
 
 
+def end_queries(queries) -> None:  # type: ignore[no-untyped-def]
+    """Stop a stopped session's queries and wait for their threads to end. Spark does not
+    stop them with the session: the writer fails at its next job, but a reader with no new
+    rows runs no job and goes on planning on its checkpoint, and once the restarted writer
+    publishes, it writes the same batch there as the restarted reader ("Multiple
+    streaming queries are concurrently using" it)."""
+    for query in queries:
+        with contextlib.suppress(Exception):  # marked stopped, then its job cancel fails
+            query.stop()
+    for query in queries:
+        try:
+            ended = query.awaitTermination(LIMIT)
+        except Exception:  # it ended with an error (the writer's stopped context)
+            ended = True
+        if not ended:
+            raise RuntimeError(f"a query of the stopped session still runs after {LIMIT} s")
+
+
 def main() -> None:
     try:
         result = restart_and_read(*sys.argv[1:4])
@@ -105,11 +123,7 @@ def restart_and_read(key_hex: str, work: str, rows_text: str) -> dict[str, objec
         wait(lambda: written(spark, work) >= rows // 3, queries, "rows in the first session")
     finally:
         spark.stop()  # while both queries run
-    for query in queries:
-        # spark.stop() ends their threads a little later: a query started on the same
-        # checkpoint before then meets the old one writing it (Spark's own race, not ours).
-        with contextlib.suppress(Exception):
-            query.awaitTermination(60)
+    end_queries(queries)
     spark = session()
     spark_connector.register(spark, key=key)
     writer, reader = start(spark, work, rows)
