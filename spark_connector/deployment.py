@@ -498,13 +498,16 @@ def _bracketed(host: str) -> str:
     return f"[{host}]" if ":" in host else host
 
 
-def join_through(client: AgentClient, topic: str, addresses: Any) -> None:
+def join_through(client: AgentClient, topic: str, addresses: Any, *, history: bool = False) -> None:
     """The driver's node joins `topic` through `addresses` (outside contacts, nodes that
     answered a planning before) if it is not in it yet. None of them bringing a neighbour
     in time is no error: the node is joined all the same, keeps trying them, and is where
-    executors join (a sink writing a topic the outside nodes do not follow, for one)."""
+    executors join (a sink writing a topic the outside nodes do not follow, for one).
+
+    `history`: also copy what the neighbours retained from before the join. A reader's
+    planner asks what nodes hold and reads no rows itself: none. A sink's commit joins
+    after its tasks published, and its acks count on the driver's node holding their rows."""
     try:
-        # No history: the planner asks what nodes hold; it reads no rows itself.
-        client.join(topic, list(addresses), timeout=CONTACT_JOIN_TIMEOUT, history=False)
+        client.join(topic, list(addresses), timeout=CONTACT_JOIN_TIMEOUT, history=history)
     except AgentWaitExpired as exc:
         log.info("topic %r: %s", topic, exc)

@@ -579,7 +579,7 @@ class EpisubStreamWriter(DataSourceStreamArrowWriter):
         joins = tuple(dict.fromkeys([*self.deployment.contacts, *(m.node for m in done if m.node)]))
         with driver_client(self.deployment) as client:
             first = self.options.topics[0]
-            join_through(client, first, joins)
+            join_through(client, first, joins, history=True)
             ends: dict[str, dict[int, int]] = {}
             row_ends: dict[str, dict[int, int]] = {}
             if found is not None:
@@ -594,7 +594,7 @@ class EpisubStreamWriter(DataSourceStreamArrowWriter):
             index = SinkIndex(batchId, generation, ends, row_ends)
             control = SINK_INDEX_PREFIX + query.encode()
             for topic in self.options.topics:
-                join_through(client, topic, joins)
+                join_through(client, topic, joins, history=True)
                 # Stamp 0: a commit run again after a restart writes the very same message.
                 client.publish(topic, index.to_json(), stream=(control, batchId), timestamp_ms=0)
                 span = HeldSpan(publisher=control, first_seq=batchId, last_seq=batchId)

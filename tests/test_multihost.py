@@ -127,9 +127,18 @@ class ClusterSession:
         SparkContext._jvm = None
 
     def end_driver_agent(self) -> None:
-        """The driver's agent: its owner, this test process, lives on past the module."""
+        """The driver's agent: its owner, this test process, lives on past the module. The
+        process's configuration copies go first: their threads reach the driver's agent as
+        planners do, starting it again if it is gone (a later module would find it)."""
         if self.deployment is None:
             return
+        from spark_connector import config as cluster_config
+
+        with cluster_config._lock:
+            followers = list(cluster_config._followers.values())
+            cluster_config._followers.clear()
+        for follower in followers:
+            follower.stop()
         try:
             with AgentClient(self.deployment.driver_socket, timeout=10.0) as client:
                 pid = client.inspect().pid
