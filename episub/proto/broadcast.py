@@ -1067,8 +1067,7 @@ class Broadcast:
             self._arm_answers(out)
 
     def _cached_at(self, publisher: PeerId, seq: int) -> Cached | None:
-        mid = self.by_seq.get((publisher, seq))
-        return None if mid is None else self.cache.get(mid)
+        return self.messages.at_place(publisher, seq)
 
     def answers_drained(self, peer: PeerId, out: list[OutEvent]) -> None:
         """`peer` has read the answers it was sent: its next batch, if any waits."""
