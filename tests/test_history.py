@@ -6,10 +6,17 @@ seqs) and keeps a fetched one as history: Recovered, never delivered nor forward
 from __future__ import annotations
 
 from episub.proto import messages as m
-from episub.proto.events import Fetch, PeerMisbehaved, Recovered, Send, ServeHistory
+from episub.proto.events import (
+    Fetch,
+    HistoryAsked,
+    PeerMisbehaved,
+    Recovered,
+    Send,
+    ServeHistory,
+)
 from episub.proto.history import HISTORY_BYTES, history_packs
 from episub.proto.node import NodeState
-from tests.helpers import TOPIC, envelope, make_node, mid, received
+from tests.helpers import TOPIC, broadcast, envelope, make_node, mid, received
 
 PUB = b"\x12\x20" + bytes(range(32))  # a wire publisher: HISTORY names bytes publishers
 
@@ -48,10 +55,21 @@ def test_a_fetched_history_is_recovered_not_delivered_nor_forwarded() -> None:
     out = node.handle(received(2, history(env(0), env(1), env(2))), 2.0)
     assert out == [Recovered(TOPIC, mid(env(i)), env(i)) for i in range(3)]
     assert node.stats()["recovered"] == 3
-    # The same pack again: duplicates, nothing new.
-    assert not [o for o in node.handle(received(2, history(env(0), env(1))), 2.1) if
-                isinstance(o, Recovered)]  # fmt: skip
-    assert node.stats()["duplicates_received"] == 2
+
+
+def test_a_fetched_history_goes_to_retention_only_not_to_the_cache() -> None:
+    """The cache answers live GRAFTs and PULLs; history is retention's (one message per
+    place there): a copy fetched twice is Recovered twice, and nothing of it is seen or
+    cached, so a PULL of it is asked of retention."""
+    node = fetching_node()
+    node.handle(received(2, history(env(0), env(1), env(2))), 2.0)
+    again = node.handle(received(2, history(env(0), env(1))), 2.1)
+    assert again == [Recovered(TOPIC, mid(env(i)), env(i)) for i in range(2)]
+    assert not broadcast(node).by_seq and not broadcast(node).seen
+    out = node.handle(received(1, m.Pull(publisher=PUB, first_seq=0, last_seq=2)), 3.0)
+    assert [o for o in out if isinstance(o, HistoryAsked)] == [
+        HistoryAsked(TOPIC, 1, PUB, (0, 1, 2))
+    ]
 
 
 def test_a_history_not_fetched_goes_the_gossip_way() -> None:

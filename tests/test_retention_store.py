@@ -289,7 +289,7 @@ def test_message_cache_keeps_what_its_bounds_say(
 ) -> None:
     """Seen: the newest ids within seen_max and seen_ttl. Cached: the newest within the
     cache's bounds and seen's (a cache never keeps what seen forgot). by_seq: a place's
-    latest cached message."""
+    latest cached message, which at_place reads as get does."""
     cache = MessageCache(config)
     rows: list[tuple[bytes, Envelope, float]] = []  # remembered, oldest first
     now = 0.0
@@ -324,6 +324,9 @@ def test_message_cache_keeps_what_its_bounds_say(
         latest = {r[1].seq: r[0] for r in cached}
         for s in range(31):
             assert cache.by_seq.get((b"pub", s)) == latest.get(s)
+            at = cache.at_place(b"pub", s)
+            assert (at and at.id) == latest.get(s)
+            assert at is None or at == cache.get(at.id)
 
 
 def test_an_id_taken_again_moves_to_its_new_row_and_its_old_row_is_passed_over() -> None:

@@ -5,7 +5,8 @@ Rules this machine keeps:
   membership reported through neighbor_up/neighbor_down.
 - A message id is accepted once (the `seen` cache); its id must be blake3 of its envelope,
   and its hop count must leave room to forward it (below MAX_HOPS), checked before it is
-  seen or cached.
+  seen or cached. History we fetched (a HISTORY answer behind its stream) is checked the
+  same way but neither seen nor cached: it goes to retention, which keeps one per place.
 - With signing on (a `signer`), we sign what we publish on our own stream, and a first
   copy of a node's stream must carry a valid signature bound to its publisher
   (signing.py) before it enters seen, cache or ordering; else it is dropped and counted
@@ -1066,8 +1067,7 @@ class Broadcast:
             self._arm_answers(out)
 
     def _cached_at(self, publisher: PeerId, seq: int) -> Cached | None:
-        mid = self.by_seq.get((publisher, seq))
-        return None if mid is None else self.cache.get(mid)
+        return self.messages.at_place(publisher, seq)
 
     def answers_drained(self, peer: PeerId, out: list[OutEvent]) -> None:
         """`peer` has read the answers it was sent: its next batch, if any waits."""
@@ -1089,10 +1089,13 @@ class Broadcast:
 
     def _on_history(self, peer: PeerId, msg: m.History, now: float, out: list[OutEvent]) -> None:
         """A PULL answered in bulk (history.py). Each envelope is checked as a GOSSIP's
-        first copy is, its id computed from its bytes. A first copy that is history we
-        fetched is kept as such (not delivered, not forwarded) without the live path's
-        bookkeeping; any other goes the GOSSIP way (a gap repair's answer is live). A pack
-        that is not one publisher's rising seqs, or holds a bad envelope, ends there."""
+        first copy is, its id computed from its bytes. A message that is history we
+        fetched goes to retention only (Recovered): not delivered, not forwarded, and not
+        seen nor cached here, for the cache answers live GRAFTs and PULLs, and retention,
+        which keeps one message per place, answers history; a copy fetched twice is
+        Recovered twice and retention keeps one. Any other goes the GOSSIP way (a gap
+        repair's answer is live). A pack that is not one publisher's rising seqs, or holds
+        a bad envelope, ends there."""
         last_seq = -1
         for raw, hops in zip(msg.envelopes, msg.hops, strict=True):
             try:
@@ -1121,7 +1124,6 @@ class Broadcast:
                 continue
             self.counters.gossip_received += 1
             self.counters.recovered += 1
-            self._remember(mid, envelope, hops=hops, sender=peer, now=now)
             out.append(Recovered(self.topic, mid, envelope))
             self.missing.pop((envelope.publisher, envelope.seq), None)
 

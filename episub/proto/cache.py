@@ -203,8 +203,17 @@ class MessageCache:
 
     def get(self, mid: MessageId) -> Cached | None:
         serial = self.cached_row(mid)
-        if serial < 0:
-            return None
+        return None if serial < 0 else self._row(serial, mid)
+
+    def at_place(self, publisher: PeerId, seq: int) -> Cached | None:
+        """The cached message at (publisher, seq), if any: `get(place(...))` without
+        finding the id again (asked of every seq a PULL or GRAFT names)."""
+        places = self._places.get(publisher)
+        serial = None if places is None else places.get(seq)
+        return None if serial is None else self._row(serial, self._index.id_of(serial))
+
+    def _row(self, serial: int, mid: MessageId) -> Cached:
+        """Cached row `serial` (whose id is `mid`) as read."""
         i = serial - self._cache_base
         raw = self._raws[i]
         assert raw is not None
