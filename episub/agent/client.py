@@ -346,10 +346,34 @@ class AgentClient:
         neighbours for what it lacks (per reply page); the client's own timeout must leave
         room for that. value_prefix > 0: each value cut to its first that many bytes (a
         record batch's header, see episub.recordbatch)."""
+        out: list[Delivery] = []
+        range_pages = self._range_pages(
+            topic, publisher, first_seq, last_seq, fetch_timeout, holders, value_prefix=value_prefix
+        )
+        for page in range_pages:
+            out += (delivery_from_pb(m) for m in page.messages)
+        return out
+
+    def _range_pages(
+        self,
+        topic: str,
+        publisher: bytes,
+        first_seq: int,
+        last_seq: int,
+        fetch_timeout: float,
+        holders: Iterable[bytes],
+        *,
+        value_prefix: int = 0,
+        as_rows: bool = False,
+    ) -> Iterator[pb.Messages]:
+        """The agent's ReadRange pages of first_seq..last_seq, one asked at a time."""
         if not 0 <= first_seq <= last_seq:
             raise ValueError(f"need 0 <= first_seq <= last_seq, not {first_seq!r}..{last_seq!r}")
-        out: list[Delivery] = []
         seq = first_seq
+        holders = list(holders)
+        # The agent answers within fetch_timeout of a pause, or READ_FETCH_BUDGET of
+        # progress (then with part of the page), plus its own work.
+        wait = fetch_timeout + READ_FETCH_BUDGET if fetch_timeout > 0 else 0.0
         while seq <= last_seq:
             body = pb.ReadRange(
                 topic=topic,
@@ -357,18 +381,15 @@ class AgentClient:
                 first_seq=seq,
                 last_seq=last_seq,
                 fetch_timeout=fetch_timeout,
-                holders=list(holders),
+                holders=holders,
                 value_prefix=value_prefix,
+                as_rows=as_rows,
             )
-            # The agent answers within fetch_timeout of a pause, or READ_FETCH_BUDGET of
-            # progress (then with part of the page), plus its own work.
-            wait = fetch_timeout + READ_FETCH_BUDGET if fetch_timeout > 0 else 0.0
             page = self._call(wait=wait, read_range=body).messages
-            out += (delivery_from_pb(m) for m in page.messages)
             if page.next_seq <= seq:
                 raise AgentInternalError(f"read_range made no progress at seq {seq}")
             seq = page.next_seq
-        return out
+            yield page
 
     def read_range_rows(
         self,
@@ -386,30 +407,15 @@ class AgentClient:
         object per row on either end. A page's record-batch messages come as they are.
         Ask for the next page only after this one was used: the connection is the
         client's, and one page is asked at a time."""
-        if not 0 <= first_seq <= last_seq:
-            raise ValueError(f"need 0 <= first_seq <= last_seq, not {first_seq!r}..{last_seq!r}")
-        seq = first_seq
-        holders = list(holders)
-        wait = fetch_timeout + READ_FETCH_BUDGET if fetch_timeout > 0 else 0.0
-        while seq <= last_seq:
-            body = pb.ReadRange(
-                topic=topic,
-                publisher=publisher,
-                first_seq=seq,
-                last_seq=last_seq,
-                fetch_timeout=fetch_timeout,
-                holders=holders,
-                as_rows=True,
-            )
-            page = self._call(wait=wait, read_range=body).messages
-            if page.next_seq <= seq:
-                raise AgentInternalError(f"read_range made no progress at seq {seq}")
+        range_pages = self._range_pages(
+            topic, publisher, first_seq, last_seq, fetch_timeout, holders, as_rows=True
+        )
+        for page in range_pages:
             try:
                 rows = rows_from_pb(page)
             except BatchFormatError as exc:
                 self.close()  # an agent that sends this is not one to go on with
                 raise AgentUnavailable(f"the agent sent a malformed page: {exc}") from None
-            seq = page.next_seq
             yield rows
 
     def offsets(self, topic: str) -> dict[bytes, Span]:
