@@ -373,17 +373,26 @@ def await_acks(client: Any, topic: str, span: HeldSpan, acks: str, timeout: floa
         if acks == "all" and others and len(full) == len(others):
             return
         if time.monotonic() > deadline:
-            held = sorted(
-                (sum(s.count for s in n.spans) for n in others if n.answered), reverse=True
-            )
             raise SinkAckTimeout(
                 f"topic {topic!r}, stream {span.publisher!r}: places "
                 f"{span.first_seq}..{span.last_seq} ({need} rows) were not held by "
                 f"{'another node' if acks == '1' else 'every neighbour'} within {timeout} s "
-                f"(acks={acks}; the {len(others)} neighbour(s) hold {held or 'none'} of them)"
+                f"(acks={acks}; {_answers(others)})"
             )
         time.sleep(pause)  # the next look: no event tells a blocking client of a copy
         pause = min(ACK_POLL[1], pause * 2)
+
+
+def _answers(others: list[Any]) -> str:
+    """What each neighbour asked last answered, for an ack timeout's message."""
+    if not others:
+        return "this node has no neighbour in the topic"
+    said = [
+        f"{n.address or '?'}: "
+        + (f"holds {sum(s.count for s in n.spans)} of them" if n.answered else "no answer")
+        for n in others
+    ]
+    return f"its {len(others)} neighbour(s): " + ", ".join(said)
 
 
 def _driver(deployment: Deployment) -> tuple[str, ...]:

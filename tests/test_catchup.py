@@ -15,6 +15,7 @@ import trio.testing
 from episub.node.catchup import CatchUp
 from episub.node.fetching import FetchReport
 from episub.proto.messages import HeldSpan
+from episub.proto.reserved import SINK_INDEX_PREFIX
 from episub.records import Delivery, Neighbor
 from episub.retention import RetentionConfig, RetentionStore
 from tests.net_helpers import TOPIC, run, wait_until
@@ -257,5 +258,29 @@ def test_a_subscriber_gets_what_was_published_after_it_joined_while_its_node_was
             await wait_until(lambda: len(b.retained(TOPIC, a.id, 0, 4)) == 5, what="b pulls 0..4")
             assert b.stats()["caught_up"] >= 5
             assert seqs == list(range(10))
+
+    run(main)
+
+
+@pytest.mark.parametrize("b_holds", [True, False], ids=["b-holds-its-own", "b-holds-nothing"])
+def test_a_neighbour_linked_after_a_control_message_was_published_pulls_it(b_holds: bool) -> None:
+    """On real sockets: a holds a control stream's message stamped 0 (a Spark sink's batch
+    index: a commit run again writes the same message), published while a had no
+    neighbour, so no broadcast carried it and no stream head will name it to a link made
+    later. b joins through a (holding messages of its own in the topic, or none: then a's
+    ask starts b's comparison): b's catch-up must pull the index whatever its stamp (it
+    asked only for places stamped since its join, and a sink commit waiting for another
+    node to hold its index timed out)."""
+
+    async def main() -> None:
+        async with AsyncExitStack() as stack:
+            a, b = await node(stack), await node(stack)
+            await a.join(TOPIC)
+            control = SINK_INDEX_PREFIX + b"query"
+            await a.publish_record(TOPIC, b"{}", stream=(control, 0), timestamp_ms=0)
+            await b.join(TOPIC, bootstrap=[a.address])
+            if b_holds:
+                await b.publish(TOPIC, b"b's own")
+            await wait_until(lambda: len(b.retained(TOPIC, control, 0, 0)) == 1, what="b holds it")
 
     run(main)

@@ -24,7 +24,7 @@ import signal
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +49,8 @@ CONFIG_CATCH_UP = 10.0  # s after the link's return: the cut-off host holds the 
 ROWS_PER_FILE = 20
 # How many times the on-demand 20 s cut runs, on the module's one cluster (~40 s each).
 CUT_RUNS = int(os.environ.get("EPISUB_CUT_RUNS", "1"))
+WORKER_START_FAILED = "Python worker failed to connect back"  # Spark's fixed 10 s start limit
+WORKER_START_RETRIES = 3  # per query (Supervised): past it, the test fails with the error
 
 
 class ClusterSession:
@@ -273,19 +275,56 @@ def reader_frame(spark: Any, topic: str) -> Any:
     )
 
 
-def wait_rows(query: Any, count: Any, expected: int, what: str) -> None:
+class Supervised:
+    """A query, started again from its checkpoint (as a supervisor would) when it ended on
+    Spark's start limit for the Python process that plans it: Spark 4.3 gives that process
+    a fixed 10 s to connect back (PythonWorkerFactory.createSimpleWorker; no configuration
+    raises it), which a loaded 2-core machine sometimes exceeds. Any other error fails.
+    (A memory sink started again starts empty: its rows from before would be missing.)"""
+
+    def __init__(self, start: Callable[[], Any], what: str) -> None:
+        self.start = start
+        self.what = what
+        self.query = start()
+        self.restarts = 0
+
+    def check(self) -> None:
+        error = self.query.exception()
+        if error is None:
+            return
+        if WORKER_START_FAILED in str(error) and self.restarts < WORKER_START_RETRIES:
+            self.restarts += 1
+            print(f"{self.what} hit Spark's worker start limit; started again")
+            self.query = self.start()
+            return
+        raise AssertionError(f"{self.what} failed: {error}")
+
+    def process_all_available(self) -> None:
+        while True:
+            try:
+                self.query.processAllAvailable()
+            except Exception:
+                if self.query.exception() is None:
+                    raise
+                self.check()  # the query ended: its error decides
+                continue
+            self.check()
+            return
+
+
+def wait_rows(query: Supervised, count: Any, expected: int) -> None:
     def reached() -> bool:
-        if query.exception() is not None:
-            raise AssertionError(f"{what} failed: {query.exception()}")
+        query.check()
         return count() >= expected
 
-    wait_until(reached, QUERY_LIMIT, f"{what}: {expected} rows")
-    query.processAllAvailable()  # and whatever more there is: a duplicate would show
-    assert query.exception() is None, query.exception()
+    wait_until(reached, QUERY_LIMIT, f"{query.what}: {expected} rows")
+    query.process_all_available()  # and whatever more there is: a duplicate would show
 
 
 def stop_all(*queries: Any) -> None:
     for query in queries:
+        if isinstance(query, Supervised):
+            query = query.query
         if query is not None and query.isActive:
             query.stop()
 
@@ -415,13 +454,12 @@ def test_rows_written_on_every_host_are_read_once_by_a_batch_read_and_a_stream(
 
 def cut_cases() -> list[Any]:
     """60 s, past TCP's user timeout (40 s): every connection to the host is reset and
-    its nodes link again from nothing. 20 s, CUT_RUNS times: the connections stall and
-    resume. Both on demand: the 60 s cut passes alone but failed twice inside the whole
-    suite on a loaded 2-core machine, cause not yet found."""
+    its nodes link again from nothing (in the suite). 20 s, CUT_RUNS times, on demand: the
+    connections stall and resume."""
     on_demand = pytest.mark.skipif(
         os.environ.get("EPISUB_ONDEMAND") != "1", reason="on demand (EPISUB_ONDEMAND=1)"
     )
-    return [pytest.param(60, 0, id="60s", marks=on_demand)] + [
+    return [pytest.param(60, 0, id="60s")] + [
         pytest.param(20, run, id=f"20s-run{run}", marks=on_demand) for run in range(CUT_RUNS)
     ]
 
@@ -450,14 +488,20 @@ def test_a_host_cut_off_catches_up_rows_once_and_the_drivers_configuration(
     feeder = Feeder(cluster.dir / f"{topic}-in")
     writer = reader = None
     try:
-        writer = writer_stream(spark, feeder.dir, topic, cluster.dir / f"{topic}-wcp")
-        reader = (
-            reader_frame(spark, topic)
-            .writeStream.format("memory")
-            .queryName(topic)
-            .option("checkpointLocation", str(cluster.dir / f"{topic}-rcp"))
-            .trigger(processingTime="1 second")
-            .start()
+        writer = Supervised(
+            lambda: writer_stream(spark, feeder.dir, topic, cluster.dir / f"{topic}-wcp"),
+            f"the writer of {topic}",
+        )
+        reader = Supervised(
+            lambda: (
+                reader_frame(spark, topic)
+                .writeStream.format("memory")
+                .queryName(topic)
+                .option("checkpointLocation", str(cluster.dir / f"{topic}-rcp"))
+                .trigger(processingTime="1 second")
+                .start()
+            ),
+            f"the reader of {topic}",
         )
         feeder.for_seconds(3)
         cluster.cut(victim)
@@ -483,10 +527,9 @@ def test_a_host_cut_off_catches_up_rows_once_and_the_drivers_configuration(
             problems.append(f"at version {view.version} it holds {view.values}")
 
         feeder.for_seconds(3)
-        writer.processAllAvailable()
-        assert writer.exception() is None, writer.exception()
+        writer.process_all_available()
         count = lambda: spark.sql(f"select count(*) n from {topic}").first().n  # noqa: E731
-        wait_rows(reader, count, feeder.written, f"the reader of {topic}")
+        wait_rows(reader, count, feeder.written)
     finally:
         cluster.restore(victim)
         stop_all(writer, reader)
@@ -553,16 +596,22 @@ def test_a_session_stopped_mid_stream_restarts_in_the_same_process(
     out = cluster.dir / "restart-out"
     writer = reader = None
 
-    def start_both() -> tuple[Any, Any]:
+    def start_both() -> tuple[Supervised, Supervised]:
         spark = session.spark
-        w = writer_stream(spark, feeder.dir, "restart", cluster.dir / "restart-wcp")
-        r = (
-            reader_frame(spark, "restart")
-            .writeStream.format("parquet")
-            .option("path", str(out))
-            .option("checkpointLocation", str(cluster.dir / "restart-rcp"))
-            .trigger(processingTime="1 second")
-            .start()
+        w = Supervised(
+            lambda: writer_stream(spark, feeder.dir, "restart", cluster.dir / "restart-wcp"),
+            "the writer",
+        )
+        r = Supervised(
+            lambda: (
+                reader_frame(spark, "restart")
+                .writeStream.format("parquet")
+                .option("path", str(out))
+                .option("checkpointLocation", str(cluster.dir / "restart-rcp"))
+                .trigger(processingTime="1 second")
+                .start()
+            ),
+            "the restarted reader",
         )
         return w, r
 
@@ -575,15 +624,19 @@ def test_a_session_stopped_mid_stream_restarts_in_the_same_process(
     try:
         writer, reader = start_both()
         feeder.for_seconds(5)
-        wait_until(lambda: parquet_count() > 0, QUERY_LIMIT, "the reader's first rows")
+
+        def first_rows() -> bool:
+            reader.check()
+            return parquet_count() > 0
+
+        wait_until(first_rows, QUERY_LIMIT, "the reader's first rows")
         feeder.for_seconds(2)
         session.stop()  # both queries running
         session.start()
         writer, reader = start_both()
         feeder.for_seconds(5)
-        writer.processAllAvailable()
-        assert writer.exception() is None, writer.exception()
-        wait_rows(reader, parquet_count, feeder.written, "the restarted reader")
+        writer.process_all_available()
+        wait_rows(reader, parquet_count, feeder.written)
     finally:
         if session.spark is not None:
             stop_all(writer, reader)

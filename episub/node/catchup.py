@@ -24,7 +24,12 @@ still missing, so a catch-up cut by a lost link resumes where it stopped when th
 returns. What is fetched this way is history: kept in retention for reads by range (the
 Spark source), not delivered to subscribers, who get what is published after their
 join (episub/proto/ordering.py: an answer to our own fetch of a stream we have none of
-is history)."""
+is history).
+
+A control stream's places (a Spark sink's batch index) are stamped 0, so that a commit run
+again writes the very same message: a catch-up asks for every one its neighbour holds,
+whatever the time it asks from, or a node linked after an index was published would never
+hold it (no broadcast or stream head names an old message to a new link)."""
 
 from __future__ import annotations
 
@@ -37,6 +42,7 @@ import trio
 from episub.node.checks import FETCH_MAX_SPAN
 from episub.proto.errors import LocalProtocolError
 from episub.proto.messages import HeldSpan
+from episub.proto.reserved import CONTROL_PREFIX
 from episub.records import Neighbor
 from episub.retention import RetentionStore
 
@@ -209,7 +215,10 @@ class CatchUp:
             return 0
         last = span.last_seq
         newest = max(last - FETCH_MAX_SPAN, last - allowance) + 1
-        first = max(span.since_seq, span.first_seq, newest)
+        # A control stream's messages are stamped 0 (a sink index: a commit run again
+        # writes the very same message), so no stamp tells an old one: all are asked for.
+        since = span.first_seq if publisher.startswith(CONTROL_PREFIX) else span.since_seq
+        first = max(since, span.first_seq, newest)
         if first > last:
             return 0
         # The peer holds at least this many of first..last (count covers first_seq..last).

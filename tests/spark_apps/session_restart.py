@@ -8,7 +8,15 @@ The first session runs until the reader has written some rows; `spark.stop()` th
 both queries mid-stream. The second session calls `register` with the same key and restarts
 both; once the rate source has produced ROWS rows it stops, and the reader drains. Prints
 one JSON line: {"rows": n, "distinct": (publisher, seq) pairs, "values": distinct values,
-"in_range": bool, "error": str | null}, or {"error": ...} when the run broke off.
+"in_range": bool, "error": str | null, "worker_starts": n}, or {"error": ...} when the run
+broke off.
+
+Spark 4.3 gives the Python process of a query's planning (a source's offsets, a sink's
+commit) a fixed 10 s to start and connect back (PythonWorkerFactory.createSimpleWorker; no
+configuration raises it), which a loaded 2-core machine sometimes exceeds: "Python worker
+failed to connect back". A query that ends with that error is started again from its
+checkpoint, as a supervisor would, at most WORKER_START_RETRIES times a query;
+"worker_starts" counts those restarts. Any other error ends the run.
 """
 
 from __future__ import annotations
@@ -27,6 +35,8 @@ from pyspark.sql.functions import col
 import spark_connector
 
 LIMIT = 120.0  # s: the longest either session may take to reach its mark
+WORKER_START_FAILED = "Python worker failed to connect back"  # Spark's fixed 10 s start limit
+WORKER_START_RETRIES = 3  # per query: past it, the run breaks off with the error
 
 
 def session() -> SparkSession:
@@ -40,9 +50,35 @@ def session() -> SparkSession:
     return spark
 
 
-def start(spark: SparkSession, work: str, rows: int):  # type: ignore[no-untyped-def]
+class Queries:
+    """The session's two queries, each started again from its checkpoint when it ended on
+    Spark's Python worker start limit (see the module doc)."""
+
+    def __init__(self, spark: SparkSession, work: str, rows: int) -> None:
+        self.starters = {
+            "writer": lambda: start_writer(spark, work, rows),
+            "reader": lambda: start_reader(spark, work),
+        }
+        self.running = {name: begin() for name, begin in self.starters.items()}
+        self.restarts = {name: 0 for name in self.starters}
+
+    def check(self) -> None:
+        """Raise a query's error, unless it is the start limit's: start that one again."""
+        for name, query in list(self.running.items()):
+            error = query.exception()
+            if error is None:
+                continue
+            if WORKER_START_FAILED in str(error) and self.restarts[name] < WORKER_START_RETRIES:
+                self.restarts[name] += 1
+                print(f"the {name} hit Spark's worker start limit; started again", file=sys.stderr)
+                self.running[name] = self.starters[name]()
+                continue
+            raise RuntimeError(f"{query.name or query.id}: {error}")
+
+
+def start_writer(spark: SparkSession, work: str, rows: int):  # type: ignore[no-untyped-def]
     # The rate source's value numbers its rows: each one once in the topic, replays included.
-    writer = (
+    return (
         spark.readStream.format("rate")
         .option("rowsPerSecond", 1000)
         .option("numPartitions", 2)
@@ -55,7 +91,10 @@ def start(spark: SparkSession, work: str, rows: int):  # type: ignore[no-untyped
         .trigger(processingTime="250 milliseconds")
         .start()
     )
-    reader = (
+
+
+def start_reader(spark: SparkSession, work: str):  # type: ignore[no-untyped-def]
+    return (
         spark.readStream.format("episub")
         .option("topic", "t")
         .option("startingOffsets", "earliest")
@@ -66,7 +105,6 @@ def start(spark: SparkSession, work: str, rows: int):  # type: ignore[no-untyped
         .trigger(processingTime="250 milliseconds")
         .start()
     )
-    return writer, reader
 
 
 def written(spark: SparkSession, work: str) -> int:
@@ -76,12 +114,10 @@ def written(spark: SparkSession, work: str) -> int:
     return spark.read.schema(spark_connector.SCHEMA).parquet(out).count()
 
 
-def wait(condition, queries, what: str) -> None:  # type: ignore[no-untyped-def]
+def wait(condition, queries: Queries, what: str) -> None:  # type: ignore[no-untyped-def]
     deadline = time.monotonic() + LIMIT
     while not condition():
-        for q in queries:
-            if q.exception() is not None:
-                raise RuntimeError(f"{q.name or q.id}: {q.exception()}")
+        queries.check()
         if time.monotonic() > deadline:
             raise RuntimeError(f"timed out waiting for {what}")
         time.sleep(0.25)  # the next look at the queries' progress: no event to await
@@ -118,22 +154,24 @@ def restart_and_read(key_hex: str, work: str, rows_text: str) -> dict[str, objec
     error = None
     spark = session()
     spark_connector.register(spark, key=key)
-    queries = start(spark, work, rows)
+    first = Queries(spark, work, rows)
     try:
-        wait(lambda: written(spark, work) >= rows // 3, queries, "rows in the first session")
+        wait(lambda: written(spark, work) >= rows // 3, first, "rows in the first session")
     finally:
         spark.stop()  # while both queries run
-    end_queries(queries)
+    end_queries(first.running.values())
     spark = session()
     spark_connector.register(spark, key=key)
-    writer, reader = start(spark, work, rows)
+    second = Queries(spark, work, rows)
+
+    def writer_done() -> bool:
+        progress = second.running["writer"].lastProgress or {}
+        return progress.get("sources", [{}])[0].get("endOffset") is not None
+
     try:
         wait(
-            lambda: (
-                (writer.lastProgress or {}).get("sources", [{}])[0].get("endOffset") is not None
-                and written(spark, work) >= rows
-            ),
-            [writer, reader],
+            lambda: writer_done() and written(spark, work) >= rows,
+            second,
             "every row read in the second session",
         )
     except RuntimeError as exc:
@@ -141,8 +179,8 @@ def restart_and_read(key_hex: str, work: str, rows_text: str) -> dict[str, objec
     read = spark.read.schema(spark_connector.SCHEMA).parquet(os.path.join(work, "out"))
     values = [int(r.value) for r in read.select("value").collect()]
     keys = read.select("publisher", "seq").distinct().count()
-    writer.stop()
-    reader.stop()
+    for query in second.running.values():
+        query.stop()
     spark.stop()
     return {
         "rows": len(values),
@@ -150,6 +188,7 @@ def restart_and_read(key_hex: str, work: str, rows_text: str) -> dict[str, objec
         "values": len(set(values)),
         "in_range": all(0 <= v < rows for v in values),
         "error": error,
+        "worker_starts": sum(first.restarts.values()) + sum(second.restarts.values()),
     }
 
 
