@@ -76,6 +76,15 @@ def test_the_home_page_opens_with_when_to_use_it_install_and_a_first_job() -> No
         assert step in job[1], step
 
 
+def test_the_deployment_guide_covers_standalone_yarn_and_kubernetes_with_commands() -> None:
+    text = (DOCS / "deploy.md").read_text()
+    sections = dict(re.findall(r"^## (.+?)\n(.*?)(?=^## |\Z)", text, re.M | re.S))
+    for name in ("Standalone cluster", "YARN", "Kubernetes", "Ports", "What was tried"):
+        assert name in sections, f"docs/deploy.md has no section {name!r}"
+    for name in ("Standalone cluster", "YARN", "Kubernetes"):
+        assert "spark-submit" in sections[name], f"{name}: no spark-submit command"
+
+
 # What a user page must not carry: our history and one machine's layout. Git keeps history.
 _COMMIT_HASH = re.compile(
     r"(?<![\w/.-])(?=[0-9a-f]*[a-f])(?=[0-9a-f]*[0-9])[0-9a-f]{7,40}(?![\w-])"
