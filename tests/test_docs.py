@@ -63,6 +63,28 @@ def test_the_quickstart_python_examples_run() -> None:
     assert outputs[1] == "{b'eur': b'42'}", outputs[1]
 
 
+def test_the_home_page_opens_with_when_to_use_it_install_and_a_first_job() -> None:
+    """What a reader sees before the first section heading: what episub is for, how to
+    install it, and a first Spark job that writes and reads a topic."""
+    first_screen = (DOCS / "index.md").read_text().split("\n## ", 1)[0]
+    assert "When to use it" in first_screen
+    assert "pip install" in first_screen
+    job = re.search(r"```python\n(.*?)```", first_screen, re.S)
+    assert job is not None, "no first job before the first section"
+    for step in ("spark_connector.register(spark)", 'writeStream.format("episub")',
+                 'readStream.format("episub")'):  # fmt: skip
+        assert step in job[1], step
+
+
+def test_the_deployment_guide_covers_standalone_yarn_and_kubernetes_with_commands() -> None:
+    text = (DOCS / "deploy.md").read_text()
+    sections = dict(re.findall(r"^## (.+?)\n(.*?)(?=^## |\Z)", text, re.M | re.S))
+    for name in ("Standalone cluster", "YARN", "Kubernetes", "Ports", "What was tried"):
+        assert name in sections, f"docs/deploy.md has no section {name!r}"
+    for name in ("Standalone cluster", "YARN", "Kubernetes"):
+        assert "spark-submit" in sections[name], f"{name}: no spark-submit command"
+
+
 # What a user page must not carry: our history and one machine's layout. Git keeps history.
 _COMMIT_HASH = re.compile(
     r"(?<![\w/.-])(?=[0-9a-f]*[a-f])(?=[0-9a-f]*[0-9])[0-9a-f]{7,40}(?![\w-])"
