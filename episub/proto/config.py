@@ -132,7 +132,7 @@ class BroadcastConfig:
     missing_give_up_ticks: int = 25  # guess: ~5 s of grafting before giving an id up
     optimization_threshold: int = 15  # tuned: iroh's 7 made several senders' trees flutter
     race_lazy_hops: int = 0  # off: 1 races a lazy announcer one hop shorter (docs/simulation.md)
-    race_backoff: float = 5.0  # tuned: 30 s kept a third of the race's p99 gain at 8 senders
+    race_backoff: float = 5.0  # tuned: 30 s lost four fifths of the race's p99 gain (8 senders)
     near_parent_factor: float = 0.0  # off: for deployments whose far links cost much more
     eager_repair: bool = True  # draft: "for applications that value latency minimization"
     eager_repair_grafts: int = 2  # tuned: in the latest stream's tree; the others graft one
