@@ -100,6 +100,8 @@ def broadcast_config(**overrides: object) -> BroadcastConfig:
         "missing_give_up_ticks": 25,
         "optimization_threshold": 7,
         "near_parent_factor": 4.0,
+        "race_lazy_hops": 0,
+        "race_backoff": 5.0,
         "eager_repair": False,
         "eager_repair_grafts": 2,
         "lazy_start": True,

@@ -636,6 +636,63 @@ def test_near_parent_swaps_happen_at_most_once_per_graft_grace():
     assert broadcast(node).counters.near_parent_swaps == 2
 
 
+# -- lazy race ------------------------------------------------------------------------------
+
+
+def parent_and_shorter_announcer(
+    *, late: float = 0.0, announced_hops: int = 1
+) -> tuple[NodeState, list, m.Envelope]:
+    """Eager 1 sends a message first at 1.0, hops 3; lazy 2 announces it at
+    `announced_hops`, 0.05 s plus `late` later (the flush period is 0.125 s)."""
+    config = node_config(broadcast=broadcast_config(near_parent_factor=0.0, race_lazy_hops=1))
+    node = make_node(active=(1, 2), config=config)
+    make_lazy(node, 2)
+    e = env(0)
+    node.handle(received(1, gossip(e, hops=3)), 1.0)
+    out = node.handle(received(2, m.IHave(ranges=(at(e, announced_hops),))), 1.05 + late)
+    return node, out, e
+
+
+def test_a_lazy_announcer_of_a_shorter_path_is_raced_against_the_parent_not_swapped_in():
+    """Hops do not rank paths by latency: the announcer is asked to push (a GRAFT naming
+    the stream) and the next message's duplicate rule prunes the slower of the two; we
+    stay lazy towards it."""
+    node, out, _ = parent_and_shorter_announcer()
+    assert out == [send(2, m.Graft(streams=S))]
+    assert (node.eager_peers(TOPIC), node.lazy_peers(TOPIC)) == ([1], [2])
+    assert broadcast(node).counters.lazy_races == 1
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        {"announced_hops": 2},  # its path (2 + 1 hops) is no shorter than ours (3)
+        {"late": 0.125},  # its IHAVE came a flush period after our copy: a slower path
+    ],
+)
+def test_no_race_with_an_announcer_no_shorter_or_surely_slower(case):
+    node, out, _ = parent_and_shorter_announcer(**case)
+    assert out == []
+    assert broadcast(node).counters.lazy_races == 0
+
+
+def test_a_peer_pruned_less_than_race_backoff_ago_is_not_raced():
+    node, _, _ = parent_and_shorter_announcer()
+    # It pushes the next message after ours: a duplicate, so it is pruned (lost the race).
+    f = env(1)
+    node.handle(received(1, gossip(f, hops=3)), 2.0)
+    assert sends(node.handle(received(2, gossip(f, hops=2)), 2.01), m.Prune) == [
+        send(2, m.Prune(streams=S))
+    ]
+    g = env(2)
+    node.handle(received(1, gossip(g, hops=3)), 3.0)
+    assert node.handle(received(2, m.IHave(ranges=(at(g, 1),))), 3.05) == []
+    h = env(3)
+    node.handle(received(1, gossip(h, hops=3)), 7.5)
+    out = node.handle(received(2, m.IHave(ranges=(at(h, 1),))), 7.55)
+    assert out == [send(2, m.Graft(streams=S))]
+
+
 def test_the_near_parent_rule_is_off_at_factor_0_the_default():
     assert episub_config.BroadcastConfig().near_parent_factor == 0
     config = node_config(broadcast=broadcast_config(near_parent_factor=0.0))

@@ -72,6 +72,7 @@ class BroadcastCounters:
     data_lost: int = 0
     optimizations: int = 0
     near_parent_swaps: int = 0  # a far eager parent swapped for a near lazy announcer
+    lazy_races: int = 0  # lazy announcers of a shorter path grafted to race our parent
     recovered: int = 0  # messages pulled from behind a stream's position (history)
     republished: int = 0  # publishes at a named stream place that was taken already
     streams_evicted: int = 0  # idle publisher streams forgotten to make room (max_publishers)

@@ -44,8 +44,8 @@ class Tree:
         "graft_sent_at",
         "grafted_at",
         "lazy",
-        "near_swapped_at",
         "pruned_at",
+        "swapped_at",
     )
 
     def __init__(self, eager: dict[PeerId, None], lazy: dict[PeerId, None]) -> None:
@@ -60,8 +60,9 @@ class Tree:
         self.graft_sent_at: dict[PeerId, float] | None = None
         # neighbour -> when we last sent it a PRUNE for this stream.
         self.pruned_at: dict[PeerId, float] | None = None
-        # When we last swapped a far parent for a near one (the near parent rule's rate limit).
-        self.near_swapped_at = -math.inf
+        # When we last swapped a far parent for a near one or raced a lazy announcer (the
+        # near parent rule's and the lazy race's rate limit).
+        self.swapped_at = -math.inf
 
     def copy_sets(self) -> Tree:
         """A new tree with these eager and lazy sets and nothing else."""

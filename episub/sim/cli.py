@@ -109,6 +109,12 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         default=d.stream_trees,
         help="streams with a delivery tree of their own (0: one tree for all, Plumtree's)",
     )
+    add(
+        "--race-lazy-hops",
+        type=NONNEGATIVE_INT,
+        default=d.race_lazy_hops,
+        help="broadcast's lazy race: hops a lazy announcer must save (0: off, the default)",
+    )
     add("--join-rate", type=POSITIVE, help="joins per second (default N/20 within 100..500)")
     add(
         "--senders",
@@ -209,6 +215,7 @@ def params_from_args(args: argparse.Namespace) -> SimParams:
         one_way_partition=args.one_way_partition,
         near_parent_factor=args.near_parent_factor,
         stream_trees=args.stream_trees,
+        race_lazy_hops=args.race_lazy_hops,
     )
 
 

@@ -71,6 +71,8 @@ class SimParams:
     # BroadcastConfig.max_stream_trees: publisher streams with a delivery tree of their
     # own; 0: one tree for every stream (Plumtree's), to compare against.
     stream_trees: int = BroadcastConfig().max_stream_trees
+    # broadcast.py's lazy race (BroadcastConfig.race_lazy_hops); 0: off, the core's default.
+    race_lazy_hops: int = 0
 
     def __post_init__(self) -> None:
         if self.scenario not in SCENARIOS:
@@ -85,6 +87,8 @@ class SimParams:
             )
         if self.stream_trees < 0:
             raise ValueError(f"stream_trees must be >= 0, not {self.stream_trees}")
+        if self.race_lazy_hops < 0:
+            raise ValueError(f"race_lazy_hops must be >= 0, not {self.race_lazy_hops}")
         if self.nodes < 2:
             raise ValueError(f"nodes must be >= 2, not {self.nodes}")
         if self.messages < 1 or self.warmup < 0:

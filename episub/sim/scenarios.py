@@ -122,6 +122,7 @@ class ScenarioRun:
                 broadcast=BroadcastConfig(
                     near_parent_factor=params.near_parent_factor,
                     max_stream_trees=params.stream_trees,
+                    race_lazy_hops=params.race_lazy_hops,
                 ),
             )
 
@@ -417,6 +418,8 @@ def run(
         header["sender_count"] = params.sender_count
     if params.near_parent_factor:
         header["near_parent_factor"] = params.near_parent_factor
+    if params.race_lazy_hops:
+        header["race_lazy_hops"] = params.race_lazy_hops
     if params.stream_trees != _broadcast.max_stream_trees:
         header["stream_trees"] = params.stream_trees
     if params.drop or params.delay or params.one_way_partition is not None:
