@@ -10,6 +10,11 @@ them in benchmarks/outside_messages.py), each way:
   task    the frame decoded and the page made one Arrow batch (the source's schema), after
           one warm-up page (pyarrow's first call costs a second once per process)
 
+and, for the agent, the page as it is made from what a node holds: the messages read from
+retention (their stored envelopes) and framed as columns, through a Delivery each
+(`retained`, then rows_to_pb) and straight from the envelopes (`retained_envelopes`, then
+envelope_rows_to_pb, the agent's way for plain rows).
+
 Times are process CPU time, the best of --repeat runs, in µs per row.
 """
 
@@ -26,10 +31,14 @@ from episub.agent.wire import (
     delivery_from_pb,
     delivery_to_pb,
     encode_frame,
+    envelope_rows_to_pb,
     rows_from_pb,
     rows_to_pb,
 )
+from episub.node.retained import retained, retained_envelopes
+from episub.proto.envelope import Envelope
 from episub.records import Delivery
+from episub.retention import RetentionConfig, RetentionStore
 
 
 def page(rows: int, size: int) -> list[Delivery]:
@@ -41,6 +50,23 @@ def page(rows: int, size: int) -> list[Delivery]:
         )
         for seq in range(rows)
     ]  # fmt: skip
+
+
+def retention_page(messages: list[Delivery]) -> tuple[RetentionStore[bytes], bytes]:
+    """A node's retention holding `messages` as a node stores them (envelope bytes)."""
+    publisher = messages[0].publisher
+    store: RetentionStore[bytes] = RetentionStore(
+        RetentionConfig(max_messages=len(messages), max_bytes=1 << 40, max_age=3600.0)
+    )
+    for m in messages:
+        envelope = Envelope(
+            publisher=publisher, seq=m.seq, timestamp_ms=m.timestamp_ms, payload=m.value
+        )
+        store.add_item(
+            envelope.raw, topic="t", publisher=publisher, seq=m.seq,
+            timestamp_ms=m.timestamp_ms, size=envelope.size, id=m.id, now=0.0,
+        )  # fmt: skip
+    return store, publisher
 
 
 def best(repeat: int, work) -> float:  # type: ignore[no-untyped-def]
@@ -111,6 +137,23 @@ def main() -> None:
             "task_us_per_row": round(1e6 * task / args.rows, 2),
             "frame_bytes": len(frame),
         }
+    store, publisher = retention_page(messages)
+
+    def via_deliveries() -> bytes:
+        out = pb.Messages(next_seq=args.rows)
+        rows_to_pb(retained(store, "t", publisher, 0, args.rows - 1, 0.0), out)
+        return encode_frame(pb.Response(id=1, messages=out))
+
+    def from_envelopes() -> bytes:
+        out = pb.Messages(next_seq=args.rows)
+        envelope_rows_to_pb(retained_envelopes(store, "t", publisher, 0, args.rows - 1, 0.0), out)
+        return encode_frame(pb.Response(id=1, messages=out))
+
+    assert via_deliveries() == from_envelopes()
+    out["from retention"] = {
+        "via_deliveries_us_per_row": round(1e6 * best(args.repeat, via_deliveries) / args.rows, 2),
+        "from_envelopes_us_per_row": round(1e6 * best(args.repeat, from_envelopes) / args.rows, 2),
+    }
     line = json.dumps(out)
     print(line)
     if args.out:

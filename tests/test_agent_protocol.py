@@ -34,7 +34,15 @@ from episub.agent import agent_pb2 as pb
 from episub.agent.options import UsageError, load_key, load_link_delay
 from episub.agent.server import AgentServer
 from episub.agent.service import AgentLimits, AgentService
-from episub.agent.wire import delivery_to_pb, item_to_pb, rows_from_pb, rows_to_pb
+from episub.agent.wire import (
+    delivery_to_pb,
+    envelope_rows_to_pb,
+    item_to_pb,
+    rows_from_pb,
+    rows_to_pb,
+)
+from episub.node.retained import delivery_of
+from episub.proto.envelope import Envelope
 from episub.recordbatch import BATCH_HEADER, is_batch
 from episub.recordbatch import encode as encode_batch
 from episub.retention import Span
@@ -244,6 +252,27 @@ def test_a_page_as_rows_reads_the_same_from_an_agent_that_sent_one_delivery_each
             (m.timestamp_ms, m.key, m.value, m.headers) for m in plain
         ]
         assert page.batches == [batch]
+
+
+def test_a_page_of_envelopes_as_rows_is_the_page_of_their_deliveries() -> None:
+    """The agent frames plain rows from the envelopes retention holds (no Delivery each):
+    the same bytes as from their Deliveries, empty and absent keys and values kept apart."""
+    publisher = b"127.0.0.1:7000/0123456789abcdef"
+    envelopes = [
+        Envelope(publisher=publisher, seq=3, timestamp_ms=13, payload=b"a"),
+        Envelope(publisher=publisher, seq=4, timestamp_ms=14, payload=b"b", key=b"k",
+                 headers=(("h", b"1"), ("g", b""))),
+        Envelope(publisher=publisher, seq=6, timestamp_ms=16, payload=b"", key=b""),
+    ]  # fmt: skip
+    deliveries = [delivery_of("t", bytes(32), e) for e in envelopes]
+    from_envelopes, from_deliveries = pb.Messages(next_seq=7), pb.Messages(next_seq=7)
+    envelope_rows_to_pb(envelopes, from_envelopes)
+    rows_to_pb(deliveries, from_deliveries)
+    assert from_envelopes.SerializeToString() == from_deliveries.SerializeToString()
+    page = rows_from_pb(from_envelopes)
+    assert [(r.key, r.value, r.headers) for r in page.rows] == [
+        (None, b"a", ()), (b"k", b"b", (("h", b"1"), ("g", b""))), (b"", b"", ()),
+    ]  # fmt: skip
 
 
 def test_a_batch_is_all_or_nothing_when_one_record_is_too_large() -> None:

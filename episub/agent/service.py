@@ -29,6 +29,7 @@ import os
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 import trio
 
@@ -39,6 +40,7 @@ from episub.agent.wire import (
     MAX_BATCH_RECORDS,
     MAX_REQUEST_SIZE,
     delivery_to_pb,
+    envelope_rows_to_pb,
     neighbor_to_pb,
     record_from_pb,
     rows_to_pb,
@@ -52,10 +54,14 @@ from episub.crawl import CRAWL_MAX_NODES, CRAWL_TIMEOUT, crawl
 from episub.net.handshake import HandshakeError
 from episub.net.peer_id import PeerIdError, parse_address, parse_peer_id
 from episub.node import HELD_TIMEOUT, Node
+from episub.proto.envelope import Envelope
 from episub.proto.messages import MAX_HELD_SPANS, HeldSpan, check_topic_name
+from episub.recordbatch import is_batch
 from episub.records import Delivery
 
 __all__ = ["AgentLimits", "AgentService", "config_snapshot_to_pb"]
+
+_Stored = TypeVar("_Stored", Envelope, Delivery)  # what a page is filled with
 
 log = logging.getLogger("episub.agent")
 
@@ -244,20 +250,16 @@ class AgentService:
                 self._nursery, body.topic, body.publisher, first, upto, last, timeout,
                 list(body.holders),
             )  # fmt: skip
-        found = self.node.retained(body.topic, body.publisher, first, upto)
         out = pb.Messages(next_seq=upto + 1)
-        size = 0
+        if body.as_rows:
+            stored = self.node.retained_envelopes(body.topic, body.publisher, first, upto)
+            if not any(e.headers and is_batch(e.headers) for e in stored):
+                # Plain rows (the usual page): columns straight from the envelopes.
+                envelope_rows_to_pb(self._fill(stored, 0, out), out)
+                return out
+        found = self.node.retained(body.topic, body.publisher, first, upto)
         prefix = body.value_prefix
-        page: list[Delivery] = []
-        for message in found:
-            if page and (
-                size + message.size > self.limits.read_page_bytes
-                or len(page) >= self.limits.read_page_messages
-            ):
-                out.next_seq = message.seq  # the page is full: the client asks again from here
-                break
-            page.append(message)
-            size += message.size if not prefix else min(message.size, prefix)
+        page = self._fill(found, prefix, out)
         if body.as_rows:
             rows_to_pb(page, out)
             return out
@@ -267,6 +269,23 @@ class AgentService:
                 encoded.value = encoded.value[:prefix]
             out.messages.append(encoded)
         return out
+
+    def _fill(self, found: list[_Stored], prefix: int, out: pb.Messages) -> list[_Stored]:
+        """The first of `found` that fit one page (read_page_bytes, read_page_messages,
+        values counted cut to `prefix` when it is > 0); where the page stopped short, the
+        seq the client asks from next goes to out.next_seq."""
+        size = 0
+        page: list[_Stored] = []
+        for message in found:
+            if page and (
+                size + message.size > self.limits.read_page_bytes
+                or len(page) >= self.limits.read_page_messages
+            ):
+                out.next_seq = message.seq  # the page is full: the client asks again from here
+                break
+            page.append(message)
+            size += message.size if not prefix else min(message.size, prefix)
+        return page
 
     def offsets(self, topic: str) -> pb.Offsets:
         """What this node's retention holds of `topic`, per publisher."""

@@ -19,7 +19,7 @@ from typing import Literal
 from google.protobuf.message import DecodeError
 
 from episub.agent import agent_pb2 as pb
-from episub.proto.envelope import Record
+from episub.proto.envelope import Envelope, Record
 from episub.proto.framing import FrameError, FrameSplitter, frame
 from episub.proto.messages import HeldSpan
 from episub.recordbatch import BatchFormatError, RecordBatch, encode_columns, is_batch
@@ -39,6 +39,7 @@ __all__ = [
     "delivery_from_pb",
     "delivery_to_pb",
     "encode_frame",
+    "envelope_rows_to_pb",
     "item_from_pb",
     "item_to_pb",
     "neighbor_from_pb",
@@ -187,23 +188,54 @@ def rows_to_pb(messages: Sequence[Delivery], out: pb.Messages) -> None:
                 out.messages.append(delivery_to_pb(m))
             else:
                 plain.append(m)
-    n = len(plain)
+    _columns_to_pb(
+        [m.seq for m in plain],
+        [m.timestamp_ms for m in plain],
+        [m.key for m in plain],
+        [m.value for m in plain],
+        [m.headers for m in plain],
+        out,
+    )
+
+
+def envelope_rows_to_pb(envelopes: Sequence[Envelope], out: pb.Messages) -> None:
+    """`rows_to_pb` for envelopes read from retention, none of them a record batch (the
+    caller checks): their columns taken straight from them, no Delivery made per row."""
+    _columns_to_pb(
+        [e.seq for e in envelopes],
+        [e.timestamp_ms for e in envelopes],
+        [e.key for e in envelopes],
+        [e.payload for e in envelopes],
+        [e.headers for e in envelopes],
+        out,
+    )
+
+
+def _columns_to_pb(
+    seqs: list[int],
+    stamps: list[int],
+    keys: list[bytes | None],
+    values: list[bytes],
+    headers: list[tuple[tuple[str, bytes], ...]],
+    out: pb.Messages,
+) -> None:
+    n = len(seqs)
     validity = bytearray(-(-n // 8))
-    key_offsets, keys = array("i", [0]), []
+    key_offsets, present = array("i", [0]), []
     total = 0
-    for i, m in enumerate(plain):
-        if m.key is not None:
+    for i, key in enumerate(keys):
+        if key is not None:
             validity[i >> 3] |= 1 << (i & 7)
-            keys.append(m.key)
-            total += len(m.key)
+            present.append(key)
+            total += len(key)
         key_offsets.append(total)
     value_offsets, total = array("i", [0]), 0
-    for m in plain:
-        total += len(m.value)
+    for value in values:
+        total += len(value)
         value_offsets.append(total)
     header_offsets, names, header_values = array("i", [0]), [], []
-    for m in plain:
-        for name, value in m.headers:
+    for pairs in headers:
+        for name, value in pairs:
             names.append(name.encode("utf-8"))
             header_values.append(value)
         header_offsets.append(len(names))
@@ -211,12 +243,12 @@ def rows_to_pb(messages: Sequence[Delivery], out: pb.Messages) -> None:
         0,
         n,
         [
-            _little(array("q", [m.timestamp_ms for m in plain])),
+            _little(array("q", stamps)),
             validity,
             _little(key_offsets),
-            b"".join(keys),
+            b"".join(present),
             _little(value_offsets),
-            b"".join(m.value for m in plain),
+            b"".join(values),
             _little(header_offsets),
             _little(_offsets(names)),
             b"".join(names),
@@ -224,7 +256,7 @@ def rows_to_pb(messages: Sequence[Delivery], out: pb.Messages) -> None:
             b"".join(header_values),
         ],
     )
-    out.row_seqs = _little(array("q", [m.seq for m in plain]))
+    out.row_seqs = _little(array("q", seqs))
 
 
 def rows_from_pb(page: pb.Messages) -> RowsPage:

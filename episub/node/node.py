@@ -54,9 +54,9 @@ from episub.node.fetching import FETCH_TIMEOUT, Fetcher, FetchReport
 from episub.node.lifetime import running
 from episub.node.publishing import Receipt, publish_checked
 from episub.node.queries import VIEW_TIMEOUT, Queries, neighbors
-from episub.node.retained import delivery_of, held_page, retained
+from episub.node.retained import delivery_of, held_page, retained, retained_envelopes
 from episub.proto.config import NodeConfig
-from episub.proto.envelope import Record
+from episub.proto.envelope import Envelope, Record
 from episub.proto.errors import LocalProtocolError
 from episub.proto.events import (
     DataLost,
@@ -555,6 +555,15 @@ class Node:
         self._running()
         now = trio.current_time()
         return retained(self._retention, topic, publisher, first_seq, last_seq, now)
+
+    def retained_envelopes(
+        self, topic: str, publisher: bytes, first_seq: int, last_seq: int
+    ) -> list[Envelope]:
+        """`retained`'s messages as envelopes (no Delivery made for each): what a reader
+        that turns them into columns wants."""
+        self._running()
+        now = trio.current_time()
+        return retained_envelopes(self._retention, topic, publisher, first_seq, last_seq, now)
 
     @property
     def retention_released(self) -> int:

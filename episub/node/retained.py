@@ -11,7 +11,7 @@ from episub.proto.messages import MAX_HELD_SPANS, GetHeld, Held, HeldSpan
 from episub.records import Delivery
 from episub.retention import RetentionStore, Span
 
-__all__ = ["delivery_of", "held_page", "missing", "retained"]
+__all__ = ["delivery_of", "held_page", "missing", "retained", "retained_envelopes"]
 
 
 def delivery_of(topic: str, message_id: bytes, envelope: Envelope) -> Delivery:
@@ -38,6 +38,20 @@ def retained(
     """Stored messages of `publisher` on `topic`, first_seq..last_seq, in order."""
     kept = store.entries(topic, publisher, first_seq, last_seq, now)
     return [delivery_of(topic, mid, Envelope.decode(raw)) for mid, raw in kept]
+
+
+def retained_envelopes(
+    store: RetentionStore[bytes],
+    topic: str,
+    publisher: bytes,
+    first_seq: int,
+    last_seq: int,
+    now: float,
+) -> list[Envelope]:
+    """`retained`'s messages as their envelopes, without a Delivery each: for a reader that
+    takes their fields into columns (the agent's pages of rows)."""
+    decode = Envelope.decode
+    return [decode(raw) for _, raw in store.entries(topic, publisher, first_seq, last_seq, now)]
 
 
 def missing(held: list[Delivery], first_seq: int, last_seq: int) -> tuple[int, int] | None:
