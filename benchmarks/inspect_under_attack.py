@@ -8,13 +8,14 @@ Three `episub node` processes a, b (through a) and c (through b) on 127.0.0.1, a
 tests/test_bounded_answers_processes.py, whose pieces this script reuses (the repository
 root goes on sys.path). Per run: a publishes HONEST messages ten at a time, 100 ms apart,
 and b's and c's subscribers time each one (receipt minus its publish timestamp): the
-"before" figures. Then, while a publishes as many again and a thread asks b's agent
-`inspect` every 20 ms, a raw peer with the key joins b's topic, publishes 48 GOSSIPs of
-1 MB under its own id, sends 100 PULLs of all of them in frames of ten and closes its
-connection: the "during" figures. Printed: per run, `inspect` answers, median, p99 and max
-latency and failures; honest delivery complete or not, and its p99 at b and c before and
-during, and `inspect` before the attack (the machine's own noise); one JSON line, written
-to --out when given.
+"before" figures. Then, while a thread asks b's agent `inspect` every 20 ms, a raw peer
+with the key joins b's topic and publishes 48 GOSSIPs of 1 MB under its own id; once c
+holds them too, it sends 100 PULLs of all of them in frames of ten and closes its
+connection, and a publishes as many again: the "during" figures (inspect's over the
+whole sequence, honest delivery's from the PULLs on). Printed: per run, `inspect`
+answers, median, p99 and max latency and failures; honest delivery complete or not, and
+its p99 at b and c before and during; `inspect` before the attack (the machine's own
+noise); one JSON line, written to --out when given.
 
 Timings on a shared machine move with its load: the 1-minute load average before and
 after each run is recorded with it.
@@ -29,6 +30,7 @@ import os
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -38,10 +40,10 @@ import trio
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from episub import Delivery
-from tests.proc_helpers import Processes
-from tests.test_bounded_answers_processes import InspectProbe, pull_sequence
+from tests.proc_helpers import Processes, wait_until
+from tests.test_bounded_answers_processes import SEEDED, InspectProbe, pull_sequence
 from tests.test_multiprocess import publish, subscribe
-from tests.test_robustness_processes import three_nodes
+from tests.test_robustness_processes import stats, three_nodes
 
 HONEST = 200  # messages a publishes in each phase
 PACE = 0.1  # seconds between its batches of ten: 2 s a phase, about the attack's length
@@ -63,22 +65,32 @@ def receive_latencies(subscribed: object, publisher: bytes, first: int, last: in
     return {"complete": seqs == list(range(first, last + 1)), "latencies": latencies}
 
 
-def honest_phase(overlay: object, subs: dict, first: int) -> dict[str, dict]:
-    publisher: list[bytes] = []
+def honest_phase(
+    overlay: object,
+    subs: dict,
+    first: int,
+    publisher: bytes = b"",
+    go: threading.Event | None = None,
+) -> tuple[bytes, dict[str, dict]]:
+    """a publishes seqs first.. (once `go` is set); `publisher`: a's id, if known, so that
+    the subscribers are read from the start (what else they get is read and ignored)."""
+    known = [publisher] if publisher else []
     with ThreadPoolExecutor(len(subs)) as pool:
 
         def collect(name: str) -> dict:
-            while not publisher:
+            while not known:
                 time.sleep(0.001)
-            return receive_latencies(subs[name], publisher[0], first, first + HONEST - 1)
+            return receive_latencies(subs[name], known[0], first, first + HONEST - 1)
 
         futures = {name: pool.submit(collect, name) for name in subs}
+        if go is not None:
+            go.wait(120)
         for start in range(first, first + HONEST, 10):
             receipts = publish(overlay.socket("a"), start, 10)  # type: ignore[attr-defined]
-            if not publisher:
-                publisher.append(receipts[0].publisher)
+            if not known:
+                known.append(receipts[0].publisher)
             time.sleep(PACE)  # paces the load over the phase; no synchronisation
-        return {name: f.result() for name, f in futures.items()}
+        return known[0], {name: f.result() for name, f in futures.items()}
 
 
 def p99(values: list[float]) -> float:
@@ -94,11 +106,21 @@ def one_run() -> dict[str, object]:
             overlay = three_nodes(processes)
             subs = {name: subscribe(overlay.socket(name)) for name in ("b", "c")}
             with InspectProbe(overlay.socket("b")) as quiet:
-                before = honest_phase(overlay, subs, 0)
+                publisher, before = honest_phase(overlay, subs, 0)
+            go = threading.Event()
+
+            def relayed() -> None:
+                """The 48 MB reached c too: what follows is the PULLs' doing."""
+                wait_until(
+                    lambda: stats(overlay, "c")["retained_messages"] >= SEEDED + HONEST,
+                    what="c to hold the peer's messages",
+                )
+                go.set()
+
             with InspectProbe(overlay.socket("b")) as probe, ThreadPoolExecutor(1) as pool:
-                during_future = pool.submit(honest_phase, overlay, subs, HONEST)
-                trio.run(pull_sequence, overlay)
-                during = during_future.result()
+                during_future = pool.submit(honest_phase, overlay, subs, HONEST, publisher, go)
+                trio.run(pull_sequence, overlay, relayed)
+                _, during = during_future.result()
             for client, _ in subs.values():
                 client.close()
         finally:

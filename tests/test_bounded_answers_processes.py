@@ -14,6 +14,7 @@ import os
 import statistics
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -99,10 +100,13 @@ def big_gossip(publisher: bytes, seq: int) -> Gossip:
     return Gossip(id=message_id(TOPIC, envelope), envelope=envelope, hops=1)
 
 
-async def pull_sequence(overlay: Overlay) -> dict[str, int]:
+async def pull_sequence(
+    overlay: Overlay, before_pulls: Callable[[], None] | None = None
+) -> dict[str, int]:
     """Issue 27's item 1 against b: a raw peer with the key joins b's topic, publishes
     SEEDED GOSSIPs of PAYLOAD bytes under its own id, then sends 100 PULLs of them all in
-    frames of ten and closes its connection at once. b's stats once it held them all."""
+    frames of ten and closes its connection at once. b's stats once it held them all.
+    `before_pulls` runs (in a thread) between the two."""
     raw = await RawPeer.connect(overlay.address["b"])
     await hostile_peer.join_as_neighbour(raw, TOPIC)
     for seq in range(SEEDED):
@@ -114,6 +118,8 @@ async def pull_sequence(overlay: Overlay) -> dict[str, int]:
         )
     )
     seeded = await trio.to_thread.run_sync(stats, overlay, "b")
+    if before_pulls is not None:
+        await trio.to_thread.run_sync(before_pulls)
     pull = (TOPIC, Pull(publisher=raw.id, first_seq=0, last_seq=SEEDED - 1))
     for _ in range(10):
         await raw.send_items([pull] * 10)
