@@ -10,9 +10,10 @@ root goes on sys.path). Per run: a publishes HONEST messages ten at a time, 100 
 and b's and c's subscribers time each one (receipt minus its publish timestamp): the
 "before" figures. Then, while a thread asks b's agent `inspect` every 20 ms, a raw peer
 with the key joins b's topic and publishes 48 GOSSIPs of 1 MB under its own id; once c
-holds them too, it sends 100 PULLs of all of them in frames of ten and closes its
-connection, and a publishes as many again: the "during" figures (inspect's over the
-whole sequence, honest delivery's from the PULLs on). Printed: per run, `inspect`
+holds them too and both subscribers here have read them, it sends 100 PULLs of all of
+them in frames of ten and closes its connection, and a publishes as many again: the
+"during" figures (inspect's over the whole sequence, honest delivery's from the PULLs
+on). Printed: per run, `inspect`
 answers, median, p99 and max latency and failures; honest delivery complete or not, and
 its p99 at b and c before and during; `inspect` before the attack (the machine's own
 noise); one JSON line, written to --out when given.
@@ -49,11 +50,20 @@ HONEST = 200  # messages a publishes in each phase
 PACE = 0.1  # seconds between its batches of ten: 2 s a phase, about the attack's length
 
 
-def receive_latencies(subscribed: object, publisher: bytes, first: int, last: int) -> dict:
+# Deliveries of other publishers (the attacker's) each subscriber has read, by node: the
+# honest publisher waits until they are all read, so that its messages do not queue
+# behind them in this process.
+others_read: dict[str, int] = {}
+
+
+def receive_latencies(
+    name: str, subscribed: object, publisher: bytes, first: int, last: int
+) -> dict:
     """Seqs first..last of `publisher` as they arrive: which came, and each one's latency
     (receipt here minus the publish timestamp, in ms)."""
     _, sub = subscribed  # type: ignore[misc]
     seqs, latencies = [], []
+    others_read[name] = 0
     deadline = time.monotonic() + 60
     while (not seqs or seqs[-1] < last) and time.monotonic() < deadline:
         item = sub.receive(timeout=max(0.1, deadline - time.monotonic()))
@@ -62,6 +72,8 @@ def receive_latencies(subscribed: object, publisher: bytes, first: int, last: in
         if isinstance(item, Delivery) and item.publisher == publisher and item.seq >= first:
             seqs.append(item.seq)
             latencies.append(time.time() * 1000 - item.timestamp_ms)
+        elif isinstance(item, Delivery) and item.publisher != publisher:
+            others_read[name] += 1
     return {"complete": seqs == list(range(first, last + 1)), "latencies": latencies}
 
 
@@ -80,7 +92,7 @@ def honest_phase(
         def collect(name: str) -> dict:
             while not known:
                 time.sleep(0.001)
-            return receive_latencies(subs[name], known[0], first, first + HONEST - 1)
+            return receive_latencies(name, subs[name], known[0], first, first + HONEST - 1)
 
         futures = {name: pool.submit(collect, name) for name in subs}
         if go is not None:
@@ -110,10 +122,14 @@ def one_run() -> dict[str, object]:
             go = threading.Event()
 
             def relayed() -> None:
-                """The 48 MB reached c too: what follows is the PULLs' doing."""
+                """The 48 MB reached c too, and both subscribers here read it: what
+                follows is the PULLs' doing."""
                 wait_until(
-                    lambda: stats(overlay, "c")["retained_messages"] >= SEEDED + HONEST,
-                    what="c to hold the peer's messages",
+                    lambda: (
+                        stats(overlay, "c")["retained_messages"] >= SEEDED + HONEST
+                        and all(others_read.get(name, 0) >= SEEDED for name in subs)
+                    ),
+                    what="c to hold the peer's messages and the subscribers to read them",
                 )
                 go.set()
 
