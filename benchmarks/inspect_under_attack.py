@@ -1,8 +1,8 @@
 """How fast a node's agent answers `inspect` while a keyed peer makes it serve the PULL
 amplification sequence, and what the attack does to honest delivery's latency.
 
-    flock /tmp/episub-heavy.lock .venv/bin/python benchmarks/inspect_under_attack.py \
-        --runs 3 --out benchmarks/results/inspect_under_attack.json
+    .venv/bin/python benchmarks/inspect_under_attack.py --runs 2 \
+        --out benchmarks/results/inspect_under_attack.json
 
 Three `episub node` processes a, b (through a) and c (through b) on 127.0.0.1, as in
 tests/test_bounded_answers_processes.py, whose pieces this script reuses (the repository
