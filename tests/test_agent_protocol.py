@@ -428,3 +428,27 @@ def test_each_refusal_kind_the_agent_sends_is_its_own_class_and_still_an_agent_e
         assert isinstance(raised, AgentError) and not isinstance(raised, errors.AgentTimeout)
     unknown = errors.agent_error("new_kind", "why")
     assert type(unknown) is AgentError and "new_kind" in str(unknown)
+
+
+def test_an_inspect_that_fails_answers_its_error_and_the_connection_serves_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`inspect` is answered in the task that reads the client's requests: an exception
+    there (the TypeError that once answered every probe for minutes) becomes the request's
+    Error reply, and the same connection's next requests are served."""
+    real = AgentService.node_info
+    failures = [TypeError("'<' not supported between instances of 'str' and 'bytes'")]
+
+    def node_info(self: AgentService, extra: dict[str, int]) -> pb.NodeInfo:
+        if failures:
+            raise failures.pop()
+        return real(self, extra)
+
+    monkeypatch.setattr(AgentService, "node_info", node_info)
+    with agent() as path, AgentClient(path) as client:
+        with pytest.raises(AgentBadRequest, match="not supported between"):
+            client.inspect()
+        status = client.inspect()
+        assert list(status.topics) == [TOPIC]
+        assert status.stats["agent_request_errors"] == 1
+        assert client.publish(TOPIC, b"after").seq == 0

@@ -14,6 +14,7 @@ import os
 import statistics
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -28,7 +29,7 @@ from episub.retention import RetentionConfig
 from tests import hostile_peer
 from tests.net_helpers import RawPeer
 from tests.proc_helpers import TOPIC, Processes, wait_until
-from tests.test_multiprocess import publish, subscribe
+from tests.test_multiprocess import Overlay, publish, subscribe
 from tests.test_robustness_processes import receive_seqs, stats, three_nodes
 
 pytestmark = pytest.mark.timeout(240)
@@ -99,8 +100,35 @@ def big_gossip(publisher: bytes, seq: int) -> Gossip:
     return Gossip(id=message_id(TOPIC, envelope), envelope=envelope, hops=1)
 
 
+async def pull_sequence(
+    overlay: Overlay, before_pulls: Callable[[], None] | None = None
+) -> dict[str, int]:
+    """Issue 27's item 1 against b: a raw peer with the key joins b's topic, publishes
+    SEEDED GOSSIPs of PAYLOAD bytes under its own id, then sends 100 PULLs of them all in
+    frames of ten and closes its connection at once. b's stats once it held them all.
+    `before_pulls` runs (in a thread) between the two."""
+    raw = await RawPeer.connect(overlay.address["b"])
+    await hostile_peer.join_as_neighbour(raw, TOPIC)
+    for seq in range(SEEDED):
+        await raw.send_items([(TOPIC, big_gossip(raw.id, seq))])
+    await trio.to_thread.run_sync(
+        lambda: wait_until(
+            lambda: stats(overlay, "b")["retained_messages"] >= SEEDED,
+            what="b to retain the peer's messages",
+        )
+    )
+    seeded = await trio.to_thread.run_sync(stats, overlay, "b")
+    if before_pulls is not None:
+        await trio.to_thread.run_sync(before_pulls)
+    pull = (TOPIC, Pull(publisher=raw.id, first_seq=0, last_seq=SEEDED - 1))
+    for _ in range(10):
+        await raw.send_items([pull] * 10)
+    await raw.aclose()
+    return seeded
+
+
 def honest_round(
-    overlay: object, subs: dict[str, object], first: int, pace: float = 0.0
+    overlay: Overlay, subs: dict[str, object], first: int, pace: float = 0.0
 ) -> dict[str, list[int]]:
     """Publish HONEST messages at a (ten at a time, `pace` seconds apart: spread over an
     attack); the seqs b's and c's subscribers got of them."""
@@ -131,27 +159,8 @@ def test_the_pull_amplification_sequence_keeps_the_target_within_its_memory_boun
     subs = {name: subscribe(overlay.socket(name)) for name in ("b", "c")}
     start = rss_bytes(pid)
     bound = int(1.1 * (start + RetentionConfig().max_bytes + 3 * SEND_QUEUE_MAX_BYTES))
-    seeded: dict[str, int] = {}
-
-    async def attack() -> None:
-        raw = await RawPeer.connect(overlay.address["b"])
-        await hostile_peer.join_as_neighbour(raw, TOPIC)
-        for seq in range(SEEDED):
-            await raw.send_items([(TOPIC, big_gossip(raw.id, seq))])
-        await trio.to_thread.run_sync(
-            lambda: wait_until(
-                lambda: stats(overlay, "b")["retained_messages"] >= SEEDED,
-                what="b to retain the peer's messages",
-            )
-        )
-        seeded.update(await trio.to_thread.run_sync(stats, overlay, "b"))
-        pull = (TOPIC, Pull(publisher=raw.id, first_seq=0, last_seq=SEEDED - 1))
-        for _ in range(10):
-            await raw.send_items([pull] * 10)
-        await raw.aclose()
-
     with InspectProbe(overlay.socket("b")) as probe:
-        trio.run(attack)
+        seeded = trio.run(pull_sequence, overlay)
         received = honest_round(overlay, subs, 0)
     peak = rss_bytes(pid, "VmHWM")
     print(probe.report("b during the PULL sequence"))

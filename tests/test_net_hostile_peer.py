@@ -4,18 +4,25 @@ every message, once and in order (assert_still_serving)."""
 
 from __future__ import annotations
 
+import json
 import logging
+import shutil
+from pathlib import Path
 
 import pytest
 import trio
 
 from episub import Delivery, Lost, Node, Subscription
+from episub.agent import AgentClient, AgentStatus
+from episub.agent.cli import format_status, status_json
+from episub.agent.server import AgentServer
 from episub.agent.service import AgentService
 from episub.net.network import SEND_QUEUE_CAP
 from episub.proto.config import BroadcastConfig
-from episub.proto.messages import Envelope, GetHeld, History, Pull
+from episub.proto.messages import MAX_PUBLISHER_NAME, Envelope, GetHeld, History, Pull
 from tests import hostile_peer
 from tests.net_helpers import KEY, TOPIC, WAIT, RawPeer, run, wait_until
+from tests.proc_helpers import socket_dir
 from tests.test_net_hostile import assert_still_serving, honest_pair
 from tests.test_net_hostile import config as honest_config
 
@@ -97,6 +104,59 @@ def test_pulls_repeated_without_reading_wait_merged_and_go_with_the_connection()
             info = service.node_info({})
             assert info.stats["answer_ranges_merged"] >= 99
             assert [t.topic for t in info.topics] == [TOPIC]
+
+    run(main)
+
+
+def test_the_agent_answers_inspect_through_its_socket_during_and_after_the_pull_sequence() -> None:
+    """Issue 27, item 3: after the PULL sequence the target's agent answered every `inspect`
+    with a TypeError ('<' between a str and another type) for 150 s. The sequence again,
+    in one process (48 messages of 100 KB, plus messages under odd publisher ids: bytes
+    that are not ASCII, the longest id, digits), against a node served by a real agent:
+    `inspect` goes through the agent's socket and the blocking client, and the CLI's two
+    renderings of it (both sort), while the PULLs' answers wait for a peer that does not
+    read and after its connection went with them."""
+
+    def inspected(path: str) -> AgentStatus:
+        with AgentClient(path) as client:
+            status = client.inspect()
+        json.dumps(status_json(status), sort_keys=True)
+        format_status(status, every_counter=True)
+        return status
+
+    async def main() -> None:
+        directory = socket_dir()
+        path = str(Path(directory) / "agent.sock")
+        async with honest_pair(max_message=100_000) as (a, b), trio.open_nursery() as nursery:
+            service = AgentService(a)
+            service._joined[TOPIC] = None  # joined by honest_pair, not through the service
+            await nursery.start(service.run)
+            await nursery.start(AgentServer(service, path).run)
+            raw = await RawPeer.connect(a.address, receive_buffer=4096)
+            await hostile_peer.join_as_neighbour(raw, TOPIC)
+            for seq in range(48):
+                gossip = hostile_peer.forged_gossip(TOPIC, raw.id, seq, payload=b"x" * 100_000)
+                await raw.send_items([(TOPIC, gossip)])
+            odd = (bytes(range(128, 192)), b"p" * MAX_PUBLISHER_NAME, b"0", b"\x00")
+            await raw.send_items([(TOPIC, hostile_peer.forged_gossip(TOPIC, p, 0)) for p in odd])
+            await wait_until(lambda: a.stats()["retained_messages"] >= 52, what="52 held")
+            pull = (TOPIC, Pull(publisher=raw.id, first_seq=0, last_seq=47))
+            for _ in range(10):
+                await raw.send_items([pull] * 10)
+            await wait_until(lambda: a.stats()["answer_ranges_merged"] >= 99, what="merged")
+            during = await trio.to_thread.run_sync(inspected, path)
+            assert during.stats["answers_waiting"] > 0, during.stats
+            assert raw.id in [n.peer_id for n in during.topics[TOPIC]]
+            await raw.aclose()
+            await wait_until(lambda: a.stats()["answers_waiting"] == 0, what="answers dropped")
+            after = await trio.to_thread.run_sync(inspected, path)
+            assert after.stats["answer_ranges_merged"] >= 99
+            assert list(after.topics) == [TOPIC] and b.id in [
+                n.peer_id for n in after.topics[TOPIC]
+            ]
+            assert after.stats["agent_request_errors"] == 0 and after.stats["core_errors"] == 0
+            nursery.cancel_scope.cancel()
+        shutil.rmtree(directory, ignore_errors=True)
 
     run(main)
 

@@ -76,7 +76,13 @@ class _Client:
         if self.closed:
             return
         data = encode_frame(response)
-        async with self.send_lock:
+        # Not `async with send_lock`: its acquire yields a whole scheduler turn even when
+        # the lock is free, and every ready task (a peer's reads and writes) runs first.
+        try:
+            self.send_lock.acquire_nowait()
+        except trio.WouldBlock:
+            await self.send_lock.acquire()
+        try:
             with trio.CancelScope(shield=True), trio.move_on_after(SEND_TIMEOUT) as timer:
                 try:
                     await self.stream.send_all(data)
@@ -87,6 +93,8 @@ class _Client:
                     "client %d read nothing for %s s; closing it", self.number, SEND_TIMEOUT
                 )
                 self.close()
+        finally:
+            self.send_lock.release()
 
 
 def _error(request_id: int, kind: str, message: str) -> pb.Response:
@@ -256,6 +264,11 @@ class AgentServer:
         if refusal is not None:
             self.counters["request_errors"] += 1
             await client.send(_error(rid, *refusal))
+        elif kind == "inspect":
+            # Answered here, from memory, without a task of its own: a task would first
+            # wait a scheduler turn behind every ready task of the node (a peer's reads and
+            # writes), and `inspect` is how an operator looks at a node under load.
+            await self._inspect(client, rid)
         elif kind == "subscribe":
             client.subscriptions[rid] = trio.CancelScope()
             client.nursery.start_soon(self._subscription, client, rid, request.subscribe)
@@ -266,22 +279,36 @@ class AgentServer:
     async def _handle(self, client: _Client, rid: int, kind: str, body: Any) -> None:
         try:
             response = await self._answer(client, rid, kind, body)
-        except AgentError as exc:  # a refusal of the service's, typed by its cause
-            response = _error(rid, exc.kind, str(exc))
-        except MessageTooLarge as exc:
-            response = _error(rid, AgentTooLarge.kind, str(exc))
-        except BootstrapError as exc:
-            response = _error(rid, AgentBootstrapFailed.kind, str(exc))
-        except (LocalProtocolError, ValueError, TypeError) as exc:
-            response = _error(rid, AgentBadRequest.kind, str(exc))
         except Exception as exc:  # a bug here must not take the agent (and its node) down
-            log.exception("client %d: %s request %d failed", client.number, kind, rid)
-            response = _error(rid, AgentInternalError.kind, f"{type(exc).__name__}: {exc}")
+            response = self._failure(client, rid, kind, exc)
         finally:
             client.in_flight.discard(rid)
+        await self._reply(client, response)
+
+    async def _inspect(self, client: _Client, rid: int) -> None:
+        try:
+            response = pb.Response(id=rid, node_info=self._node_info())
+        except Exception as exc:
+            response = self._failure(client, rid, "inspect", exc)
+        await self._reply(client, response)
+
+    async def _reply(self, client: _Client, response: pb.Response) -> None:
         if response.WhichOneof("body") == "error":
             self.counters["request_errors"] += 1
         await client.send(response)
+
+    def _failure(self, client: _Client, rid: int, kind: str, exc: Exception) -> pb.Response:
+        """The Error reply for a request that raised `exc`, typed by its cause."""
+        if isinstance(exc, AgentError):  # a refusal of the service's
+            return _error(rid, exc.kind, str(exc))
+        if isinstance(exc, MessageTooLarge):
+            return _error(rid, AgentTooLarge.kind, str(exc))
+        if isinstance(exc, BootstrapError):
+            return _error(rid, AgentBootstrapFailed.kind, str(exc))
+        if isinstance(exc, LocalProtocolError | ValueError | TypeError):
+            return _error(rid, AgentBadRequest.kind, str(exc))
+        log.exception("client %d: %s request %d failed", client.number, kind, rid, exc_info=exc)
+        return _error(rid, AgentInternalError.kind, f"{type(exc).__name__}: {exc}")
 
     async def _answer(self, client: _Client, rid: int, kind: str, body: Any) -> pb.Response:
         service = self.service
@@ -312,14 +339,15 @@ class AgentServer:
             return pb.Response(id=rid, holdings_map=await service.holdings(body))
         elif kind == "known_topics":
             return pb.Response(id=rid, topic_list=await service.known_topics(body))
-        elif kind == "inspect":
-            stats = {f"agent_{name}": value for name, value in self.counters.items()}
-            stats["agent_clients"] = len(self._clients)
-            return pb.Response(id=rid, node_info=service.node_info(stats))
         else:
             raise AgentBadRequest(f"unknown request {kind!r}")
         await trio.lowlevel.checkpoint()
         return pb.Response(id=rid, done=pb.Done())
+
+    def _node_info(self) -> pb.NodeInfo:
+        stats = {f"agent_{name}": value for name, value in self.counters.items()}
+        stats["agent_clients"] = len(self._clients)
+        return self.service.node_info(stats)
 
     # -- subscriptions ----------------------------------------------------------------------
 
