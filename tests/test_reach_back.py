@@ -7,8 +7,13 @@ The node joins at now=0.0 (its join time, 0 ms); a stamp above 0 is after the jo
 from __future__ import annotations
 
 from episub.proto import messages as m
-from episub.proto.events import DataLost, Deliver, OutEvent, Recovered, Send
+from episub.proto.config import NodeConfig
+from episub.proto.events import DataLost, Deliver, JoinTopic, OutEvent, Publish, Recovered, Send
 from episub.proto.node import NodeState
+from episub.sim.engine import Simulator
+from episub.sim.latency import make_latency
+from episub.sim.metrics import WARMUP, payload_for
+from tests.core_checks import CheckedNode, Checks
 from tests.helpers import (
     TOPIC,
     broadcast_config,
@@ -188,3 +193,33 @@ def test_a_forgotten_streams_messages_are_not_delivered_again_by_a_reach():
     out = node.handle(received(1, gossip(env(2))), 1.8)  # delivered before, forgotten since
     assert deliveries(out) == [3]
     assert node.stats()["streams_evicted"] == 2
+
+
+def test_in_the_simulator_a_node_cut_off_after_its_join_gets_every_later_message():
+    """Node 5 joins, is partitioned off while node 1 publishes 0..4 (its first messages),
+    links again once the partition heals, and node 1 publishes 5..9: node 5 gets 0..9 in
+    order, the first five by its stream's reach back (it got 5..9 alone, or 4..9 when a
+    HEADS named 4)."""
+    checks = Checks()
+    sim = Simulator(
+        latency=make_latency("uniform", 1),
+        seed=1,
+        node_factory=lambda peer, rng: CheckedNode(peer, rng, checks, NodeConfig()),
+    )
+    for node in range(6):
+        sim.add_node(node)
+        sim.input(node, JoinTopic(TOPIC, tuple(range(node))))
+    sim.run(5.0)
+    sim.partition(bytearray([0, 0, 0, 0, 0, 1]))
+    sim.run(6.0)
+    for i in range(5):
+        sim.input(1, Publish(TOPIC, payload_for(WARMUP, i)))
+    sim.run(8.0)
+    sim.heal()
+    sim.run(40.0)
+    assert sim.nodes[5].state.active_view(TOPIC)  # linked again
+    for i in range(5, 10):
+        sim.input(1, Publish(TOPIC, payload_for(WARMUP, i)))
+    sim.run(60.0)
+    assert [seq for publisher, seq, _ in checks.in_order[5] if publisher == 1] == list(range(10))
+    assert 5 not in checks.lost

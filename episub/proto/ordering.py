@@ -22,8 +22,9 @@ Rules this machine keeps:
   join (`joined`: the join input's `now`, in stamps' milliseconds) reaches back instead:
   its first messages were published after we joined, so the ones before them may have
   been too (published while this node had no link to the overlay). It PULLs the seq
-  below what it holds, then twice as many below that each time the lowest asked comes,
-  never more than `max_gap` below its first message; an answer stamped after the join is
+  below what it holds, then, each time the lowest seq asked for comes, as many again as
+  the reach has covered (1, 1, 2, 4, ...), never more than `max_gap` below its first
+  message nor more than `held` has room for; an answer stamped after the join is
   held, one stamped at or before it is history (Recovered) and the stream starts after
   it; seq 0 ends the reach too. A step nobody answers within `gap_retry_interval` is
   asked of the next neighbour, each at most once and `gap_max_attempts` in all; then,
