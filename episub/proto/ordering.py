@@ -126,6 +126,7 @@ class OrderedDelivery:
         # join, raised to the last message delivered of each stream forgotten since (a
         # reach must not deliver those again). None: no join told here, no reach back.
         self.reach_floor_ms: int | None = None
+        self._reaching = 0  # streams reaching back: none, and a first copy costs no look-up
 
     def joined(self, now: float) -> None:
         """The topic was joined at `now`: what is stamped later, the subscription must get."""
@@ -160,6 +161,8 @@ class OrderedDelivery:
     def within_reach(self, envelope: Envelope) -> bool:
         """Is this message one its stream's reach back asked for and does not hold yet?
         Then `reach_answer` takes it."""
+        if not self._reaching:
+            return False
         stream = self.streams.get(envelope.publisher)
         return stream is not None and _within_reach(stream, envelope.seq)
 
@@ -405,6 +408,8 @@ class OrderedDelivery:
             self._settle(publisher, stream, low, now, out)
             return
         first = max(bottom, low - min(room, max(1, stream.reach_from - low)))
+        if stream.reach_low is None:
+            self._reaching += 1
         stream.reach_low = first
         stream.pull_attempts = 0
         self._reach_step(peer, publisher, stream, now, out)
@@ -460,7 +465,9 @@ class OrderedDelivery:
         message from before our join): what it holds below is history; what it holds from
         there is delivered, a gap inside it repaired as usual."""
         stream.settling_until = None
-        stream.reach_low = None
+        if stream.reach_low is not None:
+            self._reaching -= 1
+            stream.reach_low = None
         for seq in [s for s in stream.held if s < start]:
             mid, envelope, _ = stream.held.pop(seq)
             self.counters.recovered += 1
