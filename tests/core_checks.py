@@ -218,6 +218,14 @@ def check_node(node: NodeState) -> None:
     for name, size, bound in bounds:
         if size > bound:
             raise InvariantBroken(f"{me}: {name} holds {size}, bound {bound}")
+    # A stream reaches back only while it settles, asking for no more than max_gap below
+    # where it began; the count that spares every first copy a look-up agrees.
+    reaching = [s for s in bc.streams.values() if s.reach_low is not None]
+    if bc.ordering._reaching != len(reaching) or any(
+        s.settling_until is None or s.reach_low < s.reach_from - bcfg.max_gap  # type: ignore[operator]
+        for s in reaching
+    ):
+        raise InvariantBroken(f"{me}: reaching streams {reaching!r:.300}")
 
 
 class CheckedNode:

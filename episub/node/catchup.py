@@ -24,7 +24,8 @@ still missing, so a catch-up cut by a lost link resumes where it stopped when th
 returns. What is fetched this way is history: kept in retention for reads by range (the
 Spark source), not delivered to subscribers, who get what is published after their
 join (episub/proto/ordering.py: an answer to our own fetch of a stream we have none of
-is history).
+is history; what was published after the join while this node had no link reaches them
+by the stream's own reach back there, not by a catch-up).
 
 A control stream's places (a Spark sink's batch index) are stamped 0, so that a commit run
 again writes the very same message: a catch-up asks for every one its neighbour holds,

@@ -690,6 +690,12 @@ class Broadcast:
         place = (envelope.publisher, envelope.seq)
         self.counters.gossip_received += 1
         self._remember(mid, envelope, hops=msg.hops, sender=peer, now=now)
+        if self.ordering.within_reach(envelope):
+            # A stream reaching back for what was published after our join (ordering.py):
+            # news to nobody downstream, so neither forwarded nor announced.
+            self.missing.pop(place, None)
+            self.ordering.reach_answer(peer, mid, envelope, msg.hops, now, out)
+            return
         if self.ordering.behind_stream(envelope):
             # History, kept but not delivered again. An answer to our own fetch is news to
             # nobody downstream; any other copy may be live for nodes that joined before us.
@@ -1202,7 +1208,8 @@ class Broadcast:
                 tree = self._latest_tree()
                 self.ordering.on_gap_timer([*tree.eager, *tree.lazy], now, out)
             case BroadcastTimer.SETTLE:
-                self.ordering.on_settle_timer(now, out)
+                tree = self._latest_tree()
+                self.ordering.on_settle_timer([*tree.eager, *tree.lazy], now, out)
             case BroadcastTimer.HEADS:
                 self._heads_armed = False
                 self._send_heads(now, out)

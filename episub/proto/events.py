@@ -79,7 +79,9 @@ class AnswersCancelled:
 class JoinTopic:
     """Command: subscribe to `topic`, entering through any of the `bootstrap` peers.
 
-    An empty `bootstrap` starts a new overlay that others may join through us.
+    An empty `bootstrap` starts a new overlay that others may join through us. The
+    input's `now` is the join time: what publishers stamp later is delivered, even if it
+    was published before this node had a link (ordering.py's reach back).
     """
 
     topic: str

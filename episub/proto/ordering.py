@@ -18,6 +18,19 @@ Rules this machine keeps:
   fixed only after `stream_settle` (nothing comes before seq 0), at the lowest seq held
   then, so an earlier message that the first one overtook is still delivered, in order.
   While it settles, only answers to our own fetch below the lowest seq seen are history.
+- A stream whose lowest seq held when it settles is above 0 and stamped after the topic's
+  join (`joined`: the join input's `now`, in stamps' milliseconds) reaches back instead:
+  its first messages were published after we joined, so the ones before them may have
+  been too (published while this node had no link to the overlay). It PULLs the seq
+  below what it holds, then, each time the lowest seq asked for comes, as many again as
+  the reach has covered (1, 1, 2, 4, ...), never more than `max_gap` below its first
+  message nor more than `held` has room for; an answer stamped after the join is
+  held, one stamped at or before it is history (Recovered) and the stream starts after
+  it; seq 0 ends the reach too. A step nobody answers within `gap_retry_interval` is
+  asked of the next neighbour, each at most once and `gap_max_attempts` in all; then,
+  or out of reach, the stream starts at the lowest seq held (`reach_backs_cut`), with no
+  DataLost: nobody holding the seqs below is what messages from long before the join look
+  like too. An answer within the reach is not forwarded (news to nobody downstream).
 - A message from before its stream's position is history: kept by broadcast, not
   delivered again (`behind_stream`).
 - A gap is pulled (PULL first..last) from the neighbours in turn, every
@@ -46,7 +59,15 @@ from dataclasses import dataclass, field
 
 from episub.proto import messages as m
 from episub.proto.config import BroadcastConfig
-from episub.proto.events import DataLost, Deliver, OutEvent, PeerMisbehaved, ScheduleTimer, Send
+from episub.proto.events import (
+    DataLost,
+    Deliver,
+    OutEvent,
+    PeerMisbehaved,
+    Recovered,
+    ScheduleTimer,
+    Send,
+)
 from episub.proto.messages import Envelope, MessageId, PeerId
 from episub.proto.tables import BroadcastCounters
 
@@ -64,7 +85,12 @@ class PublisherStream:
     settling_until: float | None = None  # while set, where the stream starts is not fixed
     # While a gap is open: when a message was last delivered in order (or the gap opened).
     stalled_since: float | None = None
-    pull_attempts: int = 0
+    pull_attempts: int = 0  # PULLs of the open gap, or of the reach's step while it settles
+    # While it reaches back (settling): the lowest seq asked for, and the lowest seq held
+    # when the reach began (it asks for nothing more than max_gap below that).
+    reach_low: int | None = None
+    reach_from: int = 0
+    last_stamp_ms: int = 0  # the stamp of the last message delivered
 
 
 class OrderedDelivery:
@@ -96,6 +122,15 @@ class OrderedDelivery:
         # first; bounded by max_fetches.
         self.fetches: OrderedDict[PeerId, list[tuple[int, int]]] = OrderedDict()
         self._gap_armed = False
+        # Messages stamped at or before this (ms) are history to a reach back: the topic's
+        # join, raised to the last message delivered of each stream forgotten since (a
+        # reach must not deliver those again). None: no join told here, no reach back.
+        self.reach_floor_ms: int | None = None
+        self._reaching = 0  # streams reaching back: none, and a first copy costs no look-up
+
+    def joined(self, now: float) -> None:
+        """The topic was joined at `now`: what is stamped later, the subscription must get."""
+        self.reach_floor_ms = int(now * 1000)
 
     # -- queries ------------------------------------------------------------------------
 
@@ -117,11 +152,19 @@ class OrderedDelivery:
             # No stream of it here yet: an answer to our own fetch is history (a reader
             # filling a range), not the first live message of a stream to forward.
             return self.fetched(envelope)
-        if envelope.seq in stream.held:
+        if envelope.seq in stream.held or _within_reach(stream, envelope.seq):
             return False
         if stream.settling_until is not None:
             return envelope.seq < stream.next_seq and self.fetched(envelope)
         return envelope.seq < stream.next_seq
+
+    def within_reach(self, envelope: Envelope) -> bool:
+        """Is this message one its stream's reach back asked for and does not hold yet?
+        Then `reach_answer` takes it."""
+        if not self._reaching:
+            return False
+        stream = self.streams.get(envelope.publisher)
+        return stream is not None and _within_reach(stream, envelope.seq)
 
     def fetched(self, envelope: Envelope) -> bool:
         """Does this message fall in one of the last spans we fetched of its publisher?"""
@@ -180,6 +223,7 @@ class OrderedDelivery:
             # The next in sequence, nothing held: what nearly every message is.
             streams[publisher] = stream
             stream.next_seq = seq + 1
+            stream.last_stamp_ms = envelope.timestamp_ms
             self.counters.delivered += 1
             out.append(Deliver(self.topic, mid, envelope, hops))
             return
@@ -278,21 +322,162 @@ class OrderedDelivery:
             if not stream.held and stream.settling_until is None:
                 del self.streams[publisher]
                 self.counters.streams_evicted += 1
+                if self.reach_floor_ms is not None:
+                    self.reach_floor_ms = max(self.reach_floor_ms, stream.last_stamp_ms)
                 return True
         return False
 
-    def on_settle_timer(self, now: float, out: list[OutEvent]) -> None:
-        """Fix where each settled stream starts, and deliver what it holds from there."""
+    def on_settle_timer(self, neighbors: list[PeerId], now: float, out: list[OutEvent]) -> None:
+        """Fix where each settled stream starts, and deliver what it holds from there; a
+        stream first seen after our join reaches back first, and a reach's step that has
+        stood unanswered is asked of the next of `neighbors`, or given up."""
         for publisher, stream in self.streams.items():
             if stream.settling_until is None or stream.settling_until > now:
                 continue
-            stream.settling_until = None
-            stream.next_seq = min(stream.held, default=stream.next_seq)
-            self._release_held(publisher, stream, out)
-            if stream.held:  # a gap inside what arrived while settling: repair as usual
-                stream.stalled_since = now
-                stream.pull_attempts = 0
-                self._arm_gap_timer(out)
+            if stream.reach_low is not None:
+                self._reach_unanswered(neighbors, publisher, stream, now, out)
+                continue
+            low = stream.next_seq  # the lowest seq held, while it settles
+            if low and low in stream.held and self._after_join(stream.held[low][1]):
+                self.counters.reach_backs += 1
+                stream.reach_from = low
+                if neighbors:
+                    self._reach_further(neighbors[0], publisher, stream, now, out)
+                    continue
+                self.counters.reach_backs_cut += 1  # nobody to ask
+            self._settle(publisher, stream, low, now, out)
+
+    def reach_answer(
+        self,
+        peer: PeerId,
+        mid: MessageId,
+        envelope: Envelope,
+        hops: int,
+        now: float,
+        out: list[OutEvent],
+    ) -> None:
+        """A first copy `within_reach` of its stream, from `peer`: stamped after our join,
+        it is held, and the reach goes on below it, from `peer`, once the step's lowest seq
+        has come; at or before the join, it is history, and the stream starts after it."""
+        publisher = envelope.publisher
+        stream = self.streams[publisher]
+        seq = envelope.seq
+        if not self._after_join(envelope):
+            self.counters.recovered += 1
+            out.append(Recovered(self.topic, mid, envelope))
+            self._settle(publisher, stream, seq + 1, now, out)
+            return
+        if len(stream.held) >= self.config.max_held_per_publisher:
+            # Live messages took the room the step was asked with: the reach ends here.
+            self.counters.reach_backs_cut += 1
+            self._settle(publisher, stream, stream.next_seq, now, out)
+            if seq >= stream.next_seq:
+                self.deliver(mid, envelope, hops, now, out)  # a gap inside what it holds
+            else:
+                self.counters.recovered += 1
+                out.append(Recovered(self.topic, mid, envelope))
+            return
+        self.counters.reached_back += 1
+        self._hold_while_settling(stream, seq, (mid, envelope, hops))
+        if stream.next_seq == 0:
+            self._settle(publisher, stream, 0, now, out)  # nothing comes before seq 0
+        elif stream.reach_low is not None and stream.next_seq <= stream.reach_low:
+            self._reach_further(peer, publisher, stream, now, out)
+
+    def _after_join(self, envelope: Envelope) -> bool:
+        """Stamped after the reach floor: the topic's join (the same millisecond counts as
+        before it), or a forgotten stream's last delivery?"""
+        return self.reach_floor_ms is not None and envelope.timestamp_ms > self.reach_floor_ms
+
+    def _reach_further(
+        self,
+        peer: PeerId,
+        publisher: PeerId,
+        stream: PublisherStream,
+        now: float,
+        out: list[OutEvent],
+    ) -> None:
+        """PULL from `peer` the next step below the lowest seq held: as many seqs as the
+        reach has covered so far (one at first), within max_gap of where it began."""
+        low = stream.next_seq
+        bottom = max(0, stream.reach_from - self.config.max_gap)
+        room = self.config.max_held_per_publisher - len(stream.held)
+        if low <= bottom or room <= 0:
+            # Out of reach, or `held` is full: what comes next would push out what it holds.
+            self.counters.reach_backs_cut += 1
+            self._settle(publisher, stream, low, now, out)
+            return
+        first = max(bottom, low - min(room, max(1, stream.reach_from - low)))
+        if stream.reach_low is None:
+            self._reaching += 1
+        stream.reach_low = first
+        stream.pull_attempts = 0
+        self._reach_step(peer, publisher, stream, now, out)
+
+    def _reach_step(
+        self,
+        peer: PeerId,
+        publisher: PeerId,
+        stream: PublisherStream,
+        now: float,
+        out: list[OutEvent],
+    ) -> None:
+        assert stream.reach_low is not None  # a bug of ours otherwise
+        delay = self.config.gap_retry_interval
+        stream.settling_until = now + delay
+        self.counters.pulls_sent += 1
+        pull = m.Pull(publisher=publisher, first_seq=stream.reach_low, last_seq=stream.next_seq - 1)
+        out.append(Send(peer, self.topic, pull))
+        out.append(ScheduleTimer(delay, (*self._timer_prefix, "settle")))
+
+    def _reach_unanswered(
+        self,
+        neighbors: list[PeerId],
+        publisher: PeerId,
+        stream: PublisherStream,
+        now: float,
+        out: list[OutEvent],
+    ) -> None:
+        """The reach's step stood `gap_retry_interval` without its lowest seq: asked of the
+        next neighbour, each once and gap_max_attempts in all; then given up."""
+        assert stream.reach_low is not None  # a bug of ours otherwise
+        if stream.next_seq <= stream.reach_low and neighbors:
+            # Its lowest seq came another way (a copy taken again): the next step.
+            self._reach_further(neighbors[0], publisher, stream, now, out)
+            return
+        stream.pull_attempts += 1
+        if stream.pull_attempts < min(self.config.gap_max_attempts, len(neighbors)):
+            peer = neighbors[stream.pull_attempts % len(neighbors)]
+            self._reach_step(peer, publisher, stream, now, out)
+            return
+        self.counters.reach_backs_cut += 1
+        self._settle(publisher, stream, stream.next_seq, now, out)
+
+    def _settle(
+        self,
+        publisher: PeerId,
+        stream: PublisherStream,
+        start: int,
+        now: float,
+        out: list[OutEvent],
+    ) -> None:
+        """The stream starts at `start` (at most the lowest seq held, or just above a
+        message from before our join): what it holds below is history; what it holds from
+        there is delivered, a gap inside it repaired as usual."""
+        stream.settling_until = None
+        if stream.reach_low is not None:
+            self._reaching -= 1
+            stream.reach_low = None
+        for seq in [s for s in stream.held if s < start]:
+            mid, envelope, _ = stream.held.pop(seq)
+            self.counters.recovered += 1
+            out.append(Recovered(self.topic, mid, envelope))
+        stream.next_seq = start
+        self._release_held(publisher, stream, out)
+        if stream.held:  # a gap inside what arrived while settling: repair as usual
+            stream.stalled_since = now
+            stream.pull_attempts = 0
+            self._arm_gap_timer(out)
 
     def _emit(self, mid: MessageId, envelope: Envelope, hops: int, out: list[OutEvent]) -> None:
         self.counters.delivered += 1
@@ -303,6 +488,7 @@ class OrderedDelivery:
     ) -> None:
         while stream.next_seq in stream.held:
             mid, envelope, hops = stream.held.pop(stream.next_seq)
+            stream.last_stamp_ms = envelope.timestamp_ms
             self._emit(mid, envelope, hops, out)
             stream.next_seq += 1
         if not stream.held:
@@ -364,3 +550,12 @@ class OrderedDelivery:
                 stream.pull_attempts = 0
         if pending:
             self._arm_gap_timer(out)
+
+
+def _within_reach(stream: PublisherStream, seq: int) -> bool:
+    """Asked for by the stream's reach back, and not held yet?"""
+    return (
+        stream.reach_low is not None
+        and stream.reach_low <= seq < stream.reach_from
+        and seq not in stream.held
+    )

@@ -80,6 +80,12 @@ class BroadcastCounters:
     rivals_refused: int = 0  # first copies for a place whose held message stays
     crossed_prunes: int = 0  # PRUNEs that crossed our GRAFT, answered by GRAFT again
     regrafts: int = 0  # empty GRAFTs sent because a PRUNE took our last eager link
+    # Streams first seen after our join that pulled back for what came before (ordering.py),
+    # the messages from after the join that this found, and reaches that stopped short:
+    # unanswered or out of reach (max_gap).
+    reach_backs: int = 0
+    reached_back: int = 0
+    reach_backs_cut: int = 0
     held_dropped: int = 0  # messages beyond a gap dropped unheld, held full (ordering.py)
     answer_batches: int = 0  # batches of PULL and GRAFT answers served (answers.py)
     answer_ranges_merged: int = 0  # asked again while waiting: nothing added

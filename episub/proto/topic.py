@@ -55,6 +55,7 @@ class Topic:
         )
 
     def join(self, bootstrap: tuple[PeerId, ...], now: float, out: list[OutEvent]) -> None:
+        self.broadcast.ordering.joined(now)
         start = len(out)
         self.membership.join(bootstrap, now, out)
         self._feed_neighbor_changes(out, start, now)
