@@ -1,4 +1,4 @@
-"""An outsider without the key, connecting to a node as fast as it can, one way per --mode.
+"""An outsider without the key, connecting to a node (flat out, or --rate a second), per --mode.
 
     .venv/bin/python tests/outsider_client.py --target 127.0.0.1:7000 --mode slow \\
         --source 127.0.0.2 --connections 20000 --seconds 60
@@ -56,13 +56,19 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=60.0, help="for at most this long")
     parser.add_argument("--hold", type=int, default=800, help="connections kept open at once")
     parser.add_argument("--report", type=int, default=100, help="an OPENED line every N")
+    parser.add_argument(
+        "--rate", type=float, default=0.0, help="connections a second (0: flat out)"
+    )
     args = parser.parse_args()
     host, _, port = args.target.rpartition(":")
     held: collections.deque[socket.socket] = collections.deque()
     opened = failed = 0
-    deadline = time.monotonic() + args.seconds
+    started = time.monotonic()
+    deadline = started + args.seconds
     try:
         while opened < args.connections and time.monotonic() < deadline:
+            if args.rate > 0:
+                time.sleep(max(0.0, started + opened / args.rate - time.monotonic()))
             if opened % 50 == 0 and stdin_closed():
                 break
             sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
