@@ -84,11 +84,6 @@ GATHER_WAIT = 0.002  # guess: a few loopback round trips; far below any protocol
 # Reads handled back to back before the reader lets other tasks run: a peer that keeps
 # the socket full must not starve the rest of the node.
 READS_PER_TURN = 16  # guess
-# How long a reader or writer works before it lets other tasks run, whatever the count:
-# trio runs every ready task once per turn, so an agent request waits a few turns, and
-# 16 reads of 1 MB messages (each opened, hashed, kept and relayed) took 20-40 ms of
-# CPU. Guess: a few of these stay far below the agent's 100 ms answer target.
-TURN_TIME = 0.004  # seconds
 
 # The kernel watches every connection between the app's pings: after KEEPALIVE_IDLE
 # seconds without traffic it probes the peer's host every KEEPALIVE_INTERVAL seconds and
@@ -274,14 +269,13 @@ class Connection:
             if self._trailing:
                 self._received(self._trailing)
                 self._trailing = b""
-            fd, turn, clock = self._fd, 0, trio.current_time
-            turn_ends = clock() + TURN_TIME
+            fd, turn = self._fd, 0
             while True:
                 try:
                     data = os.read(fd, READ_CHUNK)
                 except BlockingIOError:
+                    turn = 0
                     await trio.lowlevel.wait_readable(self._socket)
-                    turn, turn_ends = 0, clock() + TURN_TIME
                     continue
                 if not data:
                     self._check_clean_end()
@@ -290,13 +284,13 @@ class Connection:
                 if len(data) < READ_CHUNK:
                     # A short read took what the socket held: wait for more rather than
                     # read again for an EAGAIN (an exception and a system call per frame).
+                    turn = 0
                     await trio.lowlevel.wait_readable(self._socket)
-                    turn, turn_ends = 0, clock() + TURN_TIME
                     continue
                 turn += 1
-                if turn >= READS_PER_TURN or clock() >= turn_ends:
+                if turn >= READS_PER_TURN:
+                    turn = 0
                     await trio.lowlevel.checkpoint()
-                    turn, turn_ends = 0, clock() + TURN_TIME
         except FrameError as exc:
             self.invalid_frame = True
             self.failure = self.failure or f"invalid frame: {exc}"
@@ -373,16 +367,10 @@ class Connection:
         self._write_queued()
 
     def _write_queued(self) -> None:
-        """Write the queue until it is empty, the socket is full or the turn is over
-        (TURN_TIME: then the writer task writes the rest on its next turn)."""
+        """Write the queue until it is empty or the socket is full."""
         peer = self.peer
         fd = self._fd
-        clock = trio.current_time
-        turn_ends = clock() + TURN_TIME
         while peer.queue:
-            if clock() >= turn_ends:
-                peer.notify()
-                return
             frame, count, frames = take_frames(peer.queue)
             peer.queued_bytes -= len(frame) - frames * LENGTH_PREFIX_SIZE
             data = frame if self._sealer is None else self._sealer.seal(frame)
@@ -431,8 +419,6 @@ class Connection:
                     self._flush_at = None
                     continue
                 self._write_queued()
-                if peer.queue and self._unwritten is None:
-                    await trio.lowlevel.checkpoint()  # its turn was over: others run first
             # Stop writing: no new items go to this connection from here on.
             self.we_closed = True
             if peer.conn is self:
