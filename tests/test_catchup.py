@@ -279,5 +279,6 @@ def test_a_neighbour_linked_after_a_control_message_was_published_pulls_it(b_hol
             if b_holds:
                 await b.publish(TOPIC, b"b's own")
             await wait_until(lambda: len(b.retained(TOPIC, control, 0, 0)) == 1, what="b holds it")
+            assert [d.value for d in b.retained(TOPIC, control, 0, 0)] == [b"{}"]
 
     run(main)
