@@ -15,10 +15,12 @@ and a task switch (a wakeup costs a process tens of microseconds on a busy VM):
   same task: one sealed non-blocking `os.write` per peer, with no other task woken.
 - Only when a write would block does the connection's writer task take over: it waits for
   the socket to be writable and writes what is left.
-- What the application publishes in a burst is gathered (Nagle's rule): a flush less than
-  `GATHER_WAIT` after the last write to that peer is left to the writer, which writes
-  everything queued by then in one go at `GATHER_WAIT` after that write (or at once when
-  `PIGGYBACK_BUDGET` bytes are queued). A message after a quiet spell goes out at once.
+- What the application publishes in a burst is gathered (Nagle's rule): a publish less
+  than `GATHER_WAIT` after the application's previous one to that peer, and after the
+  last write to it, is left to the writer, which writes everything queued by then in one
+  go at `GATHER_WAIT` after that write (or at once when `PIGGYBACK_BUDGET` bytes are
+  queued). A publish after a quiet spell of the application's goes out at once, however
+  busy the link is with messages relayed for others.
 
 How a connection ends, and what the runtime makes of it (`Connection.failure`,
 `Connection.we_closed`):
@@ -206,6 +208,7 @@ class Connection:
         self.last_sent = now
         self.rtt_due = now  # when the runtime next reads the kernel's RTT (kernel_rtt)
         self._last_write = -math.inf  # when we last wrote (gathering's clock)
+        self._last_gather = -math.inf  # the application's last input flushed here
         self._flush_at: float | None = None  # the writer writes the queue then (gathering)
         # A write the socket took only in part: the rest, for the writer to finish once
         # the socket is writable, with the item count and plaintext size it carries.
@@ -354,10 +357,18 @@ class Connection:
         if self._delay is not None:
             peer.notify()  # the writer feeds the delay line
             return
+        now = trio.current_time()
+        if gather:
+            # A burst is the application's inputs coming back to back: what we relay in
+            # between (other publishers' messages) is no reason to hold a publish back.
+            in_burst = now - self._last_gather < GATHER_WAIT
+            self._last_gather = now
+        else:
+            in_burst = False
         if (
-            gather
+            in_burst
             and peer.queued_bytes < PIGGYBACK_BUDGET
-            and trio.current_time() - self._last_write < GATHER_WAIT
+            and now - self._last_write < GATHER_WAIT
         ):
             if self._flush_at is None:
                 self._flush_at = self._last_write + GATHER_WAIT
