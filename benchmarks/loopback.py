@@ -40,7 +40,11 @@ Per-process contract (benchmarks/gossipsub_peer.py and benchmarks/episub_peer.py
 shared implementation is benchmarks/peer_common.py):
   command line  PYTHON PEER --index I --nodes N --port P --role {publisher,receiver}
                 --publishers K --messages M --size S --rate R --topic T --deadline SEC
-                [--out FILE]. Publishers are I = 0..K-1; payload bytes 0..15 are
+                [--phase SEC] [--out FILE]. Publishers are I = 0..K-1; a paced one
+                publishes its first message --phase seconds after START (--phases
+                independent: a point of the interval drawn for its index; --phases
+                together: all at START, every interval's K messages at one instant);
+                payload bytes 0..15 are
                 struct "!IIQ" (publisher index, seq 0..M-1, time.time_ns() at publish).
   stdout        protocol lines only (logs go to stderr), in this order:
                   LISTENING <addr>  listening on 127.0.0.1:P; <addr> is what other peers
@@ -72,6 +76,7 @@ import json
 import os
 import platform
 import queue
+import random
 import shlex
 import signal
 import subprocess
@@ -182,6 +187,13 @@ def wait_until(
             child.result = json.loads(rest)
 
 
+def publisher_phase(index: int, rate: float) -> float:
+    """Where in its interval a paced publisher starts (--phases independent): a point drawn
+    for its index, the same in every run, so that publishers meet by chance, as
+    independent sources do, and not all in the same instant of every interval."""
+    return random.Random(f"publisher {index}").random() / rate
+
+
 def data_timeout(args: argparse.Namespace) -> float:
     if args.timeout:
         return args.timeout
@@ -206,6 +218,8 @@ def run(args: argparse.Namespace, logdir: Path, machine: dict[str, Any]) -> list
                 "--messages", str(args.messages), "--size", str(args.size),
                 "--rate", str(args.rate), "--topic", args.topic, "--deadline", str(lifetime),
             ]  # fmt: skip
+            if args.rate > 0 and args.phases == "independent" and i < args.publishers:
+                argv += ["--phase", str(publisher_phase(i, args.rate))]
             if args.system == "episub" and args.publish == "batch" and args.rate == 0:
                 argv += ["--batch", str(PUBLISH_BATCH)]
             log = logdir / f"node{i}.stderr"
@@ -272,6 +286,14 @@ def main() -> int:
         default="batch",
         help="episub's burst: publish_many with PUBLISH_BATCH messages a call (as a user with "
         "a burst at hand would), or publish one message a call; paced runs publish one",
+    )
+    p.add_argument(
+        "--phases",
+        choices=("independent", "together"),
+        default="independent",
+        help="paced publishers: each starts at its own point of the interval (independent "
+        "sources, as sink partitions and executors are), or all at START, so that every "
+        "interval begins with one message from each publisher at the same instant",
     )
     p.add_argument("--out", type=Path, default=None, help="write the JSON report here")
     p.add_argument("--python", default=sys.executable, help="interpreter for node processes")

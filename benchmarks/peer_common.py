@@ -52,6 +52,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="a burst's messages per publish call, through the adapter's publish_many "
         "(1: one call per message)",
     )
+    p.add_argument(
+        "--phase",
+        type=float,
+        default=0.0,
+        help="a paced publisher's first message this many seconds after START",
+    )
     p.add_argument("--topic", default=TOPIC)
     p.add_argument("--deadline", type=float, default=300.0, help="hard lifetime cap, seconds")
     p.add_argument("--out", default=None, help="also write the result JSON to this file")
@@ -216,7 +222,7 @@ async def publish_loop(adapter: Adapter, args: argparse.Namespace, stats: Stats)
     """M messages, paced at --rate msg/s (no catch-up bursts) or back to back."""
     filler = os.urandom(args.size - HEADER_SIZE)
     interval = 1.0 / args.rate if args.rate > 0 else 0.0
-    start = trio.current_time()
+    start = trio.current_time() + (args.phase if interval else 0.0)
     stats.publish_start_ns = time.time_ns()
     batch = args.batch if not interval else 1
     if batch > 1:
