@@ -13,7 +13,11 @@ end that holds nothing of the topic skips its GETHELD when the link comes up, an
 only if the other end asks it (a GETHELD from that neighbour: the asker holds something,
 so there may be something to pull). An idle overlay's link churn then costs no round trip
 and no wakeups after the pause, and a node that lost every message of a burst with the
-link still pulls them once the neighbour that holds them asks.
+link still pulls them once the neighbour that holds them asks. The skipped link is
+remembered until then: by the time the neighbour asks, this end may hold something of the
+topic (a live message, rows a reader fetched right after its join), and the comparison
+is due all the same (a Spark reader's node otherwise never pulled a sink index published
+before its link, and the sink's commit waiting for a copy timed out).
 
 A node that joins a topic late has none of the history its neighbours retain: until one
 catch-up of the topic has run to its end, catch-ups ask for everything stamped within
@@ -35,6 +39,7 @@ hold it (no broadcast or stream head names an old message to a new link)."""
 from __future__ import annotations
 
 import time
+from collections import OrderedDict
 from collections.abc import Iterable
 from typing import Protocol
 
@@ -54,6 +59,9 @@ CATCH_UP_AT_ONCE = 4  # guess: a few neighbours' holdings compared at a time
 CATCH_UP_TIMEOUT = 60.0  # guess: several FETCH_TIMEOUTs; a catch-up is background work
 # Stamps are the publishers' clocks, the join time ours: asked from a little before it.
 CATCH_UP_CLOCK_SLACK_MS = 2000  # guess: NTP keeps a cluster's hosts within milliseconds
+# Links whose link-up skipped the comparison, remembered until their neighbour asks; the
+# oldest is forgotten past this (it then compares only when a link-up finds something held).
+MAX_UNCOMPARED_LINKS = 1024  # guess: topics times the active view (7), with room
 
 
 class _Asks(Protocol):
@@ -93,6 +101,9 @@ class CatchUp:
         # Joined topics whose neighbours' retained history no catch-up has finished yet.
         self._history_due: set[str] = set()
         self._catching_up: dict[tuple[str, bytes], bool] = {}
+        # (topic, peer) of links that came up with nothing of the topic held here, not
+        # compared since (MAX_UNCOMPARED_LINKS, oldest first).
+        self._uncompared: OrderedDict[tuple[str, bytes], None] = OrderedDict()
         self._locks: dict[str, trio.Lock] = {}  # topics with a catch-up pending
         self._slots = trio.CapacityLimiter(CATCH_UP_AT_ONCE)
         self._catch_ups = 0
@@ -108,25 +119,40 @@ class CatchUp:
     def left(self, topic: str) -> None:
         self._joined_ms.pop(topic, None)
         self._history_due.discard(topic)
+        for link in [link for link in self._uncompared if link[0] == topic]:
+            del self._uncompared[link]
 
     def link_up(self, topic: str, peer: bytes, nursery: trio.Nursery | None) -> None:
+        link = (topic, peer)
         if not self._store.holds(topic):
             self._skipped += 1  # nothing to compare unless the peer holds something: asked
+            self._uncompared[link] = None
+            self._uncompared.move_to_end(link)
+            if len(self._uncompared) > MAX_UNCOMPARED_LINKS:
+                self._uncompared.popitem(last=False)
             return
+        self._uncompared.pop(link, None)
         self._start(topic, peer, nursery)
 
     def asked(self, topic: str, peer: bytes, nursery: trio.Nursery | None) -> None:
-        """`peer` asked what we hold of `topic` (it holds something itself): if we hold
-        nothing, our link-up skipped its catch-up, so compare now (also while the topic's
-        retained history is due: a live message may have come before the history), if `peer` is a
-        neighbour of the topic (else its asking is a query, not a link's catch-up)."""
+        """`peer` asked what we hold of `topic` (it holds something itself): if our link-up
+        skipped its catch-up (we held nothing then, whatever we hold now), or we hold
+        nothing, compare now (also while the topic's retained history is due: a live
+        message may have come before the history), if `peer` is a neighbour of the topic
+        (else its asking is a query, not a link's catch-up)."""
+        link = (topic, peer)
         if (
-            (self._store.holds(topic) and topic not in self._history_due)
+            (
+                self._store.holds(topic)
+                and topic not in self._history_due
+                and link not in self._uncompared
+            )
             or topic not in self._joined_ms
-            or (topic, peer) in self._catching_up
+            or link in self._catching_up
             or peer not in (n.peer_id for n in self._node.neighbors(topic))
         ):
             return
+        self._uncompared.pop(link, None)
         self._start(topic, peer, nursery)
 
     def _start(self, topic: str, peer: bytes, nursery: trio.Nursery | None) -> None:
