@@ -311,3 +311,53 @@ def test_links_whose_comparison_was_skipped_are_remembered_within_a_bound() -> N
     trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
     assert node.asked == [(TOPIC_NAME, PEER)]
     assert node.fetched == [(PUBLISHER, 0, 2)]
+
+
+class OneSilentNeighbour(Neighbourhood):
+    """PEER answers as in Neighbourhood; SILENT, a neighbour too (its link cut off but
+    not closed yet), never answers what it holds."""
+
+    def neighbors(self, topic: str) -> list[Neighbor]:
+        return [
+            *super().neighbors(topic),
+            Neighbor(peer_id=SILENT, address="127.0.0.1:2", kind="rand", role="eager", rtt_ms=1),
+        ]
+
+    async def held_by(self, topic: str, peer_id: bytes, *, since_ms: int) -> list[HeldSpan] | None:
+        if peer_id == SILENT:
+            self.asked.append((topic, peer_id))
+            await trio.sleep(2.0)  # the node's own wait for an answer
+            return None
+        return await super().held_by(topic, peer_id, since_ms=since_ms)
+
+    async def fetch_range(
+        self, topic: str, publisher: bytes, first: int, last: int, *, holders: Iterable[bytes]
+    ) -> FetchReport:
+        self.fetched_at = trio.current_time()
+        return await super().fetch_range(topic, publisher, first, last, holders=holders)
+
+
+SILENT = b"s" * 32
+
+
+def test_a_neighbour_that_does_not_answer_holds_up_no_other_links_catch_up() -> None:
+    """The topic's catch-ups pull one link at a time; a link whose neighbour gives no
+    answer (cut off, TCP not closed yet) came up first: the other link still compares and
+    pulls after the pause, not once the silent one's CATCH_UP_TIMEOUT has run out."""
+    node = OneSilentNeighbour()
+    store: RetentionStore[bytes] = RetentionStore(RetentionConfig())
+    kw = {"topic": TOPIC_NAME, "publisher": b"o" * 32, "seq": 0, "timestamp_ms": 1}
+    store.add_item(b"x", **kw, size=1, id=b"i" * 32, now=0.0)  # type: ignore[arg-type]
+    catch_up = CatchUp(node, store, PAUSE)  # type: ignore[arg-type]
+    catch_up.joined(TOPIC_NAME)
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            catch_up.link_up(TOPIC_NAME, SILENT, nursery)
+            await trio.sleep(0.5)
+            catch_up.link_up(TOPIC_NAME, PEER, nursery)
+
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    assert node.fetched == [(PUBLISHER, 0, 2)]
+    assert node.fetched_at == pytest.approx(0.5 + PAUSE)
+    assert (TOPIC_NAME, SILENT) in node.asked

@@ -5,8 +5,9 @@ A link is lost with its send queue (a peer too slow for a burst overflows it and
 closes with the queue's messages, IHAVEs included); once the burst has ended no later
 message shows the gap, and no IHAVE comes again. Comparing holdings when the link returns
 repairs that, whichever end lost the messages. After the tree's own repair (gap_timeout),
-so that live traffic in flight is not pulled twice; at most CATCH_UP_AT_ONCE at once, each
-bounded by CATCH_UP_TIMEOUT.
+so that live traffic in flight is not pulled twice; at most CATCH_UP_AT_ONCE pull at once,
+one link of a topic at a time, each bounded by CATCH_UP_TIMEOUT; a neighbour that does not
+answer what it holds (its link cut off but not closed yet) holds up no other link.
 
 A link of a topic that never carried a message at either end has nothing to compare: the
 end that holds nothing of the topic skips its GETHELD when the link comes up, and compares
@@ -177,11 +178,16 @@ class CatchUp:
         link = (topic, peer)
         try:
             while True:
-                # One link of a topic at a time: the next finds what this one pulled held,
-                # instead of pulling it a second time from another neighbour.
-                lock = self._locks.setdefault(topic, trio.Lock())
-                async with lock, self._slots:
-                    await self._catch_up_once(topic, peer)
+                # Asked outside the topic's lock: a neighbour that does not answer (its
+                # link cut off, not closed yet) must not hold up the comparison of the
+                # topic's other links for the CATCH_UP_TIMEOUT it is asked in.
+                spans = await self._holdings_of(topic, peer)
+                if spans is not None:
+                    # One link of a topic at a time pulls: the next finds what this one
+                    # pulled held, instead of pulling it a second time from another one.
+                    lock = self._locks.setdefault(topic, trio.Lock())
+                    async with lock, self._slots:
+                        await self._pull(topic, peer, spans)
                 if not self._catching_up.get(link):
                     return
                 self._catching_up[link] = False  # it came up again while we compared
@@ -192,23 +198,27 @@ class CatchUp:
             if not any(t == topic for t, _ in self._catching_up):
                 self._locks.pop(topic, None)
 
-    async def _catch_up_once(self, topic: str, peer: bytes) -> None:
+    async def _holdings_of(self, topic: str, peer: bytes) -> list[HeldSpan] | None:
+        """What `peer` holds of `topic` since the time a catch-up asks from; None when the
+        link went, the topic was left, or it gave no answer within CATCH_UP_TIMEOUT."""
         node = self._node
-        me = node.id
         with trio.move_on_after(CATCH_UP_TIMEOUT):
             while True:
                 await trio.sleep(self._pause)  # the tree's own repair first; then between asks
                 if peer not in (n.peer_id for n in node.neighbors(topic)):
-                    return  # the link went again (its return starts another catch-up)
+                    return None  # the link went again (its return starts another catch-up)
                 joined = self._joined_ms.get(topic)
                 if joined is None:
-                    return
+                    return None
                 since = max(1, self._since_ms(topic, joined))
                 spans = await node.held_by(topic, peer, since_ms=since)
                 if spans is not None:
-                    break  # else no answer: the link may be closing, or the peer busy
-        if spans is None:
-            return
+                    return spans  # else no answer: the link may be closing, or the peer busy
+        return None
+
+    async def _pull(self, topic: str, peer: bytes, spans: list[HeldSpan]) -> None:
+        """Fetch from `peer` what of its `spans` this node lacks (see _catch_up_stream)."""
+        me = self._node.id
         self._catch_ups += 1
         # Seqs this catch-up may still ask for: no more than retention can hold.
         allowance = self._store.config.max_messages
