@@ -55,7 +55,7 @@ from episub.retention import RetentionStore
 
 __all__ = ["CATCH_UP_AT_ONCE", "CATCH_UP_CLOCK_SLACK_MS", "CATCH_UP_TIMEOUT", "CatchUp"]
 
-# How many catch-ups run at once, and how long one may take in all.
+# How many catch-ups pull at once, and how long asking or pulling may take in all.
 CATCH_UP_AT_ONCE = 4  # guess: a few neighbours' holdings compared at a time
 CATCH_UP_TIMEOUT = 60.0  # guess: several FETCH_TIMEOUTs; a catch-up is background work
 # Stamps are the publishers' clocks, the join time ours: asked from a little before it.
