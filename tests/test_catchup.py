@@ -12,7 +12,7 @@ import pytest
 import trio
 import trio.testing
 
-from episub.node.catchup import CatchUp
+from episub.node.catchup import MAX_UNCOMPARED_LINKS, CatchUp
 from episub.node.fetching import FetchReport
 from episub.proto.messages import HeldSpan
 from episub.proto.reserved import SINK_INDEX_PREFIX
@@ -259,15 +259,20 @@ def test_a_subscriber_gets_what_was_published_after_it_joined_while_its_node_was
     run(main)
 
 
+@pytest.mark.parametrize("history", [True, False], ids=["history", "no-history"])
 @pytest.mark.parametrize("b_holds", [True, False], ids=["b-holds-its-own", "b-holds-nothing"])
-def test_a_neighbour_linked_after_a_control_message_was_published_pulls_it(b_holds: bool) -> None:
+def test_a_neighbour_linked_after_a_control_message_was_published_pulls_it(
+    b_holds: bool, history: bool
+) -> None:
     """On real sockets: a holds a control stream's message stamped 0 (a Spark sink's batch
     index: a commit run again writes the same message), published while a had no
     neighbour, so no broadcast carried it and no stream head will name it to a link made
     later. b joins through a (holding messages of its own in the topic, or none: then a's
     ask starts b's comparison): b's catch-up must pull the index whatever its stamp (it
     asked only for places stamped since its join, and a sink commit waiting for another
-    node to hold its index timed out)."""
+    node to hold its index timed out). Without history (a Spark reader's node), b's
+    link-up held nothing and skipped the comparison, and b held its own message by the
+    time a asked: b must compare all the same (it never did, and the commit timed out)."""
 
     async def main() -> None:
         async with AsyncExitStack() as stack:
@@ -275,10 +280,84 @@ def test_a_neighbour_linked_after_a_control_message_was_published_pulls_it(b_hol
             await a.join(TOPIC)
             control = SINK_INDEX_PREFIX + b"query"
             await a.publish_record(TOPIC, b"{}", stream=(control, 0), timestamp_ms=0)
-            await b.join(TOPIC, bootstrap=[a.address])
+            await b.join(TOPIC, bootstrap=[a.address], history=history)
             if b_holds:
                 await b.publish(TOPIC, b"b's own")
             await wait_until(lambda: len(b.retained(TOPIC, control, 0, 0)) == 1, what="b holds it")
             assert [d.value for d in b.retained(TOPIC, control, 0, 0)] == [b"{}"]
 
     run(main)
+
+
+def test_links_whose_comparison_was_skipped_are_remembered_within_a_bound() -> None:
+    """A skipped link is remembered until its neighbour asks, then compared even though
+    this node holds something by then; past MAX_UNCOMPARED_LINKS the oldest is forgotten."""
+    node = Neighbourhood()
+    store: RetentionStore[bytes] = RetentionStore(RetentionConfig())
+    catch_up = CatchUp(node, store, PAUSE)  # type: ignore[arg-type]
+    catch_up.joined(TOPIC_NAME, history=False)
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            for i in range(MAX_UNCOMPARED_LINKS):
+                catch_up.link_up(TOPIC_NAME, i.to_bytes(4, "big"), nursery)
+            catch_up.link_up(TOPIC_NAME, PEER, nursery)
+            kw = {"topic": TOPIC_NAME, "publisher": b"o" * 32, "seq": 0, "timestamp_ms": 1}
+            store.add_item(b"x", **kw, size=1, id=b"i" * 32, now=0.0)  # type: ignore[arg-type]
+            assert len(catch_up._uncompared) == MAX_UNCOMPARED_LINKS
+            assert (TOPIC_NAME, (0).to_bytes(4, "big")) not in catch_up._uncompared
+            catch_up.asked(TOPIC_NAME, PEER, nursery)
+
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    assert node.asked == [(TOPIC_NAME, PEER)]
+    assert node.fetched == [(PUBLISHER, 0, 2)]
+
+
+class OneSilentNeighbour(Neighbourhood):
+    """PEER answers as in Neighbourhood; SILENT, a neighbour too (its link cut off but
+    not closed yet), never answers what it holds."""
+
+    def neighbors(self, topic: str) -> list[Neighbor]:
+        return [
+            *super().neighbors(topic),
+            Neighbor(peer_id=SILENT, address="127.0.0.1:2", kind="rand", role="eager", rtt_ms=1),
+        ]
+
+    async def held_by(self, topic: str, peer_id: bytes, *, since_ms: int) -> list[HeldSpan] | None:
+        if peer_id == SILENT:
+            self.asked.append((topic, peer_id))
+            await trio.sleep(2.0)  # the node's own wait for an answer
+            return None
+        return await super().held_by(topic, peer_id, since_ms=since_ms)
+
+    async def fetch_range(
+        self, topic: str, publisher: bytes, first: int, last: int, *, holders: Iterable[bytes]
+    ) -> FetchReport:
+        self.fetched_at = trio.current_time()
+        return await super().fetch_range(topic, publisher, first, last, holders=holders)
+
+
+SILENT = b"s" * 32
+
+
+def test_a_neighbour_that_does_not_answer_holds_up_no_other_links_catch_up() -> None:
+    """The topic's catch-ups pull one link at a time; a link whose neighbour gives no
+    answer (cut off, TCP not closed yet) came up first: the other link still compares and
+    pulls after the pause, not once the silent one's CATCH_UP_TIMEOUT has run out."""
+    node = OneSilentNeighbour()
+    store: RetentionStore[bytes] = RetentionStore(RetentionConfig())
+    kw = {"topic": TOPIC_NAME, "publisher": b"o" * 32, "seq": 0, "timestamp_ms": 1}
+    store.add_item(b"x", **kw, size=1, id=b"i" * 32, now=0.0)  # type: ignore[arg-type]
+    catch_up = CatchUp(node, store, PAUSE)  # type: ignore[arg-type]
+    catch_up.joined(TOPIC_NAME)
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            catch_up.link_up(TOPIC_NAME, SILENT, nursery)
+            await trio.sleep(0.5)
+            catch_up.link_up(TOPIC_NAME, PEER, nursery)
+
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    assert node.fetched == [(PUBLISHER, 0, 2)]
+    assert node.fetched_at == pytest.approx(0.5 + PAUSE)
+    assert (TOPIC_NAME, SILENT) in node.asked

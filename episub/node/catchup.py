@@ -5,15 +5,20 @@ A link is lost with its send queue (a peer too slow for a burst overflows it and
 closes with the queue's messages, IHAVEs included); once the burst has ended no later
 message shows the gap, and no IHAVE comes again. Comparing holdings when the link returns
 repairs that, whichever end lost the messages. After the tree's own repair (gap_timeout),
-so that live traffic in flight is not pulled twice; at most CATCH_UP_AT_ONCE at once, each
-bounded by CATCH_UP_TIMEOUT.
+so that live traffic in flight is not pulled twice; at most CATCH_UP_AT_ONCE pull at once,
+one link of a topic at a time, each bounded by CATCH_UP_TIMEOUT; a neighbour that does not
+answer what it holds (its link cut off but not closed yet) holds up no other link.
 
 A link of a topic that never carried a message at either end has nothing to compare: the
 end that holds nothing of the topic skips its GETHELD when the link comes up, and compares
 only if the other end asks it (a GETHELD from that neighbour: the asker holds something,
 so there may be something to pull). An idle overlay's link churn then costs no round trip
 and no wakeups after the pause, and a node that lost every message of a burst with the
-link still pulls them once the neighbour that holds them asks.
+link still pulls them once the neighbour that holds them asks. The skipped link is
+remembered until then: by the time the neighbour asks, this end may hold something of the
+topic (a live message, rows a reader fetched right after its join), and the comparison
+is due all the same (a Spark reader's node otherwise never pulled a sink index published
+before its link, and the sink's commit waiting for a copy timed out).
 
 A node that joins a topic late has none of the history its neighbours retain: until one
 catch-up of the topic has run to its end, catch-ups ask for everything stamped within
@@ -35,6 +40,7 @@ hold it (no broadcast or stream head names an old message to a new link)."""
 from __future__ import annotations
 
 import time
+from collections import OrderedDict
 from collections.abc import Iterable
 from typing import Protocol
 
@@ -49,11 +55,14 @@ from episub.retention import RetentionStore
 
 __all__ = ["CATCH_UP_AT_ONCE", "CATCH_UP_CLOCK_SLACK_MS", "CATCH_UP_TIMEOUT", "CatchUp"]
 
-# How many catch-ups run at once, and how long one may take in all.
+# How many catch-ups pull at once, and how long asking or pulling may take in all.
 CATCH_UP_AT_ONCE = 4  # guess: a few neighbours' holdings compared at a time
 CATCH_UP_TIMEOUT = 60.0  # guess: several FETCH_TIMEOUTs; a catch-up is background work
 # Stamps are the publishers' clocks, the join time ours: asked from a little before it.
 CATCH_UP_CLOCK_SLACK_MS = 2000  # guess: NTP keeps a cluster's hosts within milliseconds
+# Links whose link-up skipped the comparison, remembered until their neighbour asks; the
+# oldest is forgotten past this (it then compares only when a link-up finds something held).
+MAX_UNCOMPARED_LINKS = 1024  # guess: topics times the active view (7), with room
 
 
 class _Asks(Protocol):
@@ -93,6 +102,9 @@ class CatchUp:
         # Joined topics whose neighbours' retained history no catch-up has finished yet.
         self._history_due: set[str] = set()
         self._catching_up: dict[tuple[str, bytes], bool] = {}
+        # (topic, peer) of links that came up with nothing of the topic held here, not
+        # compared since (MAX_UNCOMPARED_LINKS, oldest first).
+        self._uncompared: OrderedDict[tuple[str, bytes], None] = OrderedDict()
         self._locks: dict[str, trio.Lock] = {}  # topics with a catch-up pending
         self._slots = trio.CapacityLimiter(CATCH_UP_AT_ONCE)
         self._catch_ups = 0
@@ -108,25 +120,40 @@ class CatchUp:
     def left(self, topic: str) -> None:
         self._joined_ms.pop(topic, None)
         self._history_due.discard(topic)
+        for link in [link for link in self._uncompared if link[0] == topic]:
+            del self._uncompared[link]
 
     def link_up(self, topic: str, peer: bytes, nursery: trio.Nursery | None) -> None:
+        link = (topic, peer)
         if not self._store.holds(topic):
             self._skipped += 1  # nothing to compare unless the peer holds something: asked
+            self._uncompared[link] = None
+            self._uncompared.move_to_end(link)
+            if len(self._uncompared) > MAX_UNCOMPARED_LINKS:
+                self._uncompared.popitem(last=False)
             return
+        self._uncompared.pop(link, None)
         self._start(topic, peer, nursery)
 
     def asked(self, topic: str, peer: bytes, nursery: trio.Nursery | None) -> None:
-        """`peer` asked what we hold of `topic` (it holds something itself): if we hold
-        nothing, our link-up skipped its catch-up, so compare now (also while the topic's
-        retained history is due: a live message may have come before the history), if `peer` is a
-        neighbour of the topic (else its asking is a query, not a link's catch-up)."""
+        """`peer` asked what we hold of `topic` (it holds something itself): if our link-up
+        skipped its catch-up (we held nothing then, whatever we hold now), or we hold
+        nothing, compare now (also while the topic's retained history is due: a live
+        message may have come before the history), if `peer` is a neighbour of the topic
+        (else its asking is a query, not a link's catch-up)."""
+        link = (topic, peer)
         if (
-            (self._store.holds(topic) and topic not in self._history_due)
+            (
+                self._store.holds(topic)
+                and topic not in self._history_due
+                and link not in self._uncompared
+            )
             or topic not in self._joined_ms
-            or (topic, peer) in self._catching_up
+            or link in self._catching_up
             or peer not in (n.peer_id for n in self._node.neighbors(topic))
         ):
             return
+        self._uncompared.pop(link, None)
         self._start(topic, peer, nursery)
 
     def _start(self, topic: str, peer: bytes, nursery: trio.Nursery | None) -> None:
@@ -151,11 +178,16 @@ class CatchUp:
         link = (topic, peer)
         try:
             while True:
-                # One link of a topic at a time: the next finds what this one pulled held,
-                # instead of pulling it a second time from another neighbour.
-                lock = self._locks.setdefault(topic, trio.Lock())
-                async with lock, self._slots:
-                    await self._catch_up_once(topic, peer)
+                # Asked outside the topic's lock: a neighbour that does not answer (its
+                # link cut off, not closed yet) must not hold up the comparison of the
+                # topic's other links for the CATCH_UP_TIMEOUT it is asked in.
+                spans = await self._holdings_of(topic, peer)
+                if spans is not None:
+                    # One link of a topic at a time pulls: the next finds what this one
+                    # pulled held, instead of pulling it a second time from another one.
+                    lock = self._locks.setdefault(topic, trio.Lock())
+                    async with lock, self._slots:
+                        await self._pull(topic, peer, spans)
                 if not self._catching_up.get(link):
                     return
                 self._catching_up[link] = False  # it came up again while we compared
@@ -166,23 +198,27 @@ class CatchUp:
             if not any(t == topic for t, _ in self._catching_up):
                 self._locks.pop(topic, None)
 
-    async def _catch_up_once(self, topic: str, peer: bytes) -> None:
+    async def _holdings_of(self, topic: str, peer: bytes) -> list[HeldSpan] | None:
+        """What `peer` holds of `topic` since the time a catch-up asks from; None when the
+        link went, the topic was left, or it gave no answer within CATCH_UP_TIMEOUT."""
         node = self._node
-        me = node.id
         with trio.move_on_after(CATCH_UP_TIMEOUT):
             while True:
                 await trio.sleep(self._pause)  # the tree's own repair first; then between asks
                 if peer not in (n.peer_id for n in node.neighbors(topic)):
-                    return  # the link went again (its return starts another catch-up)
+                    return None  # the link went again (its return starts another catch-up)
                 joined = self._joined_ms.get(topic)
                 if joined is None:
-                    return
+                    return None
                 since = max(1, self._since_ms(topic, joined))
                 spans = await node.held_by(topic, peer, since_ms=since)
                 if spans is not None:
-                    break  # else no answer: the link may be closing, or the peer busy
-        if spans is None:
-            return
+                    return spans  # else no answer: the link may be closing, or the peer busy
+        return None
+
+    async def _pull(self, topic: str, peer: bytes, spans: list[HeldSpan]) -> None:
+        """Fetch from `peer` what of its `spans` this node lacks (see _catch_up_stream)."""
+        me = self._node.id
         self._catch_ups += 1
         # Seqs this catch-up may still ask for: no more than retention can hold.
         allowance = self._store.config.max_messages
