@@ -101,7 +101,8 @@ class FrameSplitter:
             return None
         (length,) = LENGTH_PREFIX.unpack_from(self._buffer)
         end = LENGTH_PREFIX_SIZE + length
-        body = bytes(self._buffer[LENGTH_PREFIX_SIZE:end])
+        with memoryview(self._buffer) as view:  # one copy of the body, not two
+            body = bytes(view[LENGTH_PREFIX_SIZE:end])
         del self._buffer[:end]
         self._complete -= end
         return body
