@@ -37,6 +37,7 @@ from episub.agent.service import AgentLimits, AgentService
 from episub.agent.wire import (
     delivery_to_pb,
     envelope_rows_to_pb,
+    item_from_pb,
     item_to_pb,
     rows_from_pb,
     rows_to_pb,
@@ -46,7 +47,7 @@ from episub.proto.envelope import Envelope
 from episub.recordbatch import BATCH_HEADER, is_batch
 from episub.recordbatch import encode as encode_batch
 from episub.retention import Span
-from episub.subscription import Delivery, Lagged
+from episub.subscription import Delivery, Lagged, Lost
 from tests.proc_helpers import KEY, TOPIC, WAIT, socket_dir
 
 pytestmark = pytest.mark.timeout(60)
@@ -452,3 +453,34 @@ def test_an_inspect_that_fails_answers_its_error_and_the_connection_serves_on(
         assert list(status.topics) == [TOPIC]
         assert status.stats["agent_request_errors"] == 1
         assert client.publish(TOPIC, b"after").seq == 0
+
+
+@pytest.mark.parametrize(
+    "item",
+    [
+        Lagged(0),
+        Lost(b"", 0, 0),
+        Delivery(
+            topic="t", publisher=b"", seq=0, timestamp_ms=0, key=None, value=b"", headers=(), id=b""
+        ),
+        Delivery(
+            topic="t",
+            publisher=b"p",
+            seq=7,
+            timestamp_ms=1,
+            key=b"k",
+            value=b"v" * 1000,
+            headers=(("h", b"x"),),
+            id=b"i" * 32,
+        ),
+    ],
+)
+def test_a_subscription_item_written_into_its_reply_in_place_reads_back_as_itself(
+    item: object,
+) -> None:
+    """The agent fills a reply's item in place (the value copied once): every kind comes
+    back as it was, an item whose fields all hold defaults too (the oneof still says which)."""
+    reply = pb.Response(id=1)
+    item_to_pb(item, reply.item)  # type: ignore[arg-type]
+    back = pb.Response.FromString(reply.SerializeToString())
+    assert item_from_pb(back.item) == item

@@ -86,6 +86,28 @@ def test_records_fed_in_any_split_open_in_order() -> None:
     assert opened == b"one" + big + b"two"
 
 
+@pytest.mark.parametrize(
+    "size", [1, RECORD_PLAINTEXT - 1, RECORD_PLAINTEXT, RECORD_PLAINTEXT + 1, 3 * RECORD_PLAINTEXT]
+)
+def test_a_write_is_sealed_as_whole_records_each_with_its_length_and_tag(size: int) -> None:
+    """Records are written into one buffer: each is its 4-byte length, then ciphertext and
+    tag; a write of n bytes takes ceil(n / RECORD_PLAINTEXT) of them."""
+    a_send, _ = direction_keys(SESSION, initiator=True)
+    _, b_receive = direction_keys(SESSION, initiator=False)
+    sealer, opener = RecordSealer(a_send), RecordOpener(b_receive)
+    data = bytes(i % 251 for i in range(size))
+    wire = sealer.seal(memoryview(data))
+    lengths, pos = [], 0
+    while pos < len(wire):
+        (length,) = struct.unpack_from(">I", wire, pos)
+        lengths.append(length - 16)
+        pos += 4 + length
+    expected = [min(RECORD_PLAINTEXT, size - s) for s in range(0, size, RECORD_PLAINTEXT)]
+    assert pos == len(wire) and lengths == expected
+    assert opener.feed(bytes(wire)) == data and opener.buffered == 0
+    assert opener.feed(sealer.seal(bytearray(b"next"))) == b"next"  # the counters agree
+
+
 @pytest.mark.parametrize("damage", ["flip", "replay", "drop", "huge"])
 def test_an_altered_replayed_dropped_or_oversized_record_does_not_open(damage: str) -> None:
     a_send, _ = direction_keys(SESSION, initiator=True)

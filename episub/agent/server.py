@@ -378,7 +378,9 @@ class AgentServer:
                 ) as sub:
                     await client.send(pb.Response(id=rid, done=pb.Done()))
                     async for item in sub:
-                        await client.send(pb.Response(id=rid, item=item_to_pb(item)))
+                        reply = pb.Response(id=rid)
+                        item_to_pb(item, reply.item)  # in place: the value is copied once
+                        await client.send(reply)
             if scope.cancelled_caught:
                 reason = "unsubscribed"
         except Exception as exc:  # as in _handle: the agent outlives a bug met here

@@ -139,15 +139,17 @@ def record_from_pb(record: pb.Record) -> Record:
     )
 
 
-def delivery_to_pb(message: Delivery) -> pb.Delivery:
-    out = pb.Delivery(
-        topic=message.topic,
-        publisher=message.publisher,
-        seq=message.seq,
-        timestamp_ms=message.timestamp_ms,
-        value=message.value,
-        id=message.id,
-    )
+def delivery_to_pb(message: Delivery, out: pb.Delivery | None = None) -> pb.Delivery:
+    """`message` as protobuf, written into `out` when given (a field of the reply: filled
+    in place, a megabyte value is copied once, not again with every enclosing message)."""
+    if out is None:
+        out = pb.Delivery()
+    out.topic = message.topic
+    out.publisher = message.publisher
+    out.seq = message.seq
+    out.timestamp_ms = message.timestamp_ms
+    out.value = message.value
+    out.id = message.id
     if message.key is not None:
         out.key = message.key
     _headers_to_pb(out.headers, message.headers)
@@ -292,14 +294,22 @@ def _little(values: array) -> bytes:
     return values.tobytes()
 
 
-def item_to_pb(item: Item) -> pb.Item:
+def item_to_pb(item: Item, out: pb.Item | None = None) -> pb.Item:
+    """`item` as protobuf, written into `out` when given (as delivery_to_pb)."""
+    if out is None:
+        out = pb.Item()
     if isinstance(item, Delivery):
-        return pb.Item(message=delivery_to_pb(item))
-    if isinstance(item, Lagged):
-        return pb.Item(lagged=pb.Lagged(count=item.count))
-    return pb.Item(
-        lost=pb.Lost(publisher=item.publisher, first_seq=item.first_seq, last_seq=item.last_seq)
-    )
+        out.message.SetInParent()  # the oneof's choice, whatever the values
+        delivery_to_pb(item, out.message)
+    elif isinstance(item, Lagged):
+        out.lagged.SetInParent()
+        out.lagged.count = item.count
+    else:
+        out.lost.SetInParent()
+        out.lost.publisher = item.publisher
+        out.lost.first_seq = item.first_seq
+        out.lost.last_seq = item.last_seq
+    return out
 
 
 def item_from_pb(item: pb.Item) -> Item:

@@ -42,8 +42,9 @@ __all__ = [
 ]
 
 # Bytes of answers one peer may be sent per second, like a Kafka client quota
-# (producer_byte_rate/consumer_byte_rate; unlimited by default there). Guess: a catch-up of
-# 100 MB from one neighbour takes ~3 s, while one asking peer gets at most a few % of CPU.
+# (producer_byte_rate/consumer_byte_rate; unlimited by default there). A catch-up of 100 MB
+# from one neighbour takes ~3 s; answering costs ~2.2-2.6 ms of CPU per MB on 2 shared
+# cores (benchmarks/answer_cost.py), so one asking peer gets at most ~8-9% of one core.
 ANSWER_BYTES_PER_SECOND = 32 * 1024 * 1024
 ANSWER_BURST_BYTES = 8 * 1024 * 1024  # guess: a quarter second at the rate; ≥ max_frame_size/2
 # Answers one peer may have waiting: two whole PULLs' worth of items (MAX_PULL_SPAN: 4,096).

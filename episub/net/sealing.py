@@ -69,15 +69,33 @@ class RecordSealer:
         self._aead = ChaCha20Poly1305(key)
         self._counter = 0
 
-    def seal(self, data: bytes | bytearray | memoryview) -> bytes:
-        """`data` as records of at most RECORD_PLAINTEXT bytes of plaintext each."""
+    def seal(self, data: bytes | bytearray | memoryview) -> bytes | bytearray:
+        """`data` as records of at most RECORD_PLAINTEXT bytes of plaintext each. Several
+        are encrypted straight into one buffer: a megabyte sealed by slicing and joining
+        cost ~4 times the encryption itself in copies and fresh allocations."""
         if len(data) <= RECORD_PLAINTEXT:  # one record: most writes
             return self._record(bytes(data))
-        out = bytearray()
         view = memoryview(data)
-        for start in range(0, len(view), RECORD_PLAINTEXT):
-            out += self._record(bytes(view[start : start + RECORD_PLAINTEXT]))
-        return bytes(out)
+        size = len(view)
+        records = -(-size // RECORD_PLAINTEXT)
+        counter = self._counter
+        if counter + records > MAX_COUNTER:
+            raise trio.BrokenResourceError("nonce space used up: the connection must end")
+        out = bytearray(size + records * (_LENGTH.size + TAG_SIZE))
+        into = memoryview(out)
+        pos = 0
+        for start in range(0, size, RECORD_PLAINTEXT):
+            chunk = view[start : start + RECORD_PLAINTEXT]
+            sealed_size = len(chunk) + TAG_SIZE
+            _LENGTH.pack_into(out, pos, sealed_size)
+            pos += _LENGTH.size
+            self._aead.encrypt_into(
+                counter.to_bytes(12, "big"), chunk, None, into[pos : pos + sealed_size]
+            )
+            pos += sealed_size
+            counter += 1
+        self._counter = counter
+        return out
 
     def _record(self, chunk: bytes) -> bytes:
         counter = self._counter
@@ -162,7 +180,7 @@ class SealedStream(trio.abc.HalfCloseableStream):
 
     # -- sending ------------------------------------------------------------------------------
 
-    def seal(self, data: bytes) -> bytes:
+    def seal(self, data: bytes) -> bytes | bytearray:
         """`data` as records (sans-IO; send_all sends what this returns)."""
         return self._sealer.seal(data)
 
