@@ -10,7 +10,9 @@ first draw), so the usual comparison, multi-sender against `steady`, sets the de
 slowest of K trees against one tree drawn at random. This sets it against the same K
 trees, each built alone: the deliveries of the K runs pooled (p99 over all of them, the
 largest LDH, the mean RMR) and, per sender, its figures alone and among the others.
-Prints one JSON object. Runs are independent: `--jobs N` runs N at once.
+Prints one JSON object. Runs are independent: `--jobs N` runs N at once. `--together
+FILE` takes the multi-sender report from FILE (that command's `--json` output, same
+arguments) instead of running it.
 """
 
 from __future__ import annotations
@@ -63,11 +65,21 @@ def _figures(report: dict[str, Any]) -> dict[str, Any]:
 def main(argv: list[str]) -> dict[str, Any]:
     parser = argparse.ArgumentParser()
     parser.add_argument("--jobs", type=int, default=1, help="runs at once")
+    parser.add_argument("--together", help="multi-sender's --json report, not run again")
     known, rest = parser.parse_known_args(argv)
     sim_parser = argparse.ArgumentParser()
     add_parser(sim_parser.add_subparsers())
     many = params_from_args(sim_parser.parse_args(["sim", "multi-sender", "--quiet", *rest]))
-    many_report, _ = _run(many)
+    if known.together is None:
+        many_report, _ = _run(many)
+    else:
+        with open(known.together) as file:
+            many_report = json.load(file)
+        for name in ("nodes", "seed", "messages", "warmup", "sender_count"):
+            if many_report[name] != getattr(many, name):
+                raise SystemExit(
+                    f"{known.together}: {name} {many_report[name]!r}, not {getattr(many, name)!r}"
+                )
     senders: list[int] = many_report["senders"]
     alone = [replace(many, scenario="steady", senders=None, sender=s) for s in senders]
     with ProcessPoolExecutor(max_workers=max(1, known.jobs)) as pool:
