@@ -94,6 +94,8 @@ def main(argv: list[str]) -> dict[str, Any]:
     overall = _figures(many_report)
     per_sender = {}
     for sender, (report, _) in zip(senders, results, strict=True):
+        if report["senders"] != [sender]:
+            raise SystemExit(f"the run for {sender} published from {report['senders']}")
         together = many_report["per_sender"][str(sender)]
         per_sender[str(sender)] = {
             "together": _figures(together),
