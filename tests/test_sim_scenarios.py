@@ -50,6 +50,23 @@ def test_multi_sender_delivers_everything_from_every_sender():
     assert len(r["senders"]) == 3
 
 
+def test_a_named_sender_publishes_alone_on_the_overlay_the_seed_draws():
+    # benchmarks/sender_baseline.py runs each of multi-sender's senders alone: naming the
+    # sender steady draws anyway must change nothing, and naming another only the sender.
+    small = {"nodes": 60, "messages": 5, "warmup": 2, "settle": 5.0}
+    drawn = run(SimParams(scenario="steady", **small), timing=False)
+    (sender,) = drawn["senders"]
+    assert run(SimParams(scenario="steady", sender=sender, **small), timing=False) == drawn
+    other = (sender + 1) % 60
+    moved = run(SimParams(scenario="steady", sender=other, **small), timing=False)
+    assert moved["senders"] == [other]
+    assert_healthy(moved)
+    with pytest.raises(ValueError, match="without senders"):
+        SimParams(scenario="multi-sender", senders=3, sender=1)
+    with pytest.raises(ValueError, match=r"in 0\.\.nodes-1"):
+        SimParams(scenario="steady", nodes=60, sender=60)
+
+
 def test_crash_heals_and_survivors_get_everything():
     r = report("crash", fraction=0.3)
     assert_healthy(r)

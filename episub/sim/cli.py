@@ -121,6 +121,12 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         type=COUNT,
         help="publishers, round-robin (default: multi-sender 4, the other scenarios 1)",
     )
+    add(
+        "--sender",
+        type=NONNEGATIVE_INT,
+        metavar="NODE",
+        help="one sender's runs: publish from NODE, not the node the seed draws",
+    )
     add("--fraction", type=SHARE, default=d.fraction, help="crash: share of nodes that crash")
     add("--settle-after", type=SECONDS, default=d.settle_after, help="crash/partition: probing")
     add("--rate", type=_number(float, 0, 1), default=d.rate, help="churn: share replaced per s")
@@ -201,6 +207,7 @@ def params_from_args(args: argparse.Namespace) -> SimParams:
         hop_cost_ms=args.hop_cost_ms,
         join_rate=args.join_rate,
         senders=args.senders,
+        sender=args.sender,
         fraction=args.fraction,
         settle_after=args.settle_after,
         rate=args.rate,

@@ -52,6 +52,10 @@ class SimParams:
     # Publishers, round-robin. None: 4 for multi-sender (guess: a few producers, as in a
     # Spark job's executors), 1 for every other scenario; steady is always one.
     senders: int | None = None
+    # One sender's runs (steady, and the others with one sender): publish from this node
+    # instead of the one the seed draws; every other draw stays the same, so the runs of
+    # a multi-sender run's senders, each alone, see its overlay (benchmarks/sender_baseline.py).
+    sender: int | None = None
     fraction: float = 0.2  # crash; guess: HyParView's experiments range from 10% to 95%
     settle_after: float = 10.0  # crash/partition: probing time before the counted messages
     rate: float = 0.01  # churn: 1% of the nodes replaced per second (guess)
@@ -95,6 +99,10 @@ class SimParams:
             raise ValueError("messages must be >= 1 and warmup >= 0")
         if self.senders is not None and not 1 <= self.senders <= self.nodes:
             raise ValueError(f"senders must be in 1..nodes, not {self.senders}")
+        if self.sender is not None and not 0 <= self.sender < self.nodes:
+            raise ValueError(f"sender must be a node, in 0..nodes-1, not {self.sender}")
+        if self.sender is not None and self.sender_count != 1:
+            raise ValueError("sender names the one sender: give it without senders")
         if self.scenario == "steady" and self.senders not in (None, 1):
             raise ValueError("steady has one sender; multi-sender is steady with several")
         if not 0.0 <= self.fraction < 1.0:

@@ -190,7 +190,9 @@ class ScenarioRun:
         return done
 
     def pick_senders(self, count: int) -> list[int]:
-        self.senders = sorted(self.rng.sample(range(self.p.nodes), count))
+        drawn = sorted(self.rng.sample(range(self.p.nodes), count))
+        # The draw is made either way, so that naming the sender changes nothing else.
+        self.senders = drawn if self.p.sender is None else [self.p.sender]
         return self.senders
 
     def publish_series(self, kind: str, count: int, start: float, every: float) -> float:
