@@ -6,9 +6,10 @@ delivers, publishes or recovers (history fetched from a neighbour), except on to
 with `retain=False`; each topic's broadcast answers the seqs of a PULL its cache no longer
 has from here, and `NodeState` answers a GETHELD (`held_page`) from here, joined or not. An
 application (the Spark source, replaying a micro-batch) reads ranges back through the node.
-It is the one owner of "which message sits at (topic, publisher, seq)" over time and of
+It is the owner of "which message does this node hold at (topic, publisher, seq)" and of
 "which publishers does this node hold, from where to where" (`offsets`), and `wins` is the
-one rule for which of two messages takes a place.
+one rule for which of two messages takes a place (the broadcast cache, cache.py, indexes
+only its own recent rows by place, to answer GRAFTs and find rivals).
 
 A plain data structure: no clock, no I/O; `now` comes in as an argument, in seconds on any
 monotonic clock (the core's).
