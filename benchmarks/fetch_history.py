@@ -30,7 +30,7 @@ import trio
 
 from episub import Node
 from episub.proto.config import NodeConfig
-from episub.retention import RetentionConfig
+from episub.proto.store import RetentionConfig
 
 KEY = bytes(range(32))
 TOPIC = "t"

@@ -42,7 +42,7 @@ AREAS = (  # (area, substring of "file:function"), first match wins
     ("core (sans-IO)", "episub/proto/"),
     ("runtime and network", "episub/net/"),
     ("node API, retention, subscriptions", "episub/node/"),
-    ("node API, retention, subscriptions", "episub/retention.py"),
+    ("node API, retention, subscriptions", "episub/proto/store.py"),
     ("node API, retention, subscriptions", "episub/subscription.py"),
     ("benchmark's own code", "benchmarks/"),
     ("trio's scheduler and I/O", "trio/"),

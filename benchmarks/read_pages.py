@@ -37,8 +37,8 @@ from episub.agent.wire import (
 )
 from episub.node.retained import retained, retained_envelopes
 from episub.proto.envelope import Envelope
+from episub.proto.store import RetentionConfig, RetentionStore
 from episub.records import Delivery
-from episub.retention import RetentionConfig, RetentionStore
 
 
 def page(rows: int, size: int) -> list[Delivery]:

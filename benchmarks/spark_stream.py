@@ -494,7 +494,7 @@ def main() -> None:
     )
     spark.sparkContext.setLogLevel("ERROR")
     try:
-        from episub.retention import RetentionConfig
+        from episub.proto.store import RetentionConfig
 
         retention = RetentionConfig(max_messages=100_000, max_bytes=1 << 30)
         deployment = spark_connector.register(spark, key=KEY, retention=retention)

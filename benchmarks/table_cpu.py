@@ -1,6 +1,6 @@
 """CPU per message of a node's message tables: the broadcast cache (seen ids and cached
-envelope bytes, episub/proto/cache.py) and retention (episub/retention.py), as a node
-feeds them a delivered message, with their default bounds and full (steady state: each
+envelope bytes, episub/proto/cache.py) and the message store (episub/proto/store.py), as
+a node feeds them a delivered message, with their default bounds and full (steady state: each
 message in evicts the oldest).
 
     .venv/bin/python benchmarks/table_cpu.py [--messages 200000] [--size 1024] [--out F]
@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT))
 from episub.proto.cache import MessageCache  # noqa: E402
 from episub.proto.config import BroadcastConfig  # noqa: E402
 from episub.proto.envelope import Envelope  # noqa: E402
-from episub.retention import RetentionConfig, RetentionStore  # noqa: E402
+from episub.proto.store import RetentionConfig, RetentionStore  # noqa: E402
 
 TOPIC = "t"
 

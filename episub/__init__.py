@@ -18,6 +18,7 @@ from episub.net.link_delay import zones_link_delay
 from episub.proto.config import BroadcastConfig, MembershipConfig, NodeConfig
 from episub.proto.envelope import Record
 from episub.proto.errors import LocalProtocolError, MessageTooLarge
+from episub.proto.store import RetentionConfig
 from episub.records import (
     Delivery,
     Lagged,
@@ -27,7 +28,6 @@ from episub.records import (
     format_publisher,
     parse_publisher,
 )
-from episub.retention import RetentionConfig
 
 if TYPE_CHECKING:
     from episub.net.runtime import CoreError

@@ -26,7 +26,7 @@ from pyspark.sql.types import StructType
 
 from episub.agent import AgentClient, AgentError, AgentUnavailable
 from episub.net.peer_id import parse_address
-from episub.retention import RetentionConfig
+from episub.proto.store import RetentionConfig
 from spark_connector.config import (
     DEFAULT_NAME,
     registered_deployment,

@@ -25,8 +25,8 @@ Amplification (`answer_cost`, `check_answer`): what one message from a peer make
 core do at once, per byte of it, whatever the node holds. Checked by
 tests/test_amplification.py for every request kind at its worst, and by the adversarial
 model's `AmplificationAdversary` after every hostile input:
-- items: the messages sent back to the asker, and the seqs handed to retention for it
-  (HistoryAsked), at most `MAX_ANSWER_ITEMS` each;
+- items: the messages sent back to the asker, and the look-ups made in the core's store
+  for it (`store.work`), at most `MAX_ANSWER_ITEMS` each;
 - bytes (peer ids that go on the wire): what it sends, to the asker and to anyone else,
   at most max_active + 1 times its own size (a GOSSIP, JOIN or LEAVE passed on to every
   active neighbour, the view's hard cap) plus `ANSWER_BUDGET_BYTES`.
@@ -44,7 +44,6 @@ from episub.proto.config import MembershipConfig, NodeConfig
 from episub.proto.events import (
     DataLost,
     Deliver,
-    HistoryAsked,
     OutEvent,
     Published,
     Received,
@@ -68,7 +67,7 @@ MAX_SENDS_PER_SECOND = 5_000
 ANSWER_BUDGET_BYTES = 64 * 1024
 CONTROL_ANSWER_BYTES = m.MAX_PEERS_PER_MESSAGE * (MAX_PEER_ID_SIZE + 4) + 1024
 assert CONTROL_ANSWER_BYTES < ANSWER_BUDGET_BYTES
-# Messages and retention seqs one request is answered with at once: the messages of one
+# Messages sent and store look-ups made for one request at once: the messages of one
 # GRAFT's worth of places (BroadcastConfig.max_graft_ids's default). A PULL may name 4,096
 # (MAX_PULL_SPAN) and a GRAFT as many: their answers come in batches.
 MAX_ANSWER_ITEMS = 256
@@ -81,7 +80,7 @@ class AnswerCost:
     bytes_in: int | None  # its size on the wire (None: ids that cannot go on the wire)
     bytes_out: int | None  # of every Send it caused, to anyone
     items: int  # messages sent back to the asker
-    history: int  # seqs handed to retention for the asker (HistoryAsked)
+    lookups: int  # look-ups in the core's store made for it (store.work's growth)
 
 
 def wire_size(topic: str | None, message: m.PeerMessage) -> int | None:
@@ -93,7 +92,11 @@ def wire_size(topic: str | None, message: m.PeerMessage) -> int | None:
 
 
 def answer_cost(
-    asker: object, topic: str | None, message: m.PeerMessage, outs: list[OutEvent]
+    asker: object,
+    topic: str | None,
+    message: m.PeerMessage,
+    outs: list[OutEvent],
+    lookups: int = 0,
 ) -> AnswerCost:
     sends = [o for o in outs if type(o) is Send]
     sizes = [wire_size(o.topic, o.message) for o in sends]
@@ -103,7 +106,7 @@ def answer_cost(
         bytes_in=bytes_in,
         bytes_out=sum(size or 0 for size in sizes) if known else None,
         items=sum(1 for o in sends if o.peer == asker),
-        history=sum(len(o.seqs) for o in outs if type(o) is HistoryAsked and o.peer == asker),
+        lookups=lookups,
     )
 
 
@@ -111,8 +114,8 @@ def check_answer(cost: AnswerCost, config: NodeConfig, what: str) -> None:
     """The amplification bounds above, for one message from a peer to a node of `config`."""
     if cost.items > MAX_ANSWER_ITEMS:
         raise InvariantBroken(f"{what}: answered with {cost.items} messages at once")
-    if cost.history > MAX_ANSWER_ITEMS:
-        raise InvariantBroken(f"{what}: {cost.history} seqs asked of retention at once")
+    if cost.lookups > MAX_ANSWER_ITEMS:
+        raise InvariantBroken(f"{what}: {cost.lookups} store look-ups at once")
     if cost.bytes_in is not None and cost.bytes_out is not None:
         budget = max(ANSWER_BUDGET_BYTES, config.broadcast.max_message_size + 1024)
         fanout = config.membership.max_active + 1
@@ -236,13 +239,15 @@ class CheckedNode:
         self.checks = checks
 
     def handle(self, event, now):  # type: ignore[no-untyped-def]
+        work = self.state.store.work
         outs = self.state.handle(event, now)
         me = self.state.me
         checks = self.checks
         if len(outs) > MAX_OUTPUTS_PER_INPUT:
             raise InvariantBroken(f"{me}: {len(outs)} outputs for one input {event!r:.200}")
         if checks.amplification and type(event) is Received:
-            cost = answer_cost(event.peer, event.topic, event.message, outs)
+            lookups = self.state.store.work - work
+            cost = answer_cost(event.peer, event.topic, event.message, outs, lookups)
             check_answer(cost, self.state.config, f"{me}: {event.message!r:.120}")
         second, sent = checks.sent_per_second.get(me, (int(now), 0))
         if second != int(now):

@@ -369,9 +369,9 @@ TestHubAdversary = HubAdversary.TestCase
 
 class AmplificationAdversary(Adversary):
     """The adversarial model, every hostile input also checked against the amplification
-    bounds (tests/core_checks.py `check_answer`: messages sent back and seqs asked of
-    retention at once). It fails on a core that answers a PULL whole (one of more than
-    256 seqs the cache lacks went to retention in one HistoryAsked)."""
+    bounds (tests/core_checks.py `check_answer`: messages sent back and store look-ups
+    at once). It fails on a core that answers a PULL whole (one of more than 256 seqs the
+    cache lacks looked up in the store in one input)."""
 
     def _node(self, peer: int, rng: Any) -> Any:
         self.checks.amplification = True

@@ -44,9 +44,9 @@ from episub.agent.wire import (
 )
 from episub.node.retained import delivery_of
 from episub.proto.envelope import Envelope
+from episub.proto.store import Span
 from episub.recordbatch import BATCH_HEADER, is_batch
 from episub.recordbatch import encode as encode_batch
-from episub.retention import Span
 from episub.subscription import Delivery, Lagged, Lost
 from tests.proc_helpers import KEY, TOPIC, WAIT, socket_dir
 

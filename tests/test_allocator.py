@@ -64,7 +64,7 @@ def test_counts_from_where_the_watch_started() -> None:
 def test_a_node_counts_what_its_retention_lets_go() -> None:
     """What the node process's ReleaseWatch reads: bytes evicted from retention."""
     from episub import Node
-    from episub.retention import RetentionConfig
+    from episub.proto.store import RetentionConfig
     from tests.net_helpers import KEY, TOPIC, fast_config, run
 
     async def main() -> None:

@@ -73,10 +73,11 @@ def request_cost(
 ) -> AnswerCost:
     """The request's cost at once, plus what its missing timer sends next."""
     now = 2.0
+    work = node.store.work
     outs = node.handle(Received(asker, topic, msg), now)
     if topic is not None:
         outs += fire(node, "missing", now + CONFIG.broadcast.graft_timeout)
-    return answer_cost(asker, topic, msg, outs)
+    return answer_cost(asker, topic, msg, outs, node.store.work - work)
 
 
 def far(publisher: bytes, first: int, count: int, hops: int = 0) -> m.StreamRange:

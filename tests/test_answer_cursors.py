@@ -1,7 +1,8 @@
 """Answers a batch at a time in the core (episub/proto/answers.py), one rule each: a PULL
 or GRAFT is answered at once up to a batch, the rest as the asker drains (AnswersDrained)
 or, with nothing reporting drains, on the core's answer timer; repeats merge, a gone peer's
-answers go, retention's seqs come a batch at a time and the next batch waits for its answer.
+answers go, and a PULL's seqs the cache lacks are looked up in the core's store within the
+same batches (the store's messages go at one hop).
 """
 
 from __future__ import annotations
@@ -12,12 +13,10 @@ from episub.proto.events import (
     AnswersCancelled,
     AnswersDrained,
     ConnectionLost,
-    HistoryAsked,
     OutEvent,
     Received,
     ScheduleTimer,
     Send,
-    ServeHistory,
 )
 from episub.proto.node import NodeState
 from tests.core_checks import answer_cost, check_answer
@@ -68,10 +67,6 @@ def seqs_sent(outs: list[OutEvent], peer: bytes = ASKER) -> list[int]:
         elif type(message) is m.History:
             seqs.extend(m.Envelope.decode(raw).seq for raw in message.envelopes)
     return seqs
-
-
-def asked_of_retention(outs: list[OutEvent]) -> list[int]:
-    return [seq for out in outs if type(out) is HistoryAsked for seq in out.seqs]
 
 
 def test_a_pull_is_answered_a_batch_at_once_and_the_rest_as_the_asker_drains() -> None:
@@ -131,25 +126,38 @@ def test_a_gone_peers_waiting_answers_are_not_made() -> None:
         assert seqs_sent(node.handle(AnswersDrained(ASKER), 3.0)) == []
 
 
-def test_retention_is_asked_a_batch_of_seqs_at_a_time_and_its_answer_brings_the_next() -> None:
+def test_the_store_is_looked_up_a_batch_of_seqs_at_a_time_as_the_asker_drains() -> None:
     node = loaded_node()
     config = CONFIG.broadcast
     pull = m.Pull(publisher=b"elsewhere", first_seq=0, last_seq=m.MAX_PULL_SPAN - 1)
-    asked = asked_of_retention(node.handle(Received(ASKER, TOPIC, pull), 2.0))
-    assert asked == list(range(config.answer_batch_messages))
-    # The lane of what retention sends drains later: a drain now brings nothing.
-    assert asked_of_retention(node.handle(AnswersDrained(ASKER), 2.1)) == []
+    work = node.store.work
+    assert seqs_sent(node.handle(Received(ASKER, TOPIC, pull), 2.0)) == []  # none held
+    assert node.store.work - work == config.answer_batch_messages
     batches = 1
-    while True:
-        served = ServeHistory(TOPIC, ASKER, (), b"elsewhere")  # retention holds none
-        more = asked_of_retention(node.handle(served, 2.2))
-        if not more:
-            break
-        assert more[0] == asked[-1] + 1 and len(more) <= config.answer_batch_messages
-        asked += more
+    while broadcast(node).answers.waiting(ASKER):
+        work = node.store.work
+        assert seqs_sent(node.handle(AnswersDrained(ASKER), 2.1)) == []
+        assert node.store.work - work <= config.answer_batch_messages
         batches += 1
-    assert asked == list(range(m.MAX_PULL_SPAN))
     assert batches == m.MAX_PULL_SPAN // config.answer_batch_messages
+
+
+def test_seqs_the_cache_let_go_are_answered_from_the_store_at_one_hop() -> None:
+    small_cache = node_config(
+        broadcast=broadcast_config(
+            max_message_size=16 * 1024, cache_max_messages=8, cache_max_bytes=1 << 30
+        )
+    )
+    node = loaded_node(small_cache)
+    assert len(broadcast(node).cache) == 8 and len(node.store) == CACHED
+    pull = m.Pull(publisher=PUBLISHER, first_seq=0, last_seq=CACHED - 1)
+    outs = node.handle(Received(ASKER, TOPIC, pull), 2.0)
+    got = seqs_sent(outs)
+    hops = [h for o in outs if type(o) is Send for h in o.message.hops]  # type: ignore[union-attr]
+    assert got and set(hops) == {1}  # the store's, sent on at one hop
+    while batch := seqs_sent(node.handle(AnswersDrained(ASKER), 3.0)):
+        got += batch
+    assert got == list(range(CACHED))  # the store's 56, then the cache's 8, once, in order
 
 
 def test_without_drains_the_answer_timer_serves_the_next_batch() -> None:
@@ -182,11 +190,14 @@ def test_the_runtime_turns_the_answer_timer_off() -> None:
 def test_every_batch_keeps_the_amplification_bounds() -> None:
     node = loaded_node()
     pull = m.Pull(publisher=PUBLISHER, first_seq=0, last_seq=CACHED - 1)
+    work = node.store.work
     outs = node.handle(Received(ASKER, TOPIC, pull), 2.0)
-    check_answer(answer_cost(ASKER, TOPIC, pull, outs), CONFIG, "PULL")
+    check_answer(answer_cost(ASKER, TOPIC, pull, outs, node.store.work - work), CONFIG, "PULL")
     for _ in range(CACHED):
+        work = node.store.work
         outs = node.handle(AnswersDrained(ASKER), 3.0)
-        check_answer(answer_cost(ASKER, TOPIC, pull, outs), CONFIG, "a drained batch")
+        cost = answer_cost(ASKER, TOPIC, pull, outs, node.store.work - work)
+        check_answer(cost, CONFIG, "a drained batch")
 
 
 def test_waiting_answers_are_bounded_per_peer_and_in_peers() -> None:

@@ -13,9 +13,8 @@ from episub.net.answers import (
     RequestBudget,
     Verdict,
 )
-from episub.node.retained import held_page
 from episub.proto.messages import MAX_HELD_SPANS, GetHeld
-from episub.retention import RetentionConfig, RetentionStore
+from episub.proto.store import RetentionConfig, RetentionStore
 
 TOPIC = "t"
 
@@ -39,7 +38,7 @@ def store_of(publishers: int) -> RetentionStore[bytes]:
 def page_work(store: RetentionStore[bytes], query: GetHeld) -> tuple[int, int]:
     """(spans answered, store work) of one GETHELD."""
     before = store.work
-    held = held_page(store, TOPIC, query, now=0.0)
+    held = store.held_page(TOPIC, query, now=0.0)
     return len(held.spans), store.work - before
 
 
@@ -60,7 +59,7 @@ def test_paging_through_every_publisher_visits_each_once() -> None:
     seen: list[bytes] = []
     after, more = b"", True
     while more:
-        held = held_page(store, TOPIC, GetHeld(after=after), now=0.0)
+        held = store.held_page(TOPIC, GetHeld(after=after), now=0.0)
         seen += [s.publisher for s in held.spans]  # type: ignore[misc]
         after, more = seen[-1], held.more
     assert seen == sorted(b"p%06d" % i for i in range(1000))

@@ -25,7 +25,7 @@ from episub.agent import AgentClient
 from episub.net.network import SEND_QUEUE_MAX_BYTES
 from episub.proto.envelope import message_id
 from episub.proto.messages import Envelope, GetHeld, Gossip, Pull
-from episub.retention import RetentionConfig
+from episub.proto.store import RetentionConfig
 from tests import hostile_peer
 from tests.net_helpers import RawPeer
 from tests.proc_helpers import TOPIC, Processes, wait_until

@@ -23,7 +23,6 @@ from episub.proto.events import (
     DataLost,
     Deliver,
     Fetch,
-    HistoryAsked,
     JoinTopic,
     LeaveTopic,
     NeighborDown,
@@ -34,7 +33,6 @@ from episub.proto.events import (
     Recovered,
     ScheduleTimer,
     Send,
-    ServeHistory,
 )
 from episub.proto.node import NodeState
 from tests.helpers import (
@@ -1039,20 +1037,31 @@ def test_pull_is_answered_from_cache_by_publisher_and_seq():
     for seq in (0, 1, 3):
         node.handle(received(1, gossip(env(seq), hops=2)), 1.0)
     out = node.handle(received(2, m.Pull(publisher=PUBLISHER, first_seq=1, last_seq=5)), 2.0)
+    # What the cache lacks is looked up in the node's store, which holds none of 2, 4, 5.
     assert out == [
         send(2, gossip(env(1), hops=3)),
         send(2, gossip(env(3), hops=3)),
-        # What the cache lacks is asked of retention, above the core.
-        HistoryAsked(TOPIC, 2, PUBLISHER, (2, 4, 5)),
     ]
 
 
-def test_retention_answers_a_pull_as_one_hop_gossip_without_touching_core_state():
+def test_the_store_answers_a_pull_the_cache_cannot_at_one_hop_without_touching_core_state():
     node = node_with(1, 2)
     old = envelope(b"sink/q/0/0", 7, b"old row", timestamp_ms=5)
-    out = node.handle(ServeHistory(TOPIC, 2, ((mid(old), old.raw),)), 3.0)
-    assert out == [send(2, m.Gossip(id=mid(old), envelope=old, hops=1))]
-    assert node.stats()["delivered"] == 0
+    # Held as fetched history is: in the store, not in the cache.
+    node.store.add_item(
+        old.raw,
+        topic=TOPIC,
+        publisher=old.publisher,
+        seq=old.seq,
+        timestamp_ms=old.timestamp_ms,
+        size=old.size,
+        id=mid(old),
+        now=3.0,
+    )
+    out = node.handle(received(2, m.Pull(publisher=b"sink/q/0/0", first_seq=6, last_seq=8)), 3.0)
+    history = m.History(publisher=b"sink/q/0/0", envelopes=(old.raw,), hops=(1,))
+    assert out == [send(2, history)]
+    assert node.stats()["delivered"] == 0 and broadcast(node).answers.waiting(2) == 0
 
 
 def test_gap_becomes_data_lost_after_gap_max_attempts_and_held_messages_are_released():
@@ -1202,10 +1211,9 @@ def test_a_gossip_whose_hops_leave_no_room_to_forward_is_refused_before_it_is_ke
     out = node.handle(received(1, gossip(e, hops=m.MAX_HOPS)), 1.0)
     assert out == [PeerMisbehaved(1, f"GOSSIP hops {m.MAX_HOPS} leaves no room to forward")]
     assert node.handle(received(2, m.Graft(ranges=(at(e),))), 1.1) == []
-    # Not kept, so a PULL finds nothing in the cache and is only passed on to retention
-    # (which never held it either): no GOSSIP of it goes out.
+    # Not kept, so a PULL finds it neither in the cache nor in the store: nothing goes out.
     pulled = node.handle(received(2, m.Pull(publisher=PUBLISHER, first_seq=0, last_seq=0)), 1.2)
-    assert pulled == [HistoryAsked(TOPIC, 2, PUBLISHER, (0,))]
+    assert pulled == []
     # One hop of room: taken, and forwarded at the bound.
     out = node.handle(received(1, gossip(e, hops=m.MAX_HOPS - 1)), 1.3)
     assert send(2, gossip(e, hops=m.MAX_HOPS)) in out
@@ -1263,8 +1271,13 @@ def test_cache_is_bounded_by_count():
     out = node.handle(received(1, m.Graft(ranges=((ME, 0, 2, 0),))), 2.0)
     assert [s.message.id for s in out] == ids[1:]
     out = node.handle(received(1, m.Pull(publisher=ME, first_seq=0, last_seq=2)), 2.0)
-    assert [s.message.envelope.seq for s in sends(out)] == [1, 2]
-    assert out[-1] == HistoryAsked(TOPIC, 1, ME, (0,))  # retention may still hold it
+    # The cache let seq 0 go; the node's store still holds it. All go at one hop (ours).
+    assert [(s.message.envelope.seq, s.message.hops) for s in sends(out)] == [
+        (0, 1),
+        (1, 1),
+        (2, 1),
+    ]
+    assert broadcast(node).messages.at_place(ME, 0) is None
 
 
 def test_cache_is_bounded_by_bytes():

@@ -16,8 +16,8 @@ from episub.node.catchup import MAX_UNCOMPARED_LINKS, CatchUp
 from episub.node.fetching import FetchReport
 from episub.proto.messages import HeldSpan
 from episub.proto.reserved import SINK_INDEX_PREFIX
+from episub.proto.store import RetentionConfig, RetentionStore
 from episub.records import Delivery, Neighbor
-from episub.retention import RetentionConfig, RetentionStore
 from tests.net_helpers import TOPIC, run, wait_until
 from tests.test_node_history import node, pair
 
@@ -33,8 +33,12 @@ class Neighbourhood:
 
     def __init__(self) -> None:
         self.id = b"m" * 32
+        self.store: RetentionStore[bytes] = RetentionStore(RetentionConfig())
         self.asked: list[tuple[str, bytes]] = []
         self.fetched: list[tuple[bytes, int, int]] = []
+
+    def store_now(self) -> float:
+        return trio.current_time()
 
     def neighbors(self, topic: str) -> list[Neighbor]:
         return [Neighbor(peer_id=PEER, address="127.0.0.1:1", kind="rand", role="eager", rtt_ms=1)]
@@ -55,11 +59,10 @@ def catch_up_after(act: str, held: bool) -> tuple[Neighbourhood, dict[str, int]]
     so) at a node holding a message of the topic or not; run until every catch-up is
     done (simulated time)."""
     node = Neighbourhood()
-    store: RetentionStore[bytes] = RetentionStore(RetentionConfig())
     if held:
         kw = {"topic": TOPIC_NAME, "publisher": b"o" * 32, "seq": 0, "timestamp_ms": 1}
-        store.add_item(b"x", **kw, size=1, id=b"i" * 32, now=0.0)  # type: ignore[arg-type]
-    catch_up = CatchUp(node, store, PAUSE)  # type: ignore[arg-type]
+        node.store.add_item(b"x", **kw, size=1, id=b"i" * 32, now=0.0)  # type: ignore[arg-type]
+    catch_up = CatchUp(node, PAUSE)
     catch_up.joined(TOPIC_NAME)
 
     async def main() -> None:
@@ -165,8 +168,8 @@ def late_join(config: RetentionConfig, history: bool = True) -> History:
     messages stamped a minute before our join, asks what we hold; run until every
     catch-up is done."""
     node = History(stamp_ms=int(time.time() * 1000) - 60_000)
-    store: RetentionStore[bytes] = RetentionStore(config)
-    catch_up = CatchUp(node, store, PAUSE)  # type: ignore[arg-type]
+    node.store = RetentionStore(config)
+    catch_up = CatchUp(node, PAUSE)
     catch_up.joined(TOPIC_NAME, history)
 
     async def main() -> None:
@@ -208,8 +211,8 @@ def test_a_late_joiner_whose_retention_is_full_stops_asking_for_history() -> Non
     catch-up asks only since the join (not the whole history on every GETHELD)."""
     node = History(stamp_ms=int(time.time() * 1000) - 60_000)
     node.publishers = [PUBLISHER, b"r" * 32]  # the second finds no room left
-    store: RetentionStore[bytes] = RetentionStore(RetentionConfig(max_messages=4))
-    catch_up = CatchUp(node, store, PAUSE)  # type: ignore[arg-type]
+    node.store = RetentionStore(RetentionConfig(max_messages=4))
+    catch_up = CatchUp(node, PAUSE)
     catch_up.joined(TOPIC_NAME)
 
     async def main() -> None:

@@ -8,7 +8,7 @@ from contextlib import AsyncExitStack
 
 from episub import Node
 from episub.node.fetching import FETCH_CHUNK
-from episub.retention import RetentionConfig
+from episub.proto.store import RetentionConfig
 from tests.net_helpers import KEY, TOPIC, fast_config, run, wait_until
 
 ROWS = 10 * FETCH_CHUNK  # ten chunks: enough for both holders to be asked several

@@ -1,8 +1,9 @@
-"""GETHELD/HELD: what a node's retention holds of a topic, for readers that come back.
+"""GETHELD/HELD: what a node's store holds of a topic, for readers that come back.
 
-The core only routes them: a GETHELD comes out as HeldAsked (retention lives above the
-core, in episub/node/serving.py), the answer goes back as AnswerHeld, and a HELD comes out as a
-HeldReport. None of it changes the core's state, joined or not.
+The core answers a GETHELD itself, from its message store (store.py), joined or not, with
+one page (a HELD) and tells the node that the peer asked (HeldQueried: a neighbour's ask
+may start a catch-up); a HELD comes out as a HeldReport. Neither changes the core's
+protocol state.
 """
 
 from __future__ import annotations
@@ -11,27 +12,36 @@ import pytest
 
 from episub.proto import messages as m
 from episub.proto.errors import LocalProtocolError
-from episub.proto.events import AnswerHeld, AskHeld, HeldAsked, HeldReport, Send
-from tests.helpers import TOPIC, make_node, received
+from episub.proto.events import AskHeld, HeldQueried, HeldReport, Received, Send
+from tests.helpers import TOPIC, envelope, gossip, make_node, received
 
 SPAN = m.HeldSpan(publisher=b"p", first_seq=0, last_seq=9)
 
 
-def test_getheld_goes_above_the_core_joined_or_not_and_changes_nothing():
+def test_getheld_is_answered_from_the_store_joined_or_not_and_changes_nothing():
     node = make_node(active=[b"a"])
-    query = m.GetHeld(nonce=7, spans=(SPAN,), since_ms=5)
+    for seq in range(3):
+        node.handle(Received(b"a", TOPIC, gossip(envelope(b"p", seq, b"x"))), 0.5)
+    query = m.GetHeld(nonce=7, spans=(SPAN,))
     before = node.stats()
-    assert node.handle(received(b"asker", query), 1.0) == [HeldAsked(TOPIC, b"asker", query)]
+    held = m.Held(nonce=7, spans=(m.HeldSpan(publisher=b"p", first_seq=0, last_seq=2, count=3),))
+    assert node.handle(received(b"asker", query), 1.0) == [
+        Send(b"asker", TOPIC, held),
+        HeldQueried(TOPIC, b"asker"),
+    ]
+    # Another topic holds nothing here: an empty page, joined or not.
     assert node.handle(received(b"asker", query, topic="gone"), 1.0) == [
-        HeldAsked("gone", b"asker", query)
+        Send(b"asker", "gone", m.Held(nonce=7)),
+        HeldQueried("gone", b"asker"),
     ]
     assert node.stats() == before and node.active_view(TOPIC) == {b"a": m.LinkKind.RAND}
 
 
-def test_the_answer_goes_back_as_held_and_an_answer_comes_out_as_a_report():
+def test_the_answer_is_sent_as_an_answer_and_a_held_comes_out_as_a_report():
     node = make_node()
+    (send, _) = node.handle(received(b"asker", m.GetHeld(nonce=3)), 1.0)
+    assert type(send) is Send and send.answer  # sent as the asker reads, like PULL answers
     held = m.Held(nonce=7, spans=(m.HeldSpan(publisher=b"p", first_seq=2, last_seq=9, count=8),))
-    assert node.handle(AnswerHeld(TOPIC, b"asker", held), 1.0) == [Send(b"asker", TOPIC, held)]
     assert node.handle(received(b"far", held), 1.0) == [HeldReport(TOPIC, b"far", held)]
     query = m.GetHeld(nonce=8)
     assert node.handle(AskHeld(TOPIC, b"far", query), 1.0) == [Send(b"far", TOPIC, query)]

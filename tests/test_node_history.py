@@ -13,7 +13,7 @@ from episub import Delivery, Node, NodeConfig
 from episub.proto.config import BroadcastConfig
 from episub.proto.messages import HeldSpan
 from episub.proto.reserved import CONTROL_PREFIX
-from episub.retention import RetentionConfig
+from episub.proto.store import RetentionConfig
 from tests.net_helpers import KEY, TOPIC, fast_config, run, wait_until
 
 

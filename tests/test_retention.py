@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from blake3 import blake3
 
-from episub.retention import RetentionConfig, RetentionStore, Span
+from episub.proto.store import RetentionConfig, RetentionStore, Span
 from episub.subscription import Delivery
 
 P = b"127.0.0.1:1/0000000000000001"

@@ -18,7 +18,7 @@ from episub.proto.cache import MessageCache
 from episub.proto.config import BroadcastConfig
 from episub.proto.envelope import MAX_SEQ, Envelope
 from episub.proto.seqindex import SeqIndex
-from episub.retention import RetentionConfig, RetentionStore, Span
+from episub.proto.store import RetentionConfig, RetentionStore, Span
 
 # -- SeqIndex -------------------------------------------------------------------------------
 

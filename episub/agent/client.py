@@ -61,6 +61,7 @@ from episub.agent.wire import (
 from episub.config.codec import entry_for, value_of
 from episub.config.state import Entry
 from episub.proto.messages import HeldSpan
+from episub.proto.store import Span
 from episub.recordbatch import BATCH_HEADER, BatchFormatError
 from episub.recordbatch import MAX_ROWS as MAX_BATCH_ROWS
 from episub.recordbatch import encode as encode_batch
@@ -75,7 +76,6 @@ from episub.records import (
     Neighbor,
     Receipt,
 )
-from episub.retention import Span
 
 __all__ = [
     "DEFAULT_TIMEOUT",

@@ -39,7 +39,7 @@ from episub.agent.client import AgentClient
 from episub.agent.errors import AgentTimeout, AgentUnavailable
 from episub.agent.lifetime import lock_path_for
 from episub.agent.options import KEY_ENV, KEY_SIZE
-from episub.retention import RetentionConfig
+from episub.proto.store import RetentionConfig
 
 __all__ = ["DEFAULT_IDLE_TIMEOUT", "START_TIMEOUT", "AgentInfo", "ensure_agent"]
 

@@ -28,7 +28,7 @@ from episub.net.link_delay import LinkDelay, zones_link_delay
 from episub.net.peer_id import PeerIdError, parse_address
 from episub.proto.config import BroadcastConfig, MembershipConfig, NodeConfig
 from episub.proto.messages import check_topic_name
-from episub.retention import RetentionConfig
+from episub.proto.store import RetentionConfig
 
 __all__ = [
     "KEY_ENV",

@@ -27,7 +27,7 @@ from episub.net.peer_id import format_address, parse_address
 from episub.node import Node
 from episub.node.bootstrap import BOOTSTRAP_PATIENCE, BootstrapError, patiently
 from episub.proto.config import NodeConfig
-from episub.retention import RetentionConfig
+from episub.proto.store import RetentionConfig
 
 # How often an idle node looks whether its tables let go of memory: a trim then comes at
 # most this long plus a slow upkeep tick (runtime.SLOW_TICK, 6 s) plus two

@@ -102,6 +102,7 @@ from episub.proto.events import (
 )
 from episub.proto.node import NodeState
 from episub.proto.signing import Signer
+from episub.proto.store import RetentionConfig
 from episub.proto.wire import encode_item
 
 __all__ = [
@@ -202,6 +203,7 @@ class Runtime:
         encrypt: bool = True,
         max_connections: int = MAX_CONNECTIONS,
         signer: Signer | None = None,
+        retention: RetentionConfig | None = None,
     ) -> None:
         for name, value in (
             ("handshake_timeout", handshake_timeout),
@@ -216,7 +218,7 @@ class Runtime:
         # RTT from the kernel where it sees the delays: not under emulated link delays.
         self._kernel_rtt = TCP_INFO is not None and link_delay is None
         config = with_runtime_upkeep(config, kernel_rtt=self._kernel_rtt)
-        self.state = NodeState(my_id, config, rng, signer=signer)
+        self.state = NodeState(my_id, config, rng, signer=signer, retention=retention)
         self._on_events = on_events
         self.max_frame_size = max_frame_size(config.broadcast.max_message_size)
         ping = config.membership

@@ -9,8 +9,7 @@ composes, one job each:
 - fetching: fetch retries, holder after holder, chunk after chunk.
 - catchup: compare holdings with a neighbour whose link came up; fetch the difference.
 - queries: ask other nodes for their view, holdings and topics.
-- serving: answer other nodes' GETHELD and PULL from retention.
-- retained: retention read back as messages and as a GETHELD page.
+- retained: the core's message store read back as messages.
 
 Parts never import one another's state: `Node` hands each the core's events it needs.
 """

@@ -1,5 +1,5 @@
 """Catch-up with a neighbour whose link came up: compare what the two hold of the topic
-(GETHELD, answered from retention) and fetch the difference.
+(GETHELD, answered from the core's message store) and fetch the difference.
 
 A link is lost with its send queue (a peer too slow for a burst overflows it and the link
 closes with the queue's messages, IHAVEs included); once the burst has ended no later
@@ -50,8 +50,8 @@ from episub.node.checks import FETCH_MAX_SPAN
 from episub.proto.errors import LocalProtocolError
 from episub.proto.messages import HeldSpan
 from episub.proto.reserved import CONTROL_PREFIX
+from episub.proto.store import RetentionStore
 from episub.records import Neighbor
-from episub.retention import RetentionStore
 
 __all__ = ["CATCH_UP_AT_ONCE", "CATCH_UP_CLOCK_SLACK_MS", "CATCH_UP_TIMEOUT", "CatchUp"]
 
@@ -71,6 +71,11 @@ class _Asks(Protocol):
     @property
     def id(self) -> bytes: ...
 
+    @property
+    def store(self) -> RetentionStore[bytes]: ...
+
+    def store_now(self) -> float: ...
+
     def neighbors(self, topic: str) -> list[Neighbor]: ...
 
     async def held_by(
@@ -85,7 +90,7 @@ class _Asks(Protocol):
         last_seq: int,
         *,
         holders: Iterable[bytes],
-    ) -> object: ...  # a FetchReport: what arrived is counted in retention
+    ) -> object: ...  # a FetchReport: what arrived is counted in the store
 
 
 class CatchUp:
@@ -94,9 +99,8 @@ class CatchUp:
     started; and when each topic was joined (wall clock, ms): once the topic's retained
     history has been caught up, a catch-up asks only for what was published since."""
 
-    def __init__(self, node: _Asks, store: RetentionStore[bytes], pause: float) -> None:
+    def __init__(self, node: _Asks, pause: float) -> None:
         self._node = node
-        self._store = store
         self._pause = pause  # the broadcast's gap_timeout
         self._joined_ms: dict[str, int] = {}
         # Joined topics whose neighbours' retained history no catch-up has finished yet.
@@ -125,7 +129,7 @@ class CatchUp:
 
     def link_up(self, topic: str, peer: bytes, nursery: trio.Nursery | None) -> None:
         link = (topic, peer)
-        if not self._store.holds(topic):
+        if not self._node.store.holds(topic):
             self._skipped += 1  # nothing to compare unless the peer holds something: asked
             self._uncompared[link] = None
             self._uncompared.move_to_end(link)
@@ -144,7 +148,7 @@ class CatchUp:
         link = (topic, peer)
         if (
             (
-                self._store.holds(topic)
+                self._node.store.holds(topic)
                 and topic not in self._history_due
                 and link not in self._uncompared
             )
@@ -220,11 +224,12 @@ class CatchUp:
         """Fetch from `peer` what of its `spans` this node lacks (see _catch_up_stream)."""
         me = self._node.id
         self._catch_ups += 1
-        # Seqs this catch-up may still ask for: no more than retention can hold.
-        allowance = self._store.config.max_messages
+        # Seqs this catch-up may still ask for: no more than the store can hold.
+        store = self._node.store
+        allowance = store.config.max_messages
         with trio.move_on_after(CATCH_UP_TIMEOUT) as scope:
             for span in spans:
-                if allowance <= 0 or self._store.bytes >= self._store.config.max_bytes:
+                if allowance <= 0 or store.bytes >= store.config.max_bytes:
                     break  # retention holds what it can: the rest would push it out
                 if span.publisher != me:
                     allowance -= await self._catch_up_stream(topic, peer, span, allowance)
@@ -237,7 +242,7 @@ class CatchUp:
         this node's retention keeps a message."""
         since = joined_ms - CATCH_UP_CLOCK_SLACK_MS
         if topic in self._history_due:
-            horizon = int(time.time() * 1000) - int(self._store.config.max_age * 1000)
+            horizon = int(time.time() * 1000) - int(self._node.store.config.max_age * 1000)
             since = min(since, horizon)
         return since
 
@@ -260,14 +265,15 @@ class CatchUp:
             return 0
         # The peer holds at least this many of first..last (count covers first_seq..last).
         theirs = span.count - (first - span.first_seq)
+        node = self._node
         while True:
-            ours = self._store.span(topic, publisher, first, last, trio.current_time())
+            ours = node.store.span(topic, publisher, first, last, node.store_now())
             had = 0 if ours is None else ours.count
             if had >= last - first + 1 or had >= theirs:
                 return last - first + 1
             # Into retention, and counted there: the messages themselves are not read back.
-            await self._node.fetch_range(topic, publisher, first, last, holders=[peer])
-            now_held = self._store.span(topic, publisher, first, last, trio.current_time())
+            await node.fetch_range(topic, publisher, first, last, holders=[peer])
+            now_held = node.store.span(topic, publisher, first, last, node.store_now())
             got = 0 if now_held is None else now_held.count
             self._caught_up += max(0, got - had)
             if got <= had:

@@ -10,13 +10,14 @@
 `Node` checks its arguments (episub.node.checks) and composes the parts behind it, each
 with one job, none importing another's state: its lifetime (lifetime), bootstrap racing
 (bootstrap), publishing (publishing), fan-out to subscribers and listeners (fanout),
-fetch retries (fetching), catch-up of a link that came up (catchup), asking other nodes
-(queries) and answering them from retention (serving). The core's events of one input
-come to `_on_events`, which hands each to its part.
+fetch retries (fetching), catch-up of a link that came up (catchup) and asking other
+nodes (queries). The core keeps what the node holds (its message store, which also answers
+other nodes' GETHELD and PULL); the node reads it through `store`. The core's events of
+one input come to `_on_events`, which hands each to its part.
 
 Choices the API makes:
-- A node's own publishes reach its own subscribers (and its retention store) too, as a
-  Kafka consumer sees what its own process produced.
+- A node's own publishes reach its own subscribers (and its store) too, as a Kafka
+  consumer sees what its own process produced.
 - `join` dials every bootstrap address at once; the node's own address is skipped, so
   every node of a deployment can be given the same bootstrap list (episub.node.bootstrap).
 - `publish` paces a burst: while a neighbour's send queue is more than half full, it waits
@@ -46,7 +47,7 @@ from episub.net.link_delay import LinkDelay
 from episub.net.network import MAX_CONNECTIONS
 from episub.net.peer_id import parse_address
 from episub.net.runtime import DIAL_TIMEOUT, Runtime
-from episub.node import checks, serving
+from episub.node import checks
 from episub.node.bootstrap import Bootstraps, reach
 from episub.node.catchup import CatchUp
 from episub.node.fanout import Fanout
@@ -54,16 +55,15 @@ from episub.node.fetching import FETCH_TIMEOUT, Fetcher, FetchReport
 from episub.node.lifetime import running
 from episub.node.publishing import Receipt, publish_checked
 from episub.node.queries import VIEW_TIMEOUT, Queries, neighbors
-from episub.node.retained import delivery_of, held_page, retained, retained_envelopes
+from episub.node.retained import delivery_of, retained, retained_envelopes
 from episub.proto.config import NodeConfig
 from episub.proto.envelope import Envelope, Record
 from episub.proto.errors import LocalProtocolError
 from episub.proto.events import (
     DataLost,
     Deliver,
-    HeldAsked,
+    HeldQueried,
     HeldReport,
-    HistoryAsked,
     Isolated,
     JoinTopic,
     LeaveTopic,
@@ -77,8 +77,8 @@ from episub.proto.events import (
 from episub.proto.messages import GetHeld, Held, HeldSpan, View, check_topic_name
 from episub.proto.reserved import CONTROL_PREFIX
 from episub.proto.signing import Signer
+from episub.proto.store import RetentionConfig, RetentionStore, Span
 from episub.records import HELD_TIMEOUT, SUBSCRIPTION_BUFFER, Neighbor
-from episub.retention import RetentionConfig, RetentionStore, Span
 from episub.subscription import Delivery, Lost, Subscription
 
 __all__ = ["JOIN_TIMEOUT", "Node"]
@@ -96,7 +96,7 @@ class Node:
     config: protocol parameters (episub.proto.config).
     link_delay: optional f(my_id, peer_id) -> seconds to hold back every frame sent to
         that peer (emulated network delay, for tests and demos; see zones_link_delay).
-    retention: bounds of the store behind `retained()`.
+    retention: bounds of the core's message store, behind `retained()` (`store`).
     advertise: the host peers should dial, when `listen` is a wildcard like 0.0.0.0.
     handshake_timeout: a new connection must prove the key within this (default 5 s).
     dial_timeout: a TCP connect to a peer must succeed within this (default 10 s).
@@ -133,13 +133,8 @@ class Node:
         self._advertise = checks.advertised_host(listen, self._listen.host, advertise)
         self._config = config if config is not None else NodeConfig()
         self._link_delay = link_delay
-        # Retention keeps each message's envelope bytes: the very bytes object the core's
-        # cache holds (one copy of a payload on this node), decoded again when read.
-        self._retention = RetentionStore[bytes](retention or RetentionConfig())
-        # Joined topics whose messages retention does not keep (`join(retain=False)`: the
-        # configuration replicas, which catch up by snapshot, never from history; their
-        # updates would only cost a retention entry each and a catch-up on every link).
-        self._unretained: set[str] = set()
+        self._retention = retention or RetentionConfig()  # the core's store's bounds
+        self._store: RetentionStore[bytes] | None = None  # the core's, once it runs
         self._handshake_timeout = handshake_timeout
         self._dial_timeout = dial_timeout
         self._encrypt = encrypt
@@ -154,7 +149,7 @@ class Node:
         self._fanout = Fanout()
         self._fetcher = Fetcher()
         self._queries = Queries()
-        self._catch_up = CatchUp(self, self._retention, self._config.broadcast.gap_timeout)
+        self._catch_up = CatchUp(self, self._config.broadcast.gap_timeout)
 
     # -- lifetime ---------------------------------------------------------------------------
 
@@ -186,7 +181,7 @@ class Node:
             yield self
 
     def _make_runtime(self, my_id: bytes, signer: Signer | None) -> Runtime:
-        return Runtime(
+        runtime = Runtime(
             key=self._key,
             my_id=my_id,
             config=self._config,
@@ -198,7 +193,10 @@ class Node:
             encrypt=self._encrypt,
             max_connections=self._max_connections,
             signer=signer,
+            retention=self._retention,
         )
+        self._store = runtime.state.store
+        return runtime
 
     def _stopped(self) -> None:
         self._fanout.close()
@@ -224,6 +222,17 @@ class Node:
         """ "host:port" that peers dial (and bootstrap lists name)."""
         self._running()
         return self._address
+
+    @property
+    def store(self) -> RetentionStore[bytes]:
+        """The core's message store (episub.proto.store): what this node holds of each
+        topic's streams, read with `store_now()`'s time. Prefer `retained`, `held` and
+        `held_seqs`; this is for the node's own parts and tools."""
+        return self._running().state.store
+
+    def store_now(self) -> float:
+        """Now on the core's clock: the `now` the store's queries take."""
+        return self._running().now()
 
     # -- topics -----------------------------------------------------------------------------
 
@@ -268,9 +277,7 @@ class Node:
             await trio.lowlevel.checkpoint()
         up, who = self._bootstraps.joining(topic)
         self._catch_up.joined(topic, history)
-        if not retain:
-            self._unretained.add(topic)
-        runtime.input(JoinTopic(topic, tuple(dict.fromkeys(contacts))))
+        runtime.input(JoinTopic(topic, tuple(dict.fromkeys(contacts)), retain))
         self._bootstraps.joined(topic, addresses)
         if not contacts:
             return
@@ -292,7 +299,6 @@ class Node:
         runtime.input(LeaveTopic(topic))
         self._bootstraps.left(topic)
         self._catch_up.left(topic)
-        self._unretained.discard(topic)
 
     async def publish(
         self,
@@ -390,12 +396,9 @@ class Node:
         return self.deliver_to(topic, callback)
 
     def _on_events(self, events: list[OutEvent]) -> None:
-        """The core's events of one input, in order: messages and losses go to retention,
-        then to each subscription of their topic as one batch, and to listeners; queries
-        from peers are answered from retention."""
-        now = trio.current_time()
-        retain = self._retention.add_item
-        unretained = self._unretained
+        """The core's events of one input, in order (the core has stored their messages):
+        messages and losses go to each subscription of their topic as one batch, and to
+        listeners."""
         fetching = self._fetcher.waiting
         subscriptions = self._fanout.subscriptions
         listeners = self._fanout.listeners
@@ -405,20 +408,9 @@ class Node:
             if kind is Deliver or kind is Published or kind is Recovered:
                 envelope = event.envelope  # type: ignore[union-attr]
                 topic, publisher, seq = event.topic, envelope.publisher, envelope.seq  # type: ignore[union-attr]
-                if topic not in unretained:
-                    retain(
-                        envelope.raw,
-                        topic=topic,
-                        publisher=publisher,
-                        seq=seq,
-                        timestamp_ms=envelope.timestamp_ms,
-                        size=envelope.size,
-                        id=event.id,  # type: ignore[union-attr]
-                        now=now,
-                    )
                 if fetching:
                     self._fetcher.arrived(topic, publisher, seq)
-                # History is for retention, and control streams are bookkeeping: neither
+                # History is for the store, and control streams are bookkeeping: neither
                 # is news for subscribers. A message (a copy of the payload) is made only
                 # for a topic someone subscribes or listens to.
                 if (
@@ -438,11 +430,8 @@ class Node:
                 self._bootstraps.isolated(event.topic, self._running, self._nursery)  # type: ignore[union-attr]
             elif kind is ViewReport:
                 self._queries.on_view(event)  # type: ignore[arg-type]
-            elif kind is HeldAsked:
+            elif kind is HeldQueried:
                 self._catch_up.asked(event.topic, event.peer, self._nursery)  # type: ignore[union-attr]
-                serving.answer_held(self._running(), self._retention, event, trio.current_time())  # type: ignore[arg-type]
-            elif kind is HistoryAsked:
-                serving.serve_history(self._running(), self._retention, event, trio.current_time())  # type: ignore[arg-type]
             elif kind is HeldReport:
                 self._queries.on_held(event)  # type: ignore[arg-type]
             elif kind is TopicsReport:
@@ -482,9 +471,10 @@ class Node:
         out.update(self._fanout.stats())
         out.update(self._catch_up.stats())
         out["signed"] = int(self._sign)  # signed publishing on (1) or off (0)
-        out["retained_messages"] = len(self._retention)
-        out["retained_bytes"] = self._retention.bytes
-        bounds = self._retention.config  # what this node was started with, for operators
+        store = runtime.state.store
+        out["retained_messages"] = len(store)
+        out["retained_bytes"] = store.bytes
+        bounds = store.config  # what this node was started with, for operators
         out["retention_max_messages"] = bounds.max_messages
         out["retention_max_bytes"] = bounds.max_bytes
         out["retention_max_age_s"] = round(bounds.max_age)
@@ -543,8 +533,8 @@ class Node:
     def held_seqs(self, topic: str, publisher: bytes, first_seq: int, last_seq: int) -> list[int]:
         """The seqs of first_seq..last_seq this node holds of `publisher` on `topic`, in
         order (what `retained` would return, without reading the messages)."""
-        self._running()
-        return self._retention.seqs(topic, publisher, first_seq, last_seq, trio.current_time())
+        runtime = self._running()
+        return runtime.state.store.seqs(topic, publisher, first_seq, last_seq, runtime.now())
 
     def retained(
         self, topic: str, publisher: bytes, first_seq: int, last_seq: int
@@ -552,24 +542,25 @@ class Node:
         """Stored messages of `publisher` on `topic`, first_seq..last_seq, in order; what
         was never delivered here, or has aged out of retention, is absent (and so is every
         message of a topic joined with `retain=False`, as configuration topics are)."""
-        self._running()
-        now = trio.current_time()
-        return retained(self._retention, topic, publisher, first_seq, last_seq, now)
+        runtime = self._running()
+        now = runtime.now()
+        return retained(runtime.state.store, topic, publisher, first_seq, last_seq, now)
 
     def retained_envelopes(
         self, topic: str, publisher: bytes, first_seq: int, last_seq: int
     ) -> list[Envelope]:
         """`retained`'s messages as envelopes (no Delivery made for each): what a reader
         that turns them into columns wants."""
-        self._running()
-        now = trio.current_time()
-        return retained_envelopes(self._retention, topic, publisher, first_seq, last_seq, now)
+        runtime = self._running()
+        now = runtime.now()
+        store = runtime.state.store
+        return retained_envelopes(store, topic, publisher, first_seq, last_seq, now)
 
     @property
     def retention_released(self) -> int:
         """Bytes of messages retention has let go (evicted, expired or replaced) since the
         node was made: what tells a node process to give memory back (episub/allocator.py)."""
-        return self._retention.released
+        return 0 if self._store is None else self._store.released
 
     def upkeep_deadline(self, delay: float) -> float:
         """When (trio's clock) to wake, at least `delay` seconds from now, for periodic
@@ -580,13 +571,14 @@ class Node:
     def shrink_retention(self) -> None:
         """Give retention's tables the size of what they hold (RetentionStore.shrink): for
         a quiet node process, before it gives free memory back (episub/allocator.py)."""
-        self._retention.shrink()
+        if self._store is not None:
+            self._store.shrink()
 
     def held(self, topic: str) -> dict[bytes, Span]:
         """publisher -> what this node holds of it on `topic` (retention's summary): the
         first and last seq held and how many. What `held_by` asks other nodes."""
-        self._running()
-        return self._retention.offsets(topic, trio.current_time())
+        runtime = self._running()
+        return runtime.state.store.offsets(topic, runtime.now())
 
     async def held_by(
         self,
@@ -609,7 +601,8 @@ class Node:
         )
 
     def _own_held_page(self, topic: str, query: GetHeld) -> Held:
-        return held_page(self._retention, topic, query, trio.current_time())
+        runtime = self._running()
+        return runtime.state.store.held_page(topic, query, runtime.now())
 
     async def peer_at(self, address: str) -> bytes:
         """The peer id of the node listening at `address` ("host:port"), connecting to it

@@ -2,13 +2,14 @@
 and has not been sent yet, as a cursor over (publisher, seq range)s.
 
 A 17-byte PULL names 4,096 places: answered whole at once, it made 2 MB of GOSSIP and
-thousands of retention look-ups in one input. Here a request is answered a bounded batch
+thousands of store look-ups in one input. Here a request is answered a bounded batch
 at a time, the next batch when the asker has read the last one.
 
 Rules this machine keeps:
-- A batch is at most `answer_batch_messages` messages and seqs asked of retention
-  (HistoryAsked) together, and at most `answer_batch_bytes` of envelopes (but at least
-  one message, however large); a GRAFT's places we do not hold cost a look-up, no item.
+- A batch is at most `answer_batch_messages` messages and PULL seqs looked up together
+  (a PULL's seq the cache lacks is looked up in the store, found or not), and at most
+  `answer_batch_bytes` of envelopes (but at least one message, however large); a GRAFT's
+  places the cache does not hold cost a look-up, no item (live repair: not from the store).
 - A request from a peer with nothing waiting is answered at once up to one batch; the
   rest waits in the peer's cursor. A request from a peer with answers waiting joins them
   and waits its turn: one batch per turn, however many requests. A GRAFT's ranges (live
@@ -19,13 +20,13 @@ Rules this machine keeps:
   MAX_PENDING_RANGES ranges and MAX_PENDING_SEQS seqs: a range past either is refused.
 - At most MAX_ASKERS peers have answers waiting: a new one past that pushes out the
   peer whose answers waited longest.
-- The next batch comes when the runtime says the peer's answers drained (`drained`). A
-  batch that asked retention for seqs waits for retention's answer (`history_served`)
-  instead: what retention sends then drains in turn. Where nothing reports drains (the
-  simulator: `answer_retry` set), a timer serves every waiting peer a batch each period.
+- The next batch comes when the runtime says the peer's answers drained (`drained`).
+  Where nothing reports drains (the simulator: `answer_retry` set), a timer serves every
+  waiting peer a batch each period.
 - A cursor goes with its peer (`forget`): its connection lost, or out of the active view.
-- Each message of a PULL goes with its hop count + 1 (History packs where publishers are
-  bytes; one GOSSIP each for the simulator's int ids); each of a GRAFT as a GOSSIP.
+- Each message of a PULL goes with its hop count + 1, one hop for what the store held
+  (History packs where publishers are bytes; one GOSSIP each for the simulator's int ids);
+  each of a GRAFT as a GOSSIP.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from dataclasses import dataclass, field
 from episub.proto import messages as m
 from episub.proto.cache import Cached
 from episub.proto.config import BroadcastConfig
-from episub.proto.events import HistoryAsked, OutEvent, Send
+from episub.proto.events import OutEvent, Send
 from episub.proto.history import history_packs
 from episub.proto.messages import PeerId
 from episub.proto.tables import BroadcastCounters
@@ -56,12 +57,13 @@ MAX_ASKERS = 128
 # on the high side, so that a batch's encoded size stays within answer_batch_bytes).
 _MESSAGE_OVERHEAD = 64
 
+# (publisher, seq) -> the message held there, if any: the cache's, or the store's for a PULL.
 Lookup = Callable[[PeerId, int], "Cached | None"]
 
 
 @dataclass(slots=True)
 class _Range:
-    pull: bool  # a PULL's (the seqs we lack go to retention) or a GRAFT's (skipped)
+    pull: bool  # a PULL's (the seqs the cache lacks: from the store) or a GRAFT's (skipped)
     publisher: PeerId
     first_seq: int  # as asked: a repeat of any part of it is merged
     next_seq: int
@@ -72,7 +74,6 @@ class _Range:
 class _Cursor:
     ranges: deque[_Range] = field(default_factory=deque)
     seqs: int = 0  # seqs the ranges have left
-    awaiting_history: bool = False  # the last batch asked retention: its answer comes next
 
 
 class AnswerCursors:
@@ -98,6 +99,7 @@ class AnswerCursors:
         pull: bool,
         ranges: list[tuple[PeerId, int, int]],
         lookup: Lookup,
+        stored: Lookup,
         out: list[OutEvent],
     ) -> bool:
         """`peer` asks for `ranges` (publisher, first, last). Served at once up to a batch
@@ -116,32 +118,20 @@ class AnswerCursors:
                 self.cursors.popitem(last=False)  # the peer whose answers waited longest
                 self.counters.answer_askers_evicted += 1
             self.cursors[peer] = cursor
-            self._serve(peer, cursor, lookup, out)
+            self._serve(peer, cursor, lookup, stored, out)
         return peer in self.cursors
 
-    def drained(self, peer: PeerId, lookup: Lookup, out: list[OutEvent]) -> None:
-        """`peer` has read what it was sent: its next batch, unless retention's answer to
-        the last one is still to come (it drains in its turn)."""
+    def drained(self, peer: PeerId, lookup: Lookup, stored: Lookup, out: list[OutEvent]) -> None:
+        """`peer` has read what it was sent: its next batch."""
         cursor = self.cursors.get(peer)
-        if cursor is not None and not cursor.awaiting_history:
-            self._serve(peer, cursor, lookup, out)
+        if cursor is not None:
+            self._serve(peer, cursor, lookup, stored, out)
 
-    def history_served(self, peer: PeerId, sent: bool, lookup: Lookup, out: list[OutEvent]) -> None:
-        """Retention answered the last batch's seqs: when it `sent` nothing, there is nothing
-        to drain, so the next batch comes at once."""
-        cursor = self.cursors.get(peer)
-        if cursor is None or not cursor.awaiting_history:
-            return
-        cursor.awaiting_history = False
-        if not sent:
-            self._serve(peer, cursor, lookup, out)
-
-    def retry(self, lookup: Lookup, out: list[OutEvent]) -> bool:
+    def retry(self, lookup: Lookup, stored: Lookup, out: list[OutEvent]) -> bool:
         """The retry timer (no runtime reports drains): a batch for every waiting peer.
         True when some are left waiting."""
         for peer, cursor in list(self.cursors.items()):
-            cursor.awaiting_history = False
-            self._serve(peer, cursor, lookup, out)
+            self._serve(peer, cursor, lookup, stored, out)
         return bool(self.cursors)
 
     def forget(self, peer: PeerId) -> None:
@@ -171,7 +161,9 @@ class AnswerCursors:
             cursor.ranges.insert(ahead, waiting_range)
         cursor.seqs += span
 
-    def _serve(self, peer: PeerId, cursor: _Cursor, lookup: Lookup, out: list[OutEvent]) -> None:
+    def _serve(
+        self, peer: PeerId, cursor: _Cursor, lookup: Lookup, stored: Lookup, out: list[OutEvent]
+    ) -> None:
         """One batch from the front of `peer`'s cursor; the cursor goes once empty."""
         config = self.config
         max_items, max_bytes = config.answer_batch_messages, config.answer_batch_bytes
@@ -182,10 +174,13 @@ class AnswerCursors:
         while ranges and not full:
             r = ranges[0]
             found: list[Cached] = []
-            lacking: list[int] = []
             publisher, seq, last = r.publisher, r.next_seq, r.last_seq
             while seq <= last:
                 cached = lookup(publisher, seq)
+                if cached is None and r.pull:
+                    cached = stored(publisher, seq)
+                    if cached is None:
+                        items += 1  # a look-up that found nothing costs an item too
                 if cached is not None:
                     cost = len(cached.raw) + _MESSAGE_OVERHEAD
                     if items and size + cost > max_bytes:
@@ -194,9 +189,6 @@ class AnswerCursors:
                     found.append(cached)
                     items += 1
                     size += cost
-                elif r.pull:
-                    lacking.append(seq)
-                    items += 1
                 seq += 1
                 if items >= max_items:
                     full = True
@@ -206,9 +198,6 @@ class AnswerCursors:
             if seq > last:
                 ranges.popleft()
             self._send(peer, r.pull, publisher, found, out)
-            if lacking:
-                out.append(HistoryAsked(self.topic, peer, publisher, tuple(lacking)))
-                cursor.awaiting_history = True
         if not ranges:
             del self.cursors[peer]
 

@@ -6,7 +6,8 @@ Rules this machine keeps:
 - A message id is accepted once (the `seen` cache); its id must be blake3 of its envelope,
   and its hop count must leave room to forward it (below MAX_HOPS), checked before it is
   seen or cached. History we fetched (a HISTORY answer behind its stream) is checked the
-  same way but neither seen nor cached: it goes to retention, which keeps one per place.
+  same way but neither seen nor cached: it goes to the store (store.py), which keeps one
+  per place.
 - With signing on (a `signer`), we sign what we publish on our own stream, and a first
   copy of a node's stream must carry a valid signature bound to its publisher
   (signing.py) before it enters seen, cache or ordering; else it is dropped and counted
@@ -45,13 +46,13 @@ Rules from the draft (and Plumtree):
   range wholly behind the publisher's stream position costs one comparison.
 - GRAFT: the sender becomes eager and gets the messages of the ranges it asked for that
   the cache holds.
-- PULL: the sender gets the publisher's messages it asked for that the cache holds; the
-  others are asked of retention, above the core (HistoryAsked).
+- PULL: the sender gets the publisher's messages it asked for that the cache holds, and
+  those the cache lacks from the node's store (`store`, store.py).
 - GRAFT and PULL answers go a bounded batch at a time, the next when the asker has read
   the last (answers.py, whose rules are at its top).
 - one message per place: a first copy for a (publisher, seq) the cache holds another
-  message for wins it only with the earlier stamp (then the smaller id); a losing one is
-  dropped and its sender gets the winner (`_rival_loses`).
+  message for wins it only by the store's rule (store.wins: the earlier stamp, then the
+  smaller id); a losing one is dropped and its sender gets the winner (`_rival_loses`).
 - tree optimisation: a lazy path shorter than the eager one by `optimization_threshold`
   hops swaps the two (GRAFT the lazy announcer, PRUNE the eager sender).
 - near parent (ours, off by default): an IHAVE of an id we hold, from a lazy neighbour
@@ -97,7 +98,7 @@ from itertools import islice
 from typing import Any, TypeAlias, assert_never
 
 from episub.proto import messages as m
-from episub.proto.answers import AnswerCursors
+from episub.proto.answers import AnswerCursors, Lookup
 from episub.proto.cache import Cached, MessageCache
 from episub.proto.config import BroadcastConfig
 from episub.proto.envelope import IdHasher, Record
@@ -116,6 +117,7 @@ from episub.proto.messages import Envelope, LinkKind, MessageId, PeerId
 from episub.proto.ordering import OrderedDelivery, PublisherStream
 from episub.proto.peers import RttTable
 from episub.proto.signing import Signer, check_message
+from episub.proto.store import RetentionStore, wins
 from episub.proto.tables import BroadcastCounters
 from episub.proto.timers import BroadcastTimer
 from episub.proto.trees import Tree, Trees
@@ -168,8 +170,12 @@ class Broadcast:
         id_key: bytes | None = None,
         signer: Signer | None = None,
         rtts: RttTable | None = None,
+        store: RetentionStore[bytes] | None = None,
     ) -> None:
         self.me = me
+        # The node's message store (NodeState's, shared by its topics): a PULL's seqs the
+        # cache lacks are answered from it. None: answered from the cache alone.
+        self.store = store
         # Our own RTT samples (membership's table, read only): the near parent rule.
         self.rtts = rtts
         self.topic = topic
@@ -664,7 +670,7 @@ class Broadcast:
             case m.Graft(ranges=ranges, streams=streams):
                 self._on_graft(peer, ranges, streams, now, out)
             case m.Pull(publisher=publisher, first_seq=first, last_seq=last):
-                self._on_pull(peer, publisher, first, last, out)
+                self._on_pull(peer, publisher, first, last, now, out)
             case m.Heads(ranges=ranges):
                 self._on_heads(peer, ranges, now, out)
             case m.History():
@@ -853,8 +859,8 @@ class Broadcast:
         self, peer: PeerId, mid: MessageId, envelope: Envelope, out: list[OutEvent]
     ) -> bool:
         """A first copy for a place that holds another message (a sink row written again
-        with another stamp): one of the two must win on every node. The earlier stamp wins,
-        then the smaller id (retention.py keeps the same rule). A losing rival is dropped,
+        with another stamp): one of the two must win on every node, by the store's rule
+        (store.wins), which the store keeps for what it holds too. A losing rival is dropped,
         and the sender gets the winner, so that it converges too; a winning one goes on as
         any first copy, replacing the place's message here (the place stays delivered)."""
         held = self.by_seq.get((envelope.publisher, envelope.seq))
@@ -863,7 +869,7 @@ class Broadcast:
         cached = self.cache.get(held)
         if cached is None:
             return False
-        if (envelope.timestamp_ms, mid) < (cached.envelope.timestamp_ms, held):
+        if wins(envelope.timestamp_ms, mid, cached.envelope.timestamp_ms, held):
             self.counters.rivals_won += 1
             return False
         self.counters.rivals_refused += 1
@@ -1095,7 +1101,7 @@ class Broadcast:
         if self._is_neighbor(peer):
             self._grafted(peer, ranges, streams, now, out)
         if ranges:
-            self._ask(peer, False, [(p, first, last) for p, first, last, _ in ranges], out)
+            self._ask(peer, False, [(p, first, last) for p, first, last, _ in ranges], now, out)
 
     def _grafted(
         self,
@@ -1121,28 +1127,51 @@ class Broadcast:
             tree.note_grafted(peer, now)
 
     def _on_pull(
-        self, peer: PeerId, publisher: PeerId, first: int, last: int, out: list[OutEvent]
+        self,
+        peer: PeerId,
+        publisher: PeerId,
+        first: int,
+        last: int,
+        now: float,
+        out: list[OutEvent],
     ) -> None:
-        """Answer from the cache; the seqs it lacks go to retention (above the core)."""
-        self._ask(peer, True, [(publisher, first, last)], out)
+        """Answer from the cache, and the seqs it lacks from the store."""
+        self._ask(peer, True, [(publisher, first, last)], now, out)
 
     def _ask(
-        self, peer: PeerId, pull: bool, ranges: list[tuple[PeerId, int, int]], out: list[OutEvent]
+        self,
+        peer: PeerId,
+        pull: bool,
+        ranges: list[tuple[PeerId, int, int]],
+        now: float,
+        out: list[OutEvent],
     ) -> None:
         """A PULL's or GRAFT's ranges, answered a batch at a time (answers.py)."""
-        if self.answers.ask(peer, pull, ranges, self._cached_at, out):
+        if self.answers.ask(peer, pull, ranges, self._cached_at, self._stored(now), out):
             self._arm_answers(out)
 
     def _cached_at(self, publisher: PeerId, seq: int) -> Cached | None:
         return self.messages.at_place(publisher, seq)
 
-    def answers_drained(self, peer: PeerId, out: list[OutEvent]) -> None:
-        """`peer` has read the answers it was sent: its next batch, if any waits."""
-        self.answers.drained(peer, self._cached_at, out)
+    def _stored(self, now: float) -> Lookup:
+        """The store's look-up as of `now`: what it holds at a place, as a Cached row that
+        goes out at one hop (as history always went). None found without a store."""
+        store, topic = self.store, self.topic
+        if store is None or store.keeps_nothing:
+            return _nothing_stored
 
-    def history_served(self, peer: PeerId, sent: bool, out: list[OutEvent]) -> None:
-        """Retention answered what a batch of `peer`'s asked it (`sent`: some messages)."""
-        self.answers.history_served(peer, sent, self._cached_at, out)
+        def stored_at(publisher: PeerId, seq: int) -> Cached | None:
+            entry = store.entry(topic, publisher, seq, now)
+            if entry is None:
+                return None
+            mid, raw, size = entry
+            return Cached(mid, raw, 0, now, size, publisher, None)
+
+        return stored_at
+
+    def answers_drained(self, peer: PeerId, now: float, out: list[OutEvent]) -> None:
+        """`peer` has read the answers it was sent: its next batch, if any waits."""
+        self.answers.drained(peer, self._cached_at, self._stored(now), out)
 
     def forget_answers(self, peer: PeerId) -> None:
         """`peer`'s connection went: what it asked and was not sent is not made."""
@@ -1157,10 +1186,10 @@ class Broadcast:
     def _on_history(self, peer: PeerId, msg: m.History, now: float, out: list[OutEvent]) -> None:
         """A PULL answered in bulk (history.py). Each envelope is checked as a GOSSIP's
         first copy is, its id computed from its bytes. A message that is history we
-        fetched goes to retention only (Recovered): not delivered, not forwarded, and not
-        seen nor cached here, for the cache answers live GRAFTs and PULLs, and retention,
+        fetched goes to the store only (Recovered): not delivered, not forwarded, and not
+        seen nor cached here, for the cache answers live GRAFTs and PULLs, and the store,
         which keeps one message per place, answers history; a copy fetched twice is
-        Recovered twice and retention keeps one. Any other goes the GOSSIP way (a gap
+        Recovered twice and the store keeps one. Any other goes the GOSSIP way (a gap
         repair's answer is live). A pack that is not one publisher's rising seqs, or holds
         a bad envelope, ends there."""
         last_seq = -1
@@ -1215,7 +1244,7 @@ class Broadcast:
                 self._send_heads(now, out)
             case BroadcastTimer.ANSWERS:
                 self._answers_armed = False
-                if self.answers.retry(self._cached_at, out):
+                if self.answers.retry(self._cached_at, self._stored(now), out):
                     self._arm_answers(out)
             case _:
                 assert_never(timer)
@@ -1352,6 +1381,10 @@ class Broadcast:
         self, mid: MessageId, envelope: Envelope, *, hops: int, sender: PeerId | None, now: float
     ) -> None:
         self.messages.remember(mid, envelope, hops, now, sender)
+
+
+def _nothing_stored(publisher: PeerId, seq: int) -> None:
+    return None
 
 
 def _pushes_race(me: PeerId, peer: PeerId) -> bool:

@@ -4,7 +4,7 @@ One table, in arrival order, because both are kept in the order messages arrive 
 cache is always the newest part of what was seen: a message is seen and cached at once
 (`remember`), and the cache's bounds drop its oldest while seen keeps the id longer. The
 cache keeps each envelope's bytes as they arrived (the very object the GOSSIP carried and
-retention holds above the core), never a decoded Envelope: an answer is sent as those
+the node's store holds, store.py), never a decoded Envelope: an answer is sent as those
 bytes, and a message costs its bytes plus ~100 bytes of table here
 (its packed id, index slot and arrival time, ~55, and ~45 bytes of columns).
 

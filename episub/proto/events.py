@@ -81,11 +81,14 @@ class JoinTopic:
 
     An empty `bootstrap` starts a new overlay that others may join through us. The
     input's `now` is the join time: what publishers stamp later is delivered, even if it
-    was published before this node had a link (ordering.py's reach back).
+    was published before this node had a link (ordering.py's reach back). `retain=False`:
+    the topic's messages are delivered but not kept in the core's store (store.py), for
+    state that catches up otherwise (configuration replicas, by snapshot).
     """
 
     topic: str
     bootstrap: tuple[PeerId, ...] = ()
+    retain: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,29 +184,6 @@ class AskHeld:
 
 
 @dataclass(frozen=True, slots=True)
-class AnswerHeld:
-    """Command: send `held`, computed above the core from retention, to `peer`, which asked
-    with a GETHELD (`HeldAsked`)."""
-
-    topic: str
-    peer: PeerId
-    held: Held
-
-
-@dataclass(frozen=True, slots=True)
-class ServeHistory:
-    """Command: send `peer` these messages of `publisher` in `topic` from retention
-    (HISTORY, one hop), for the seqs of its PULL the cache no longer had (`HistoryAsked`).
-    Given for every HistoryAsked, with no messages when retention has none of them: the
-    next batch of the PULL waits for it."""
-
-    topic: str
-    peer: PeerId
-    messages: tuple[tuple[MessageId, bytes], ...]  # (id, the envelope's canonical bytes)
-    publisher: PeerId | None = None  # None: sent one GOSSIP each
-
-
-@dataclass(frozen=True, slots=True)
 class AskTopics:
     """Command: ask `peer` which topics it is in (GETTOPICS); the answer comes out as
     `TopicsReport`."""
@@ -235,8 +215,6 @@ InEvent: TypeAlias = (
     | Fetch
     | AskView
     | AskHeld
-    | AnswerHeld
-    | ServeHistory
     | AskTopics
     | RefreshContacts
 )
@@ -303,8 +281,8 @@ class AlreadyPublished:
 @dataclass(frozen=True, slots=True)
 class Recovered:
     """A message that came back (by PULL) from behind its stream's position here: it was
-    delivered before this node joined, or given up as lost. For history (retention) only:
-    it is not delivered to the application, and not forwarded."""
+    delivered before this node joined, or given up as lost. For history (the store,
+    store.py) only: it is not delivered to the application, and not forwarded."""
 
     topic: str
     id: MessageId
@@ -389,13 +367,12 @@ class ViewReport:
 
 
 @dataclass(frozen=True, slots=True)
-class HeldAsked:
-    """`peer` asked what we hold of `topic` (GETHELD): the answer comes from retention, above
-    the core, as `AnswerHeld`."""
+class HeldQueried:
+    """`peer` asked what we hold of `topic` (GETHELD), and the core answered it from its
+    store: news for the node, whose catch-up with a neighbour may start from it."""
 
     topic: str
     peer: PeerId
-    query: GetHeld
 
 
 @dataclass(frozen=True, slots=True)
@@ -405,18 +382,6 @@ class HeldReport:
     topic: str
     peer: PeerId
     held: Held
-
-
-@dataclass(frozen=True, slots=True)
-class HistoryAsked:
-    """`peer` PULLed `publisher`'s `seqs` of `topic` and the cache no longer holds them:
-    retention (above the core) may, and answers with `ServeHistory` (at most a batch of
-    seqs: BroadcastConfig.answer_batch_messages)."""
-
-    topic: str
-    peer: PeerId
-    publisher: PeerId
-    seqs: tuple[int, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -441,8 +406,7 @@ OutEvent: TypeAlias = (
     | DataLost
     | PeerMisbehaved
     | ViewReport
-    | HeldAsked
+    | HeldQueried
     | HeldReport
-    | HistoryAsked
     | TopicsReport
 )

@@ -589,7 +589,7 @@ BroadcastMessage: TypeAlias = Gossip | IHave | Prune | Graft | Pull | Heads | Hi
 TopicMessage: TypeAlias = MembershipMessage | BroadcastMessage
 NodeMessage: TypeAlias = GetTopics | Topics
 ViewMessage: TypeAlias = GetView | View  # topic-level, answered by the node (node.py)
-# Topic-level, answered above the core from retention (episub/node/serving.py): no core state.
+# Topic-level, answered by the node from its message store (node.py, store.py), joined or not.
 HeldMessage: TypeAlias = GetHeld | Held
 # Anything a peer may send us, on the wire as one item of a frame (wire.py).
 PeerMessage: TypeAlias = TopicMessage | NodeMessage | ViewMessage | HeldMessage

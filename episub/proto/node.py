@@ -5,6 +5,11 @@ The node routes each event to its topic, answers node-level queries, answers mes
 for topics it is not in (so that peers can clean their views), and tells the runtime
 when a connection is no longer used by any topic (`ClosePeer`).
 
+It owns the message store (store.py), one for all its topics, handed to each topic as
+the RTT table is: what its topics deliver, publish or recover goes into it here, in one
+pass over each input's outputs (but for topics joined with `retain=False`); a GETHELD is
+answered from it, joined or not, and each topic's PULL answers read it.
+
 Timer tokens are `(topic, generation, name)`: leaving and re-joining a topic starts a
 new generation, so timers of the old one find nothing when they fire.
 """
@@ -19,7 +24,6 @@ from episub.proto import messages as m
 from episub.proto.config import NodeConfig
 from episub.proto.errors import LocalProtocolError
 from episub.proto.events import (
-    AnswerHeld,
     AnswersCancelled,
     AnswersDrained,
     AskHeld,
@@ -27,8 +31,9 @@ from episub.proto.events import (
     AskView,
     ClosePeer,
     ConnectionLost,
+    Deliver,
     Fetch,
-    HeldAsked,
+    HeldQueried,
     HeldReport,
     InEvent,
     JoinTopic,
@@ -37,20 +42,21 @@ from episub.proto.events import (
     OutEvent,
     PeerMisbehaved,
     Publish,
+    Published,
     PublishMany,
     Received,
+    Recovered,
     RefreshContacts,
     RttMeasured,
     Send,
-    ServeHistory,
     TimerFired,
     TopicsReport,
     ViewReport,
 )
-from episub.proto.history import history_packs
 from episub.proto.messages import LinkKind, PeerId
 from episub.proto.peers import Rng, RttTable
 from episub.proto.signing import Signer
+from episub.proto.store import RetentionConfig, RetentionStore
 from episub.proto.topic import Topic
 
 __all__ = ["NodeState"]
@@ -65,10 +71,16 @@ def _check_topic(topic: str) -> None:
 
 class NodeState:
     def __init__(
-        self, peer_id: PeerId, config: NodeConfig, rng: Rng, *, signer: Signer | None = None
+        self,
+        peer_id: PeerId,
+        config: NodeConfig,
+        rng: Rng,
+        *,
+        signer: Signer | None = None,
+        retention: RetentionConfig | None = None,
     ) -> None:
         """`signer`: sign what we publish and verify what we receive (signing.py); our id
-        must be bound to it."""
+        must be bound to it. `retention`: the store's bounds (default RetentionConfig())."""
         if signer is not None and not signer.binds(peer_id):
             raise LocalProtocolError(f"peer id {peer_id!r} is not bound to {signer!r}")
         self.me = peer_id
@@ -79,6 +91,9 @@ class NodeState:
             smoothing=config.membership.rtt_smoothing,
             variation_gain=config.membership.rtt_variation_gain,
         )
+        # What this node holds, by place, for its topics and its application (store.py): the
+        # envelopes' bytes, the very objects the topics' caches hold.
+        self.store: RetentionStore[bytes] = RetentionStore(retention or RetentionConfig())
         self._topics: dict[str, Topic] = {}
         self._generations: dict[str, int] = {}
         self._next_generation = 0
@@ -101,7 +116,7 @@ class NodeState:
                     t.on_connection_lost(peer, now, out)
             case AnswersDrained(peer=peer):
                 for t in self._topics.values():
-                    t.broadcast.answers_drained(peer, out)
+                    t.broadcast.answers_drained(peer, now, out)
             case AnswersCancelled(peer=peer):
                 for t in self._topics.values():
                     t.broadcast.forget_answers(peer)
@@ -109,8 +124,8 @@ class NodeState:
                 if not 0.0 <= rtt < math.inf:
                     raise LocalProtocolError(f"an RTT must be finite and >= 0, not {rtt!r}")
                 self.rtts.sample(peer, rtt)
-            case JoinTopic(topic=topic, bootstrap=bootstrap):
-                self._join(topic, bootstrap, now, out)
+            case JoinTopic(topic=topic, bootstrap=bootstrap, retain=retain):
+                self._join(topic, bootstrap, retain, now, out)
             case LeaveTopic(topic=topic):
                 t = self._topic_or_raise(topic)
                 t.leave(now, out)
@@ -140,28 +155,11 @@ class NodeState:
             case AskHeld(topic=topic, peer=peer, query=query):
                 _check_topic(topic)
                 out.append(Send(peer, topic, query))
-            case AnswerHeld(topic=topic, peer=peer, held=held):
-                out.append(Send(peer, topic, held, answer=True))
-            case ServeHistory(topic=topic, peer=peer, messages=messages, publisher=publisher):
-                # Retention's own bytes, stored checked: not decoded (a copy) to be sent.
-                if isinstance(publisher, bytes):
-                    raws = [(raw, 1) for _, raw in messages]
-                    for pack in history_packs(
-                        publisher, raws, self.config.broadcast.max_message_size
-                    ):
-                        out.append(Send(peer, topic, pack, answer=True))
-                else:
-                    for mid, raw in messages:
-                        gossip = m.Gossip.from_wire(mid, raw, 1)
-                        out.append(Send(peer, topic, gossip, answer=True))
-                t = self._topics.get(topic)
-                if t is not None:
-                    t.broadcast.history_served(peer, bool(messages), out)
             case AskTopics(peer=peer):
                 out.append(Send(peer, None, m.GetTopics()))
             case _:
                 raise LocalProtocolError(f"not an input event: {event!r}")
-        self._release_unused(out)
+        self._outputs_done(out, 0, now)
         return out
 
     def handle_received(
@@ -177,15 +175,24 @@ class NodeState:
         has what the items before it output)."""
         if out is None:
             out = []
-        for topic, message in items:
-            self._on_received(peer, topic, message, now, out)
-        self._release_unused(out)
+        start = len(out)
+        try:
+            for topic, message in items:
+                self._on_received(peer, topic, message, now, out)
+        finally:
+            # What went out before a failure was delivered: it is stored all the same.
+            self._outputs_done(out, start, now)
         return out
 
     # -- commands -----------------------------------------------------------------------
 
     def _join(
-        self, topic: str, bootstrap: tuple[PeerId, ...], now: float, out: list[OutEvent]
+        self,
+        topic: str,
+        bootstrap: tuple[PeerId, ...],
+        retain: bool,
+        now: float,
+        out: list[OutEvent],
     ) -> None:
         try:
             m.check_topic_name(topic)
@@ -206,6 +213,8 @@ class NodeState:
             rtts=self.rtts,
             timer_prefix=(topic, generation),
             signer=self.signer,
+            store=self.store,
+            retain=retain,
         )
         t.broadcast.next_seq = self._next_seqs.pop(topic, 0)
         self._topics[topic] = t
@@ -252,8 +261,10 @@ class NodeState:
             out.append(ViewReport(topic, peer, message))
             return
         if type(message) is m.GetHeld:
-            # Answered above the core, from retention, joined or not.
-            out.append(HeldAsked(topic, peer, message))
+            # Answered from the store, joined or not: one bounded page per ask.
+            held = self.store.held_page(topic, message, now)
+            out.append(Send(peer, topic, held, answer=True))
+            out.append(HeldQueried(topic, peer))
             return
         if type(message) is m.Held:
             out.append(HeldReport(topic, peer, message))
@@ -304,16 +315,37 @@ class NodeState:
         t.on_timer(name, now, out)
 
     def _misbehaved(self, peer: PeerId, reason: str, out: list[OutEvent]) -> None:
-        out.append(PeerMisbehaved(peer, reason))  # counted in _release_unused's pass
+        out.append(PeerMisbehaved(peer, reason))  # counted in _outputs_done's pass
 
-    def _release_unused(self, out: list[OutEvent]) -> None:
-        if not out:
+    def _outputs_done(self, out: list[OutEvent], start: int, now: float) -> None:
+        """One pass over an input's outputs from `start`: what they deliver, publish or
+        recover goes into the store (the one place a message enters it), misbehaviour is
+        counted, and connections no topic uses any more are released."""
+        if len(out) == start:
             return
         downs = []
-        for e in out:
+        topics = self._topics
+        keep = None if self.store.keeps_nothing else self.store.add_item
+        for i in range(start, len(out)):
+            e = out[i]
             kind = type(e)
-            if kind is NeighborDown:
-                downs.append(e.peer)
+            if kind is Deliver or kind is Published or kind is Recovered:
+                if keep is not None:
+                    t = topics.get(e.topic)  # type: ignore[union-attr]
+                    if t is not None and t.retain:
+                        envelope = e.envelope  # type: ignore[union-attr]
+                        keep(
+                            envelope.raw,
+                            topic=t.name,
+                            publisher=envelope.publisher,
+                            seq=envelope.seq,
+                            timestamp_ms=envelope.timestamp_ms,
+                            size=envelope.size,
+                            id=e.id,  # type: ignore[union-attr]
+                            now=now,
+                        )
+            elif kind is NeighborDown:
+                downs.append(e.peer)  # type: ignore[union-attr]
             elif kind is PeerMisbehaved:
                 self.misbehaved += 1
         if not downs:

@@ -1,6 +1,6 @@
 """seq -> row: where one publisher's messages are held, in 8 bytes a message.
 
-The broadcast cache (cache.py) and retention (episub/retention.py) both find a message by
+The broadcast cache (cache.py) and the message store (store.py) both find a message by
 its publisher's sequence number. A dict of int keys to int values costs ~90 bytes an entry
 (the entry, an int object per key and per value); a publisher's stream is dense (seqs from
 0 without gaps, arriving roughly in order), so an `array` of rows indexed by seq - low

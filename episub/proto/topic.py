@@ -19,6 +19,7 @@ from episub.proto.membership import Membership
 from episub.proto.messages import MessageId, PeerId
 from episub.proto.peers import Rng, RttTable
 from episub.proto.signing import Signer
+from episub.proto.store import RetentionStore
 from episub.proto.timers import BroadcastTimer, timer_named
 
 
@@ -33,8 +34,13 @@ class Topic:
         rtts: RttTable,
         timer_prefix: tuple[Hashable, ...],
         signer: Signer | None = None,
+        store: RetentionStore[bytes] | None = None,
+        retain: bool = True,
     ) -> None:
         self.name = name
+        # Are this topic's messages kept in the node's store (NodeState puts them there)?
+        # False for state that catches up otherwise (JoinTopic's `retain`).
+        self.retain = retain
         self.membership = Membership(
             me=me,
             topic=name,
@@ -52,6 +58,7 @@ class Topic:
             signer=signer,
             # Near parents are part of proximity: with it off, Plumtree as it is.
             rtts=rtts if config.membership.proximity else None,
+            store=store,
         )
 
     def join(self, bootstrap: tuple[PeerId, ...], now: float, out: list[OutEvent]) -> None:

@@ -45,12 +45,18 @@ from typing import Any
 
 from episub.proto.config import BroadcastConfig, MembershipConfig, NodeConfig
 from episub.proto.events import JoinTopic, LeaveTopic, Publish
+from episub.proto.store import RetentionConfig
 from episub.sim.engine import Simulator
 from episub.sim.latency import LatencyModel, make_latency
 from episub.sim.metrics import COUNTED, PROBE, WARMUP, asymmetric_pairs, payload_for, summarize
 from episub.sim.params import DEFAULT_ZONES, SimParams, membership_config
 from episub.sim.seeds import STREAM_SCENARIO, derive
 from episub.sim.series import overlay_of, series_of
+
+# The simulated nodes' message stores keep nothing: nothing reads history by range there,
+# and PULLs are answered from the broadcast caches, so a thousand nodes' memory and a
+# seed's results stay as they were before the core owned a store.
+SIM_STORE = RetentionConfig(max_messages=0)
 
 TOPIC = "t"
 LEAVE_LINGER = 1.0  # guess: a leaver lingers 1 s after LeaveTopic, time to flush its LEAVEs
@@ -127,7 +133,7 @@ class ScenarioRun:
             )
 
             def node_factory(peer: int, rng: random.Random) -> Any:
-                return NodeState(peer, config, rng)
+                return NodeState(peer, config, rng, retention=SIM_STORE)
 
         self.sim = Simulator(
             latency=self.latency,

@@ -105,7 +105,7 @@ def read(master: str, address: str, rows: int, size: int, work: Path) -> dict[st
     from pyspark.sql import SparkSession
 
     import spark_connector
-    from episub.retention import RetentionConfig
+    from episub.proto.store import RetentionConfig
 
     spark = (
         SparkSession.builder.master(master)

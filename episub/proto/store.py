@@ -1,31 +1,37 @@
-"""A bounded store of recent messages, for replay by (topic, publisher, sequence range).
+"""The core's message store: what this node holds of each (topic, publisher, seq), for
+replay by sequence range and for answering other nodes.
 
-The node puts every message it delivers, publishes or recovers here, so an application
-(the Spark source, replaying a micro-batch) can read a range again after it was delivered,
-and other nodes can ask for it (PULL answers, HELD summaries). It is the one owner of
-"which publishers does this node hold, from where to where" (`offsets`): the core keeps
-only what in-order delivery needs, and the agent asks here.
+The core (`NodeState`) owns one store for all its topics and puts into it every message it
+delivers, publishes or recovers (history fetched from a neighbour), except on topics joined
+with `retain=False`; each topic's broadcast answers the seqs of a PULL its cache no longer
+has from here, and `NodeState` answers a GETHELD (`held_page`) from here, joined or not. An
+application (the Spark source, replaying a micro-batch) reads ranges back through the node.
+It is the owner of "which message does this node hold at (topic, publisher, seq)" and of
+"which publishers does this node hold, from where to where" (`offsets`), and `wins` is the
+one rule for which of two messages takes a place (the broadcast cache, cache.py, indexes
+only its own recent rows by place, to answer GRAFTs and find rivals).
 
 A plain data structure: no clock, no I/O; `now` comes in as an argument, in seconds on any
-monotonic clock.
+monotonic clock (the core's).
 
 Rules this store keeps:
 - Bounds: at most `max_messages` messages and `max_bytes` bytes of application data
   (value + key + headers), each kept at most `max_age` seconds. The oldest stored goes
-  first, whatever its topic.
+  first, whatever its topic. A store with a zero bound keeps nothing (the simulator's).
 - One message per place: a (topic, publisher, seq) holds one message. A different message
   for a taken place (a sink row written twice, with another timestamp) replaces the held
-  one only if it sorts first by (timestamp, id); so every node that sees both keeps the
-  same one, whatever order they came in. The same message again changes nothing.
+  one only if it `wins`: it sorts first by (timestamp, id); so every node that sees both
+  keeps the same one, whatever order they came in. The same message again changes nothing.
 - Per-publisher summaries (first and last seq held, how many) cost O(1) for streams that
   arrive roughly in order and age out oldest first, as publishers' streams do.
-- A page of publishers (`page`: those after a cursor, in byte order) costs O(log P + page),
-  not O(P): each topic keeps its publishers sorted. What a query looks at (streams, rows)
-  is counted in `work`, so that whoever asks on a peer's behalf can charge the peer for it.
+- A page of publishers (`page`, `held_page`: those after a cursor, in byte order) costs
+  O(log P + page), not O(P): each topic keeps its publishers sorted. What a query looks at
+  (streams, rows) is counted in `work`, so that whoever asks on a peer's behalf can charge
+  the peer for it.
 
 Storage: rows in columns (`array`s and lists) in the order stored, and each publisher's
 places in a SeqIndex (an array indexed by seq while the stream is dense). A message costs
-what `add` was given (the node gives the envelope's bytes, the same object its broadcast
+what `add` was given (the core gives the envelope's bytes, the same object its broadcast
 cache holds: one copy of a payload per node) plus ~85 bytes (the id packed in 33 of them);
 see docs/operations.md.
 `add_item` and `entries` are `add` and `get` for a caller that keeps the fields apart from
@@ -40,9 +46,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
+from episub.proto.messages import MAX_HELD_SPANS, GetHeld, Held, HeldSpan, MessageId
 from episub.proto.seqindex import SeqIndex
 
-__all__ = ["RetentionConfig", "RetentionStore", "Span"]
+__all__ = ["RetentionConfig", "RetentionStore", "Span", "wins"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -99,6 +106,14 @@ M = TypeVar("M")
 
 _COMPACT_AT = 4096  # spent rows before the columns are shifted down (amortised O(1))
 _ID_ROOM = 32  # bytes a row keeps for its message's id (a message id's size: 32)
+
+
+def wins(timestamp_ms: int, mid: MessageId, held_timestamp_ms: int, held_id: MessageId) -> bool:
+    """Does a message stamped `timestamp_ms` with id `mid` take a place that holds another
+    (stamped `held_timestamp_ms`, id `held_id`)? The earlier stamp wins, then the smaller
+    id: one rule on every node, so all converge on one message per place, whatever order
+    the two came in. The same message never wins its own place."""
+    return mid != held_id and (timestamp_ms, mid) < (held_timestamp_ms, held_id)
 
 
 class _Stream(SeqIndex):
@@ -189,10 +204,7 @@ class RetentionStore(Generic[M]):
             held = stream.get(seq)
             if held is not None:
                 i = held - self._base
-                old_id = self._id(i)
-                # The earlier stamp wins, then the smaller id: one rule on every node,
-                # so all converge on one message per place.
-                if old_id == id or not (timestamp_ms, id) < (self._stamps[i], old_id):
+                if not wins(timestamp_ms, id, self._stamps[i], self._id(i)):
                     return False
                 self.replaced += 1
                 self._spend(i, keep_stream=True)
@@ -364,6 +376,27 @@ class RetentionStore(Generic[M]):
                 out.append((id_of(row - base), items[row - base]))
         return out  # type: ignore[return-value]
 
+    def entry(
+        self, topic: str, publisher: object, seq: int, now: float
+    ) -> tuple[bytes, M, int] | None:
+        """(id, item, size) of the message held at (topic, publisher, seq) and younger than
+        `max_age`, or None: one look-up, counted in `work` (a PULL's seqs the cache lacks,
+        one by one as their batch is made)."""
+        self.work += 1
+        stream = self._topics.get(topic, {}).get(publisher)  # type: ignore[call-overload]
+        row = None if stream is None else stream.get(seq)
+        if row is None:
+            return None
+        i = row - self._base
+        if self._added[i] + self.config.max_age <= now:
+            return None  # aged out; the next `expire` lets it go
+        return self._id(i), self._items[i], self._sizes[i]  # type: ignore[return-value]
+
+    @property
+    def keeps_nothing(self) -> bool:
+        """Does a zero bound leave nothing stored (the simulator's store)?"""
+        return not (self.config.max_messages and self.config.max_bytes)
+
     def holds(self, topic: str) -> bool:
         """Does anything of `topic` stay held (a stream goes with its last row)?"""
         return topic in self._topics
@@ -433,6 +466,37 @@ class RetentionStore(Generic[M]):
                 low = seq + 1
         found = stream.next_held(low)  # low may be a hole: the held seq it stands for
         return None if found is None else found[0]
+
+    def held_page(self, topic: str, query: GetHeld, now: float) -> Held:
+        """A GETHELD's answer: one page, never more than MAX_HELD_SPANS. Its cost follows
+        the page's size, not the number of publishers held (`page`'s cursor): a peer
+        asking again and again pays per answer."""
+        more = False
+        found: list[tuple[bytes, Span]] = []
+        if query.spans:
+            for asked in query.spans:
+                publisher: bytes = asked.publisher  # type: ignore[assignment]
+                span = self.span(topic, publisher, asked.first_seq, asked.last_seq, now)
+                if span is not None:
+                    found.append((publisher, span))
+        else:
+            found, more = self.page(topic, query.after, MAX_HELD_SPANS, now)  # type: ignore[arg-type]
+        spans = []
+        for publisher, span in found:
+            since = span.first
+            if query.since_ms:
+                first = self.first_since(topic, publisher, query.since_ms, now)
+                since = span.last + 1 if first is None or first > span.last else max(first, since)
+            spans.append(
+                HeldSpan(
+                    publisher=publisher,
+                    first_seq=span.first,
+                    last_seq=span.last,
+                    count=span.count,
+                    since_seq=since,
+                )
+            )
+        return Held(nonce=query.nonce, spans=tuple(spans), more=more)
 
 
 def _check_range(first_seq: int, last_seq: int) -> None:
