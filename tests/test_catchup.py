@@ -296,8 +296,8 @@ def test_links_whose_comparison_was_skipped_are_remembered_within_a_bound() -> N
     """A skipped link is remembered until its neighbour asks, then compared even though
     this node holds something by then; past MAX_UNCOMPARED_LINKS the oldest is forgotten."""
     node = Neighbourhood()
-    store: RetentionStore[bytes] = RetentionStore(RetentionConfig())
-    catch_up = CatchUp(node, store, PAUSE)  # type: ignore[arg-type]
+    store = node.store
+    catch_up = CatchUp(node, PAUSE)  # type: ignore[arg-type]
     catch_up.joined(TOPIC_NAME, history=False)
 
     async def main() -> None:
@@ -348,10 +348,10 @@ def test_a_neighbour_that_does_not_answer_holds_up_no_other_links_catch_up() -> 
     answer (cut off, TCP not closed yet) came up first: the other link still compares and
     pulls after the pause, not once the silent one's CATCH_UP_TIMEOUT has run out."""
     node = OneSilentNeighbour()
-    store: RetentionStore[bytes] = RetentionStore(RetentionConfig())
+    store = node.store
     kw = {"topic": TOPIC_NAME, "publisher": b"o" * 32, "seq": 0, "timestamp_ms": 1}
     store.add_item(b"x", **kw, size=1, id=b"i" * 32, now=0.0)  # type: ignore[arg-type]
-    catch_up = CatchUp(node, store, PAUSE)  # type: ignore[arg-type]
+    catch_up = CatchUp(node, PAUSE)  # type: ignore[arg-type]
     catch_up.joined(TOPIC_NAME)
 
     async def main() -> None:
