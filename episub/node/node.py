@@ -36,8 +36,10 @@ from contextlib import (
     asynccontextmanager,
     contextmanager,
 )
+from functools import partial
 from random import Random
 from types import TracebackType
+from typing import assert_never
 
 import trio
 
@@ -52,13 +54,15 @@ from episub.node.catchup import CatchUp
 from episub.node.fanout import Fanout
 from episub.node.fetching import FETCH_TIMEOUT, Fetcher, FetchReport
 from episub.node.lifetime import running
-from episub.node.publishing import Receipt, publish_checked
+from episub.node.publishing import Receipt, Receipts, publish_checked
 from episub.node.queries import VIEW_TIMEOUT, Queries, neighbors
 from episub.node.retained import delivery_of, held_page, retained, retained_envelopes
 from episub.proto.config import NodeConfig
 from episub.proto.envelope import Envelope, Record
 from episub.proto.errors import LocalProtocolError
 from episub.proto.events import (
+    AlreadyPublished,
+    AppEvent,
     DataLost,
     Deliver,
     HeldAsked,
@@ -67,9 +71,10 @@ from episub.proto.events import (
     Isolated,
     JoinTopic,
     LeaveTopic,
+    NeighborDown,
     NeighborUp,
-    OutEvent,
     Published,
+    PublishMany,
     Recovered,
     TopicsReport,
     ViewReport,
@@ -155,6 +160,8 @@ class Node:
         self._fetcher = Fetcher()
         self._queries = Queries()
         self._catch_up = CatchUp(self, self._retention, self._config.broadcast.gap_timeout)
+        # The receipts of the publish being fed to the core, collected from its events.
+        self._receipts: Receipts | None = None
 
     # -- lifetime ---------------------------------------------------------------------------
 
@@ -350,7 +357,15 @@ class Node:
             return []
         await trio.lowlevel.checkpoint()
         checks.check_records(checked, runtime.me, self._config.broadcast.max_message_size, topic)
-        return await publish_checked(runtime, topic, checked)
+        return await publish_checked(runtime, checked, partial(self._publish_chunk, topic))
+
+    def _publish_chunk(self, topic: str, records: tuple[Record, ...]) -> list[Receipt]:
+        receipts = self._receipts = Receipts(records)
+        try:
+            self._running().input(PublishMany(topic, records))
+        finally:
+            self._receipts = None
+        return receipts.of_records()
 
     def subscribe(self, topic: str, buffer: int = SUBSCRIPTION_BUFFER) -> Subscription:
         """Items of `topic` (Delivery, Lagged, Lost) from entering `async with` on.
@@ -389,66 +404,90 @@ class Node:
         )
         return self.deliver_to(topic, callback)
 
-    def _on_events(self, events: list[OutEvent]) -> None:
-        """The core's events of one input, in order: messages and losses go to retention,
-        then to each subscription of their topic as one batch, and to listeners; queries
-        from peers are answered from retention."""
+    def _on_events(self, events: list[AppEvent]) -> None:
+        """The core's events of one input, in order, each to its part: messages and losses
+        to retention, then to each subscription of their topic as one batch, and to
+        listeners; receipts to the publish being fed; reports to the queries waiting."""
         now = trio.current_time()
-        retain = self._retention.add_item
-        unretained = self._unretained
-        fetching = self._fetcher.waiting
-        subscriptions = self._fanout.subscriptions
-        listeners = self._fanout.listeners
         batches: dict[str, list[Delivery | Lost]] = {}
+        receipts = self._receipts
         for event in events:
-            kind = type(event)
-            if kind is Deliver or kind is Published or kind is Recovered:
-                envelope = event.envelope  # type: ignore[union-attr]
-                topic, publisher, seq = event.topic, envelope.publisher, envelope.seq  # type: ignore[union-attr]
-                if topic not in unretained:
-                    retain(
-                        envelope.raw,
-                        topic=topic,
-                        publisher=publisher,
-                        seq=seq,
-                        timestamp_ms=envelope.timestamp_ms,
-                        size=envelope.size,
-                        id=event.id,  # type: ignore[union-attr]
-                        now=now,
-                    )
-                if fetching:
-                    self._fetcher.arrived(topic, publisher, seq)
-                # History is for retention, and control streams are bookkeeping: neither
-                # is news for subscribers. A message (a copy of the payload) is made only
-                # for a topic someone subscribes or listens to.
-                if (
-                    kind is not Recovered
-                    and (topic in subscriptions or topic in listeners)
-                    and not publisher.startswith(CONTROL_PREFIX)
-                ):
-                    message = delivery_of(topic, event.id, envelope)  # type: ignore[union-attr]
-                    batches.setdefault(topic, []).append(message)
-            elif kind is DataLost:
-                lost = Lost(event.publisher, event.first_seq, event.last_seq)  # type: ignore[union-attr]
-                batches.setdefault(event.topic, []).append(lost)  # type: ignore[union-attr]
-            elif kind is NeighborUp:
-                self._bootstraps.neighbor_up(event.topic, event.peer)  # type: ignore[union-attr]
-                self._catch_up.link_up(event.topic, event.peer, self._nursery)  # type: ignore[union-attr]
-            elif kind is Isolated:
-                self._bootstraps.isolated(event.topic, self._running, self._nursery)  # type: ignore[union-attr]
-            elif kind is ViewReport:
-                self._queries.on_view(event)  # type: ignore[arg-type]
-            elif kind is HeldAsked:
-                self._catch_up.asked(event.topic, event.peer, self._nursery)  # type: ignore[union-attr]
-                serving.answer_held(self._running(), self._retention, event, trio.current_time())  # type: ignore[arg-type]
-            elif kind is HistoryAsked:
-                serving.serve_history(self._running(), self._retention, event, trio.current_time())  # type: ignore[arg-type]
-            elif kind is HeldReport:
-                self._queries.on_held(event)  # type: ignore[arg-type]
-            elif kind is TopicsReport:
-                self._queries.on_topics(event)  # type: ignore[arg-type]
+            match event:
+                case Deliver(topic=topic, id=mid, envelope=envelope):
+                    self._arrived(topic, mid, envelope, now, batches, news=True)
+                    if receipts is not None:
+                        receipts.delivered(event)
+                case Published(topic=topic, id=mid, envelope=envelope):
+                    self._arrived(topic, mid, envelope, now, batches, news=True)
+                    if receipts is not None:
+                        receipts.published(event)
+                case Recovered(topic=topic, id=mid, envelope=envelope):
+                    # History is for retention: no news for subscribers.
+                    self._arrived(topic, mid, envelope, now, batches, news=False)
+                case AlreadyPublished():
+                    if receipts is not None:
+                        receipts.taken(event)
+                case DataLost(topic=topic, publisher=publisher, first_seq=first, last_seq=last):
+                    batches.setdefault(topic, []).append(Lost(publisher, first, last))
+                case NeighborUp(topic=topic, peer=peer):
+                    self._bootstraps.neighbor_up(topic, peer)
+                    self._catch_up.link_up(topic, peer, self._nursery)
+                case Isolated(topic=topic):
+                    self._bootstraps.isolated(topic, self._running, self._nursery)
+                case ViewReport():
+                    self._queries.on_view(event)
+                case HeldReport():
+                    self._queries.on_held(event)
+                case TopicsReport():
+                    self._queries.on_topics(event)
+                case HeldAsked(topic=topic, peer=peer):
+                    self._catch_up.asked(topic, peer, self._nursery)
+                    serving.answer_held(self._running(), self._retention, event, now)
+                case HistoryAsked():
+                    serving.serve_history(self._running(), self._retention, event, now)
+                case NeighborDown():
+                    pass  # the core re-links on its own; a link that went asks nothing of us
+                case _:
+                    assert_never(event)
         if batches:
             self._fanout.deliver(batches)
+
+    def _arrived(
+        self,
+        topic: str,
+        mid: bytes,
+        envelope: Envelope,
+        now: float,
+        batches: dict[str, list[Delivery | Lost]],
+        *,
+        news: bool,
+    ) -> None:
+        """A message now held here: into retention (unless the topic is not retained), to
+        a fetch waiting for it, and, when it is news, into its topic's batch for
+        subscribers and listeners."""
+        publisher: bytes = envelope.publisher  # the runtime's peer ids are bytes
+        seq = envelope.seq
+        if topic not in self._unretained:
+            self._retention.add_item(
+                envelope.raw,
+                topic=topic,
+                publisher=publisher,
+                seq=seq,
+                timestamp_ms=envelope.timestamp_ms,
+                size=envelope.size,
+                id=mid,
+                now=now,
+            )
+        if self._fetcher.waiting:
+            self._fetcher.arrived(topic, publisher, seq)
+        # Control streams are bookkeeping, not news. A message (a copy of the payload) is
+        # made only for a topic someone subscribes or listens to.
+        if (
+            news
+            and (topic in self._fanout.subscriptions or topic in self._fanout.listeners)
+            and not publisher.startswith(CONTROL_PREFIX)
+        ):
+            batches.setdefault(topic, []).append(delivery_of(topic, mid, envelope))
 
     # -- queries ----------------------------------------------------------------------------
 

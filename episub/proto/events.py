@@ -9,7 +9,7 @@ runtime or the simulator) carries out the outputs: sends, timers, deliveries.
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import TypeAlias
 
@@ -35,6 +35,15 @@ class Received:
     peer: PeerId
     topic: str | None
     message: PeerMessage
+
+
+@dataclass(frozen=True, slots=True)
+class ReceivedMany:
+    """The decoded messages of one read from `peer`, in order, as one input: each as
+    `Received` would be, their outputs together (one wakeup's worth of a burst)."""
+
+    peer: PeerId
+    items: Sequence[tuple[str | None, PeerMessage]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,6 +232,7 @@ class RefreshContacts:
 
 InEvent: TypeAlias = (
     Received
+    | ReceivedMany
     | TimerFired
     | ConnectionLost
     | AnswersDrained
@@ -427,22 +437,22 @@ class TopicsReport:
     topics: tuple[str, ...]
 
 
-OutEvent: TypeAlias = (
-    Send
-    | ScheduleTimer
-    | Deliver
+# What the runtime hands up to the node (episub.node) after carrying out the rest: sends,
+# timers, closes and misbehaviour reports are the runtime's own business.
+AppEvent: TypeAlias = (
+    Deliver
     | Published
     | AlreadyPublished
     | Recovered
     | NeighborUp
     | NeighborDown
     | Isolated
-    | ClosePeer
     | DataLost
-    | PeerMisbehaved
     | ViewReport
     | HeldAsked
     | HeldReport
     | HistoryAsked
     | TopicsReport
 )
+
+OutEvent: TypeAlias = Send | ScheduleTimer | ClosePeer | PeerMisbehaved | AppEvent

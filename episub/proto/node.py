@@ -39,6 +39,7 @@ from episub.proto.events import (
     Publish,
     PublishMany,
     Received,
+    ReceivedMany,
     RefreshContacts,
     RttMeasured,
     Send,
@@ -88,12 +89,20 @@ class NodeState:
         self._next_seqs: dict[str, int] = {}
         self.misbehaved = 0
 
-    def handle(self, event: InEvent, now: float) -> list[OutEvent]:
-        """The one way in. Returns what the caller must carry out, in order."""
-        out: list[OutEvent] = []
+    def handle(
+        self, event: InEvent, now: float, out: list[OutEvent] | None = None
+    ) -> list[OutEvent]:
+        """The one way in. Returns what the caller must carry out, in order: appended to
+        `out` if given, as they arise (so a caller that contains a failure of ours still
+        has what the core output before it, for a read the items before the failing one)."""
+        if out is None:
+            out = []
         match event:
             case Received(peer=peer, topic=topic, message=message):
                 self._on_received(peer, topic, message, now, out)
+            case ReceivedMany(peer=peer, items=items):
+                for topic, message in items:
+                    self._on_received(peer, topic, message, now, out)
             case TimerFired(token=token):
                 self._on_timer(token, now, out)
             case ConnectionLost(peer=peer):
@@ -171,16 +180,9 @@ class NodeState:
         now: float,
         out: list[OutEvent] | None = None,
     ) -> list[OutEvent]:
-        """`Received(peer, topic, message)` for each item, in order, as one input: the items
-        of the frames of one read from `peer`. Returns all their outputs together, appended
-        to `out` if given as they arise (so a caller that contains a failure of ours still
-        has what the items before it output)."""
-        if out is None:
-            out = []
-        for topic, message in items:
-            self._on_received(peer, topic, message, now, out)
-        self._release_unused(out)
-        return out
+        """`handle(ReceivedMany(peer, items), now, out)`: the items of the frames of one
+        read from `peer`, as one input."""
+        return self.handle(ReceivedMany(peer, items), now, out)
 
     # -- commands -----------------------------------------------------------------------
 
