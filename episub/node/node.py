@@ -78,6 +78,7 @@ from episub.proto.events import (
     Recovered,
     TopicsReport,
     ViewReport,
+    check_publish_batch,
 )
 from episub.proto.messages import GetHeld, Held, HeldSpan, View, check_topic_name
 from episub.proto.reserved import CONTROL_PREFIX
@@ -356,7 +357,8 @@ class Node:
         if not checked:
             return []
         await trio.lowlevel.checkpoint()
-        checks.check_records(checked, runtime.me, self._config.broadcast.max_message_size, topic)
+        limit = self._config.broadcast.max_message_size
+        check_publish_batch(checked, runtime.me, limit, topic)  # all or none, before a chunk
         return await publish_checked(runtime, checked, partial(self._publish_chunk, topic))
 
     def _publish_chunk(self, topic: str, records: tuple[Record, ...]) -> list[Receipt]:

@@ -27,7 +27,7 @@ async def publish_checked(
     checked: list[Record],
     publish_chunk: Callable[[tuple[Record, ...]], list[Receipt]],
 ) -> list[Receipt]:
-    """Publish records that passed checks.check_records, PUBLISH_CHUNK at a time, each
+    """Publish records that passed events.check_publish_batch, PUBLISH_CHUNK at a time, each
     chunk by `publish_chunk` (one core input; its receipts)."""
     receipts: list[Receipt] = []
     for start in range(0, len(checked), PUBLISH_CHUNK):

@@ -101,7 +101,7 @@ from episub.proto.answers import AnswerCursors
 from episub.proto.cache import Cached, MessageCache
 from episub.proto.config import BroadcastConfig
 from episub.proto.envelope import IdHasher, Record
-from episub.proto.errors import LocalProtocolError, MessageTooLarge, too_large
+from episub.proto.errors import MessageTooLarge, OwnStreamNamed, too_large
 from episub.proto.events import (
     AlreadyPublished,
     OutEvent,
@@ -110,6 +110,7 @@ from episub.proto.events import (
     Recovered,
     ScheduleTimer,
     Send,
+    check_publish_batch,
 )
 from episub.proto.heads import StreamHeads
 from episub.proto.messages import Envelope, LinkKind, MessageId, PeerId
@@ -578,7 +579,7 @@ class Broadcast:
         a gap) publishes nothing and reports AlreadyPublished; None is returned then.
         """
         if stream is not None and stream[0] == self.me:
-            raise LocalProtocolError("our own stream is numbered by the core: give no stream")
+            raise OwnStreamNamed("this node's own stream is numbered by the node: name another")
         publisher, seq = stream if stream is not None else (self.me, self.next_seq)
         envelope = Envelope(
             publisher=publisher,
@@ -596,14 +597,7 @@ class Broadcast:
         """Publish `records` in order, as `publish` does each: all or none, so every
         record's size and place is looked at before the first is stamped. A Record was
         checked when it was made (envelope.py) and is trusted here."""
-        limit = self.config.max_message_size
-        count = len(records)
-        for i, record in enumerate(records):
-            if record.size > limit:
-                where = f"record {i} of {count}: " if count > 1 else ""
-                raise MessageTooLarge(where + self._too_large(record.size))
-            if record.stream is not None and record.stream[0] == self.me:
-                raise LocalProtocolError("our own stream is numbered by the core: give no stream")
+        check_publish_batch(records, self.me, self.config.max_message_size, self.topic)
         stamp = Envelope.stamp
         stamped_at = int(now * 1000)
         me = self.me
