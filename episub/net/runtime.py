@@ -304,7 +304,7 @@ class Runtime:
         """Feed the core `event` at `now` and carry out its outputs, then every input that
         arose meanwhile; the caller writes what they sent (network.flush). The core is
         never re-entered: an input that arises while it is fed waits its turn. Returns the
-        core's exception on `event` (contained: counted, logged, never raised), or None."""
+        core's exception on `event`, or None; it is contained (`_feed`), never raised."""
         if self._pumping:
             self._deferred.append(event)
             return None
@@ -329,6 +329,8 @@ class Runtime:
             self.network.flush(gather=gather)
 
     def _feed(self, event: InEvent, now: float, command: bool) -> Exception | None:
+        """One input into the core and its outputs carried out; a failure is counted and
+        logged, unless it is a `command`'s LocalProtocolError (the caller's misuse)."""
         outputs: list[OutEvent] = []
         failure: Exception | None = None
         try:

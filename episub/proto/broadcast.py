@@ -117,7 +117,7 @@ from episub.proto.messages import Envelope, LinkKind, MessageId, PeerId
 from episub.proto.ordering import OrderedDelivery, PublisherStream
 from episub.proto.peers import RttTable
 from episub.proto.signing import Signer, check_message
-from episub.proto.tables import BroadcastCounters
+from episub.proto.tables import BroadcastCounters, OwnStream
 from episub.proto.timers import BroadcastTimer
 from episub.proto.trees import Tree, Trees
 
@@ -169,6 +169,7 @@ class Broadcast:
         id_key: bytes | None = None,
         signer: Signer | None = None,
         rtts: RttTable | None = None,
+        own_stream: OwnStream | None = None,
     ) -> None:
         self.me = me
         # Our own RTT samples (membership's table, read only): the near parent rule.
@@ -212,7 +213,7 @@ class Broadcast:
         # id -> the peers we GRAFTed it from that have not answered yet; their answers are
         # copies we asked for, not a redundant path (bounded by max_missing).
         self.graft_answers: OrderedDict[MessageId, list[PeerId]] = OrderedDict()
-        self.next_seq = 0
+        self.own_stream = own_stream if own_stream is not None else OwnStream()
         # Each stream's newest place, named in a HEADS once the stream goes quiet.
         self.heads = StreamHeads(config)
         self._heads_armed = False
@@ -580,7 +581,7 @@ class Broadcast:
         """
         if stream is not None and stream[0] == self.me:
             raise OwnStreamNamed("this node's own stream is numbered by the node: name another")
-        publisher, seq = stream if stream is not None else (self.me, self.next_seq)
+        publisher, seq = stream if stream is not None else (self.me, self.own_stream.next_seq)
         envelope = Envelope(
             publisher=publisher,
             seq=seq,
@@ -600,11 +601,11 @@ class Broadcast:
         check_publish_batch(records, self.me, self.config.max_message_size, self.topic)
         stamp = Envelope.stamp
         stamped_at = int(now * 1000)
-        me = self.me
+        me, own = self.me, self.own_stream
         for record in records:
             place = record.stream
             if place is None:
-                self._publish(stamp(record, me, self.next_seq, stamped_at), None, now, out)
+                self._publish(stamp(record, me, own.next_seq, stamped_at), None, now, out)
             else:
                 at = stamped_at if record.timestamp_ms is None else record.timestamp_ms
                 self._publish(stamp(record, place[0], place[1], at), place, now, out)
@@ -629,7 +630,7 @@ class Broadcast:
         self.counters.published += 1
         self._remember(mid, envelope, hops=0, sender=None, now=now)
         if stream is None:
-            self.next_seq += 1
+            self.own_stream.next_seq += 1
             out.append(Published(self.topic, mid, envelope))
         else:
             # A named stream's messages reach our own application the way a peer's do: in

@@ -52,6 +52,7 @@ from episub.proto.history import history_packs
 from episub.proto.messages import LinkKind, PeerId
 from episub.proto.peers import Rng, RttTable
 from episub.proto.signing import Signer
+from episub.proto.tables import OwnStream
 from episub.proto.topic import Topic
 
 __all__ = ["NodeState"]
@@ -83,10 +84,10 @@ class NodeState:
         self._topics: dict[str, Topic] = {}
         self._generations: dict[str, int] = {}
         self._next_generation = 0
-        # Our stream of a topic goes on where it stopped when we leave and join again, so a
-        # (publisher, seq) never names two messages. One int per topic ever left; topics are
-        # the application's names, not a peer's, so this grows only as the application asks.
-        self._next_seqs: dict[str, int] = {}
+        # Our own stream of each topic ever joined, which goes on where it stopped when we
+        # leave and join again. Topics are the application's names, not a peer's, so this
+        # grows only as the application asks.
+        self._own_streams: dict[str, OwnStream] = {}
         self.misbehaved = 0
 
     def handle(
@@ -124,7 +125,6 @@ class NodeState:
                 t = self._topic_or_raise(topic)
                 t.leave(now, out)
                 del self._topics[topic]
-                self._next_seqs[topic] = t.broadcast.next_seq
             case Fetch(topic=topic, peer=peer, publisher=publisher, first_seq=first, last_seq=last):
                 self._topic_or_raise(topic).broadcast.fetch(peer, publisher, first, last, out)
             case Publish(
@@ -208,8 +208,8 @@ class NodeState:
             rtts=self.rtts,
             timer_prefix=(topic, generation),
             signer=self.signer,
+            own_stream=self._own_streams.setdefault(topic, OwnStream()),
         )
-        t.broadcast.next_seq = self._next_seqs.pop(topic, 0)
         self._topics[topic] = t
         t.join(tuple(bootstrap), now, out)
 

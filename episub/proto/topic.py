@@ -19,6 +19,7 @@ from episub.proto.membership import Membership
 from episub.proto.messages import MessageId, PeerId
 from episub.proto.peers import Rng, RttTable
 from episub.proto.signing import Signer
+from episub.proto.tables import OwnStream
 from episub.proto.timers import BroadcastTimer, timer_named
 
 
@@ -33,6 +34,7 @@ class Topic:
         rtts: RttTable,
         timer_prefix: tuple[Hashable, ...],
         signer: Signer | None = None,
+        own_stream: OwnStream | None = None,
     ) -> None:
         self.name = name
         self.membership = Membership(
@@ -52,6 +54,7 @@ class Topic:
             signer=signer,
             # Near parents are part of proximity: with it off, Plumtree as it is.
             rtts=rtts if config.membership.proximity else None,
+            own_stream=own_stream,
         )
 
     def join(self, bootstrap: tuple[PeerId, ...], now: float, out: list[OutEvent]) -> None:
