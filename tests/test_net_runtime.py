@@ -29,8 +29,16 @@ from episub.net.connection import (
 from episub.net.peer_id import make_peer_id, parse_address
 from episub.net.runtime import SETTLED_UPKEEP, Runtime
 from episub.proto.config import NodeConfig
-from episub.proto.events import ClosePeer, InEvent, OutEvent, ScheduleTimer, Send
-from episub.proto.messages import GetTopics, Ping, Prune, Topics
+from episub.proto.events import (
+    AskTopics,
+    ClosePeer,
+    InEvent,
+    OutEvent,
+    ScheduleTimer,
+    Send,
+    ViewReport,
+)
+from episub.proto.messages import GetTopics, Ping, Prune, Topics, View
 from tests.net_helpers import KEY, TOPIC, WAIT, RawPeer, fast_config, run, wait_until
 
 
@@ -205,6 +213,44 @@ def test_link_delay_shows_in_the_measured_rtt() -> None:
             )
             (neighbor,) = a.neighbors(TOPIC)
             assert neighbor.rtt_ms is not None and neighbor.rtt_ms >= delay * 1000
+
+    run(main)
+
+
+def test_a_command_given_while_the_core_is_fed_is_fed_after_it_never_inside_it() -> None:
+    """The one pump: the node's dispatcher may give a command while the runtime carries
+    out an input's outputs (as it answers a peer); the core is never re-entered, the
+    command is fed once the input is done, and what it sends goes out."""
+
+    async def main() -> None:
+        async with Node(key=KEY) as node:
+            runtime = runtime_of(node)
+            raw = await RawPeer.connect(node.address)
+            inside = False
+            fed: list[str] = []
+            handle = runtime.state.handle
+
+            def watched(event: InEvent, now: float, out: list[OutEvent] | None = None) -> object:
+                nonlocal inside
+                assert not inside, "the core was re-entered"
+                inside = True
+                try:
+                    return handle(event, now, out)
+                finally:
+                    inside = False
+                    fed.append(type(event).__name__)
+
+            def on_events(events: list[object]) -> None:
+                if any(isinstance(e, ViewReport) for e in events):
+                    runtime.input(AskTopics(raw.id))  # from inside the dispatcher
+
+            runtime.state.handle = watched  # type: ignore[method-assign]
+            runtime._on_events = on_events
+            await raw.send_items([("x", View(entries=(), passive_count=0))])
+            frame = await raw.reader.receive_frame()
+            assert frame is not None and isinstance(frame[0][1], GetTopics)
+            assert [kind for kind in fed if kind != "RttMeasured"] == ["ReceivedMany", "AskTopics"]
+            await raw.aclose()
 
     run(main)
 
