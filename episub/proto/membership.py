@@ -67,7 +67,7 @@ Rules from the draft, in the order a node meets them:
 from __future__ import annotations
 
 from collections.abc import Hashable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import assert_never
 
 from episub.proto import messages as m
@@ -110,6 +110,29 @@ _UPKEEP_TIMERS = frozenset({Timer.STABILIZE, Timer.OPTIMIZE, Timer.SHUFFLE})
 _DUE_SLACK = 1e-6
 
 
+@dataclass(slots=True)
+class SettledPace:
+    """Runtime upkeep (settled_upkeep set): when each periodic timer is due, so that timers
+    set at the unsettled pace are re-armed at the settled pace once the node settles (a
+    timer firing before its name's due time is stale: it does nothing and sets no next
+    one), and whether the node was settled when last looked at."""
+
+    due: dict[Timer, float] = field(default_factory=dict)
+    at_settled_pace: set[Timer] = field(default_factory=set)  # armed while settled: not re-armed
+    was_settled: bool = False
+
+    def stale(self, timer: Timer, now: float) -> bool:
+        due = self.due.get(timer)
+        return due is not None and now < due - _DUE_SLACK
+
+    def armed(self, timer: Timer, due: float, *, settled: bool) -> None:
+        self.due[timer] = due
+        if settled:
+            self.at_settled_pace.add(timer)
+        else:
+            self.at_settled_pace.discard(timer)
+
+
 class Membership:
     def __init__(
         self,
@@ -146,13 +169,7 @@ class Membership:
         # The last optimisation round asked for a link: near links still improve, and the
         # next round comes sooner (optimize_interval_improving).
         self.improving = False
-        # Runtime upkeep (settled_upkeep set): when each periodic timer is due, so that
-        # timers set at the unsettled pace are re-armed at the settled pace once the node
-        # settles (a timer firing before its name's due time is stale: it does nothing and
-        # sets no next one), and whether the node was settled when last looked at.
-        self._due: dict[Timer, float] = {}
-        self._at_settled_pace: set[Timer] = set()  # timers armed while settled: not re-armed
-        self._was_settled = False
+        self._pace = SettledPace()
         # Hub links (config.hub_links): the peers that asked us for peers (GETNODES), most
         # recent last: a JOIN such a peer sends us itself is taken in as a hub link.
         self.joiners: dict[PeerId, None] = {}
@@ -284,8 +301,7 @@ class Membership:
             self._schedule(Timer.JOIN_RETRY, self.config.join_retry_interval, out)
 
     def _on_periodic_timer(self, timer: Timer, now: float, out: list[OutEvent]) -> None:
-        due = self._due.get(timer)
-        if due is not None and now < due - _DUE_SLACK:
+        if self._pace.stale(timer, now):
             return  # set at the pace before the node settled: re-armed since (_note_settled)
         handler = {
             Timer.STABILIZE: self._stabilize,
@@ -303,11 +319,7 @@ class Membership:
         """Set periodic timer `name` at the current pace (runtime: and note when it is due)."""
         delay = self._period(name)
         if self.config.settled_upkeep is not None:
-            self._due[name] = now + delay
-            if self.settled():
-                self._at_settled_pace.add(name)
-            else:
-                self._at_settled_pace.discard(name)
+            self._pace.armed(name, now + delay, settled=self.settled())
         self._schedule(name, delay, out)
 
     def _note_settled(self, now: float, out: list[OutEvent]) -> None:
@@ -320,17 +332,18 @@ class Membership:
         for good. Not optimisation: its next round, as due, may still find a nearer
         peer (left to fire, the idle overlay opened a third of the connections)."""
         settled = self.settled()
-        if settled and not self._was_settled:
+        pace = self._pace
+        if settled and not pace.was_settled:
             for name in PERIODIC_TIMERS:
-                due = self._due.get(name)
-                if due is None or name in self._at_settled_pace or name is Timer.OPTIMIZE:
+                due = pace.due.get(name)
+                if due is None or name in pace.at_settled_pace or name is Timer.OPTIMIZE:
                     continue
                 delay = self._period(name)
                 if now + delay > due:
-                    self._due[name] = now + delay
+                    pace.due[name] = now + delay
                     self._schedule(name, delay, out)
-                self._at_settled_pace.add(name)
-        self._was_settled = settled
+                pace.at_settled_pace.add(name)
+        pace.was_settled = settled
 
     def _period(self, name: Timer) -> float:
         c = self.config
