@@ -130,6 +130,9 @@ MAX_NOTED_RANGES = 64  # guess: publishers active in one ihave_interval, with ro
 # message anyway (ScheduleTimer.early): at 50 messages/s (the config benchmark) one always
 # comes within it. Guess: a quarter, so flushes stay about ihave_interval apart.
 IHAVE_EARLY = 0.25
+# Timers looked at per message: module constants, not an enum lookup each time.
+_IHAVE = BroadcastTimer.IHAVE
+_HEADS = BroadcastTimer.HEADS
 
 # How long after our copy an IHAVE may come, in flush periods, for its sender to be raced
 # (`_race_lazy_announcer`). Tuned at 300 nodes, 8 senders, seed 1: a whole period (any copy
@@ -216,10 +219,7 @@ class Broadcast:
         self.own_stream = own_stream if own_stream is not None else OwnStream()
         # Each stream's newest place, named in a HEADS once the stream goes quiet.
         self.heads = StreamHeads(config)
-        self._heads_armed = False
-        self._ihave_armed = False
-        self._missing_armed = False
-        self._answers_armed = False
+        self._armed: set[BroadcastTimer] = set()  # set and not fired yet: one at a time each
         self.counters = BroadcastCounters()
         # What peers asked (PULL, GRAFT over ranges) and were not sent yet (answers.py).
         self.answers = AnswerCursors(topic, config, self.counters)
@@ -1037,9 +1037,8 @@ class Broadcast:
                     p != peer for p, _ in entry.announcers
                 ):
                     entry.announcers.append((peer, hops))
-        if missing and not self._missing_armed:
-            self._missing_armed = True
-            out.append(ScheduleTimer(c.graft_timeout, (*self._timer_prefix, "missing")))
+        if missing:
+            self._arm(BroadcastTimer.MISSING, c.graft_timeout, out)
 
     def _on_heads(
         self, peer: PeerId, ranges: tuple[m.StreamRange, ...], now: float, out: list[OutEvent]
@@ -1145,9 +1144,8 @@ class Broadcast:
 
     def _arm_answers(self, out: list[OutEvent]) -> None:
         interval = self.config.answer_interval
-        if interval is not None and not self._answers_armed:
-            self._answers_armed = True
-            out.append(ScheduleTimer(interval, (*self._timer_prefix, "answers")))
+        if interval is not None:
+            self._arm(BroadcastTimer.ANSWERS, interval, out)
 
     def _on_history(self, peer: PeerId, msg: m.History, now: float, out: list[OutEvent]) -> None:
         """A PULL answered in bulk (history.py). Each envelope is checked as a GOSSIP's
@@ -1192,12 +1190,11 @@ class Broadcast:
     # -- timers -------------------------------------------------------------------------
 
     def on_timer(self, timer: BroadcastTimer, now: float, out: list[OutEvent]) -> None:
+        self._armed.discard(timer)
         match timer:
             case BroadcastTimer.IHAVE:
-                self._ihave_armed = False
                 self._flush_ihave(out)
             case BroadcastTimer.MISSING:
-                self._missing_armed = False
                 self._graft_due(now, out)
             case BroadcastTimer.GAP:
                 tree = self._latest_tree()
@@ -1206,10 +1203,8 @@ class Broadcast:
                 tree = self._latest_tree()
                 self.ordering.on_settle_timer([*tree.eager, *tree.lazy], now, out)
             case BroadcastTimer.HEADS:
-                self._heads_armed = False
                 self._send_heads(now, out)
             case BroadcastTimer.ANSWERS:
-                self._answers_armed = False
                 if self.answers.retry(self._cached_at, out):
                     self._arm_answers(out)
             case _:
@@ -1226,11 +1221,9 @@ class Broadcast:
     ) -> None:
         self.lazy_queue.append((mid, publisher, seq, hops))
         self.holders[mid] = [] if exclude is None else [exclude]
-        if not self._ihave_armed:
-            self._ihave_armed = True
+        if _IHAVE not in self._armed:
             interval = self.ihave_period
-            token = (*self._timer_prefix, "ihave")
-            out.append(ScheduleTimer(interval, token, early=interval * IHAVE_EARLY))
+            self._arm(_IHAVE, interval, out, early=interval * IHAVE_EARLY)
 
     def _note_head(
         self,
@@ -1242,12 +1235,24 @@ class Broadcast:
         out: list[OutEvent],
     ) -> None:
         self.heads.note(publisher, seq, hops, sender, now)
-        if not self._heads_armed:
-            self._arm_heads(self.config.heads_quiet, out)
+        if _HEADS not in self._armed:
+            self._arm(_HEADS, self.config.heads_quiet, out, upkeep=True)
 
-    def _arm_heads(self, delay: float, out: list[OutEvent]) -> None:
-        self._heads_armed = True
-        out.append(ScheduleTimer(delay, (*self._timer_prefix, "heads"), upkeep=True))
+    def _arm(
+        self,
+        timer: BroadcastTimer,
+        delay: float,
+        out: list[OutEvent],
+        *,
+        upkeep: bool = False,
+        early: float = 0.0,
+    ) -> None:
+        """Set `timer` `delay` seconds from now, unless it is set already."""
+        if timer in self._armed:
+            return
+        self._armed.add(timer)
+        token = (*self._timer_prefix, timer)
+        out.append(ScheduleTimer(delay, token, upkeep=upkeep, early=early))
 
     def _send_heads(self, now: float, out: list[OutEvent]) -> None:
         """Name the heads gone quiet to each neighbour not known to hold them."""
@@ -1260,7 +1265,7 @@ class Broadcast:
                     out.append(Send(peer, topic, m.Heads(ranges=ranges)))
         wait = heads.next_due(now)
         if wait is not None:
-            self._arm_heads(max(wait, self.config.heads_quiet / 2), out)
+            self._arm(_HEADS, max(wait, self.config.heads_quiet / 2), out, upkeep=True)
 
     def _note_holder(self, mid: MessageId, peer: PeerId) -> None:
         """`peer` holds `mid` (it sent or announced it): while `mid` waits for the IHAVE
@@ -1332,9 +1337,7 @@ class Broadcast:
         while due and missing.get(due[0][1]) is not due[0][2]:
             due.popleft()  # received since: no wakeup for it
         if due:
-            self._missing_armed = True
-            wait = max(due[0][0] - now, 0.0)
-            out.append(ScheduleTimer(wait, (*self._timer_prefix, "missing")))
+            self._arm(BroadcastTimer.MISSING, max(due[0][0] - now, 0.0), out)
 
     # -- caches -------------------------------------------------------------------------
 
