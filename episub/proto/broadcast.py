@@ -130,9 +130,10 @@ MAX_NOTED_RANGES = 64  # guess: publishers active in one ihave_interval, with ro
 # message anyway (ScheduleTimer.early): at 50 messages/s (the config benchmark) one always
 # comes within it. Guess: a quarter, so flushes stay about ihave_interval apart.
 IHAVE_EARLY = 0.25
-# Timers looked at per message: module constants, not an enum lookup each time.
+# Timers looked at per message or announcement: module constants, not an enum lookup each.
 _IHAVE = BroadcastTimer.IHAVE
 _HEADS = BroadcastTimer.HEADS
+_MISSING = BroadcastTimer.MISSING
 
 # How long after our copy an IHAVE may come, in flush periods, for its sender to be raced
 # (`_race_lazy_announcer`). Tuned at 300 nodes, 8 senders, seed 1: a whole period (any copy
@@ -1037,8 +1038,8 @@ class Broadcast:
                     p != peer for p, _ in entry.announcers
                 ):
                     entry.announcers.append((peer, hops))
-        if missing:
-            self._arm(BroadcastTimer.MISSING, c.graft_timeout, out)
+        if missing and _MISSING not in self._armed:
+            self._arm(_MISSING, c.graft_timeout, out)
 
     def _on_heads(
         self, peer: PeerId, ranges: tuple[m.StreamRange, ...], now: float, out: list[OutEvent]
@@ -1337,7 +1338,7 @@ class Broadcast:
         while due and missing.get(due[0][1]) is not due[0][2]:
             due.popleft()  # received since: no wakeup for it
         if due:
-            self._arm(BroadcastTimer.MISSING, max(due[0][0] - now, 0.0), out)
+            self._arm(_MISSING, max(due[0][0] - now, 0.0), out)
 
     # -- caches -------------------------------------------------------------------------
 
