@@ -89,6 +89,7 @@ from episub.proto.events import (
     AppEvent,
     ClosePeer,
     ConnectionLost,
+    Deliver,
     InEvent,
     LeaveTopic,
     OutEvent,
@@ -378,9 +379,12 @@ class Runtime:
         encoded: dict[tuple[str | None, int], bytes] = {}  # one encoding per message object
         events: list[AppEvent] = []
         for out in outputs:
+            if type(out) is Send:  # most outputs are: by identity, ahead of the match
+                self._send(out, encoded)
+                continue
             match out:
-                case Send():
-                    self._send(out, encoded)
+                case Deliver():  # the next most: a relay's delivery of what it forwards
+                    events.append(out)
                 case ScheduleTimer():
                     self._schedule(out)
                 case ClosePeer(peer=peer):

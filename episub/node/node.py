@@ -411,26 +411,49 @@ class Node:
         to retention, then to each subscription of their topic as one batch, and to
         listeners; receipts to the publish being fed; reports to the queries waiting."""
         now = trio.current_time()
-        batches: dict[str, list[Delivery | Lost]] = {}
+        retain = self._retention.add_item
+        unretained = self._unretained
+        fetching = self._fetcher.waiting
+        subscriptions = self._fanout.subscriptions
+        listeners = self._fanout.listeners
         receipts = self._receipts
+        batches: dict[str, list[Delivery | Lost]] = {}
         for event in events:
             match event:
-                case Deliver(topic=topic, id=mid, envelope=envelope):
-                    self._arrived(topic, mid, envelope, now, batches, news=True)
+                case Deliver() | Published() | Recovered():  # per message: kept inline
+                    topic, mid, envelope = event.topic, event.id, event.envelope
+                    publisher: bytes = envelope.publisher  # the runtime's peer ids are bytes
+                    seq = envelope.seq
+                    if topic not in unretained:
+                        retain(
+                            envelope.raw,
+                            topic=topic,
+                            publisher=publisher,
+                            seq=seq,
+                            timestamp_ms=envelope.timestamp_ms,
+                            size=envelope.size,
+                            id=mid,
+                            now=now,
+                        )
+                    if fetching:
+                        self._fetcher.arrived(topic, publisher, seq)
                     if receipts is not None:
-                        receipts.delivered(event)
-                case Published(topic=topic, id=mid, envelope=envelope):
-                    self._arrived(topic, mid, envelope, now, batches, news=True)
-                    if receipts is not None:
-                        receipts.published(event)
-                case Recovered(topic=topic, id=mid, envelope=envelope):
-                    # History is for retention: no news for subscribers.
-                    self._arrived(topic, mid, envelope, now, batches, news=False)
+                        receipts.note(event)
+                    # History is for retention, and control streams are bookkeeping: neither
+                    # is news for subscribers. A message (a copy of the payload) is made only
+                    # for a topic someone subscribes or listens to.
+                    if (
+                        type(event) is not Recovered
+                        and (topic in subscriptions or topic in listeners)
+                        and not publisher.startswith(CONTROL_PREFIX)
+                    ):
+                        batches.setdefault(topic, []).append(delivery_of(topic, mid, envelope))
                 case AlreadyPublished():
                     if receipts is not None:
-                        receipts.taken(event)
-                case DataLost(topic=topic, publisher=publisher, first_seq=first, last_seq=last):
-                    batches.setdefault(topic, []).append(Lost(publisher, first, last))
+                        receipts.note(event)
+                case DataLost():
+                    lost = Lost(event.publisher, event.first_seq, event.last_seq)
+                    batches.setdefault(event.topic, []).append(lost)
                 case NeighborUp(topic=topic, peer=peer):
                     self._bootstraps.neighbor_up(topic, peer)
                     self._catch_up.link_up(topic, peer, self._nursery)
@@ -453,43 +476,6 @@ class Node:
                     assert_never(event)
         if batches:
             self._fanout.deliver(batches)
-
-    def _arrived(
-        self,
-        topic: str,
-        mid: bytes,
-        envelope: Envelope,
-        now: float,
-        batches: dict[str, list[Delivery | Lost]],
-        *,
-        news: bool,
-    ) -> None:
-        """A message now held here: into retention (unless the topic is not retained), to
-        a fetch waiting for it, and, when it is news, into its topic's batch for
-        subscribers and listeners."""
-        publisher: bytes = envelope.publisher  # the runtime's peer ids are bytes
-        seq = envelope.seq
-        if topic not in self._unretained:
-            self._retention.add_item(
-                envelope.raw,
-                topic=topic,
-                publisher=publisher,
-                seq=seq,
-                timestamp_ms=envelope.timestamp_ms,
-                size=envelope.size,
-                id=mid,
-                now=now,
-            )
-        if self._fetcher.waiting:
-            self._fetcher.arrived(topic, publisher, seq)
-        # Control streams are bookkeeping, not news. A message (a copy of the payload) is
-        # made only for a topic someone subscribes or listens to.
-        if (
-            news
-            and (topic in self._fanout.subscriptions or topic in self._fanout.listeners)
-            and not publisher.startswith(CONTROL_PREFIX)
-        ):
-            batches.setdefault(topic, []).append(delivery_of(topic, mid, envelope))
 
     # -- queries ----------------------------------------------------------------------------
 

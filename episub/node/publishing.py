@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 from episub.net.runtime import Runtime
 from episub.proto.envelope import Record
-from episub.proto.events import AlreadyPublished, Deliver, Published
+from episub.proto.events import AlreadyPublished, Deliver, Published, Recovered
 from episub.records import Receipt
 
 __all__ = ["PUBLISH_CHUNK", "PUBLISH_WAIT", "Receipt", "Receipts", "publish_checked"]
@@ -49,16 +49,21 @@ class Receipts:
         self._own: list[Published] = []
         self._placed: dict[tuple[bytes, int], list[Receipt]] = {}
 
-    def published(self, event: Published) -> None:
-        self._own.append(event)
-
-    def taken(self, event: AlreadyPublished) -> None:
-        place = (event.publisher, event.seq)
-        self._placed.setdefault(place, []).append(Receipt(event.id, *place, duplicate=True))
-
-    def delivered(self, event: Deliver) -> None:
-        place = (event.envelope.publisher, event.envelope.seq)
-        self._placed.setdefault(place, []).append(Receipt(event.id, *place, duplicate=False))
+    def note(self, event: Published | AlreadyPublished | Deliver | Recovered) -> None:
+        """One of the core's events while the publish is fed (others than the publish's
+        own may come too: a place not among the records is never asked for)."""
+        match event:
+            case Published():
+                self._own.append(event)
+            case AlreadyPublished(id=mid, publisher=publisher, seq=seq):
+                self._placed.setdefault((publisher, seq), []).append(
+                    Receipt(mid, publisher, seq, duplicate=True)
+                )
+            case Deliver(id=mid, envelope=envelope):
+                place = (envelope.publisher, envelope.seq)
+                self._placed.setdefault(place, []).append(Receipt(mid, *place, duplicate=False))
+            case Recovered():
+                pass  # history, behind the stream: no place a publish takes
 
     def of_records(self) -> list[Receipt]:
         """Each record's receipt, in the records' order."""
