@@ -27,10 +27,18 @@ from episub.net.connection import (
     USER_TIMEOUT,
 )
 from episub.net.peer_id import make_peer_id, parse_address
-from episub.net.runtime import SETTLED_UPKEEP, TIMER_TICK, Runtime
+from episub.net.runtime import SETTLED_UPKEEP, Runtime
 from episub.proto.config import NodeConfig
-from episub.proto.events import ClosePeer, OutEvent, Send
-from episub.proto.messages import GetTopics, Ping, Prune, Topics
+from episub.proto.events import (
+    AskTopics,
+    ClosePeer,
+    InEvent,
+    OutEvent,
+    ScheduleTimer,
+    Send,
+    ViewReport,
+)
+from episub.proto.messages import GetTopics, Ping, Prune, Topics, View
 from tests.net_helpers import KEY, TOPIC, WAIT, RawPeer, fast_config, run, wait_until
 
 
@@ -209,63 +217,71 @@ def test_link_delay_shows_in_the_measured_rtt() -> None:
     run(main)
 
 
-def test_coalescible_timers_fire_on_shared_ticks_and_others_on_time() -> None:
+def test_a_command_given_while_the_core_is_fed_is_fed_after_it_never_inside_it() -> None:
+    """The one pump: the node's dispatcher may give a command while the runtime carries
+    out an input's outputs (as it answers a peer); the core is never re-entered, the
+    command is fed once the input is done, and what it sends goes out."""
+
     async def main() -> None:
-        async with bare_runtime() as runtime:
-            now = trio.current_time()
-            runtime._schedule(3.3, "exact")
-            runtime._schedule(3.3, "coalesced", coalesce=True)
-            deadlines = {token: deadline for deadline, _, token in runtime._timers}
-            assert deadlines["exact"] == pytest.approx(now + 3.3, abs=0.01)
-            shared = deadlines["coalesced"] + runtime._epoch  # on the epoch clock
-            assert shared >= now + runtime._epoch + 3.3
-            assert shared % TIMER_TICK == pytest.approx(0, abs=1e-6) or (
-                TIMER_TICK - shared % TIMER_TICK == pytest.approx(0, abs=1e-6)
-            )
+        async with Node(key=KEY) as node:
+            runtime = runtime_of(node)
+            raw = await RawPeer.connect(node.address)
+            inside = False
+            fed: list[str] = []
+            handle = runtime.state.handle
 
-    trio.run(main)
+            def watched(event: InEvent, now: float, out: list[OutEvent] | None = None) -> object:
+                nonlocal inside
+                assert not inside, "the core was re-entered"
+                inside = True
+                try:
+                    return handle(event, now, out)
+                finally:
+                    inside = False
+                    fed.append(type(event).__name__)
 
+            def on_events(events: list[object]) -> None:
+                if any(isinstance(e, ViewReport) for e in events):
+                    runtime.input(AskTopics(raw.id))  # from inside the dispatcher
 
-def test_upkeep_timers_fire_on_ticks_of_the_nodes_own_phase() -> None:
-    async def main() -> None:
-        async with bare_runtime() as runtime:
-            now = trio.current_time()
-            runtime._schedule(3.3, "upkeep", upkeep=True)
-            (deadline,) = [d for d, _, token in runtime._timers if token == "upkeep"]
-            assert now + 3.3 <= deadline < now + 3.3 + TIMER_TICK
-            ticks = (deadline - runtime._upkeep_phase) / TIMER_TICK
-            assert ticks == pytest.approx(round(ticks), abs=1e-6)
+            runtime.state.handle = watched  # type: ignore[method-assign]
+            runtime._on_events = on_events
+            await raw.send_items([("x", View(entries=(), passive_count=0))])
+            frame = await raw.reader.receive_frame()
+            assert frame is not None and isinstance(frame[0][1], GetTopics)
+            assert [kind for kind in fed if kind != "RttMeasured"] == ["ReceivedMany", "AskTopics"]
+            await raw.aclose()
 
-    trio.run(main)
+    run(main)
 
 
 def test_a_timer_that_may_fire_early_fires_while_the_node_handles_a_frame() -> None:
     """ScheduleTimer.early (the IHAVE flush): once inside its early window, the timer fires
     in the wakeup of the next frame the node reads, not in a wakeup of its own; before
-    the window it waits, and a timer fired early is gone from the heap."""
+    the window it waits, and a timer fired early is gone from the queue."""
 
     async def main() -> None:
         async with Node(key=KEY) as node:
             runtime = runtime_of(node)
             fired: list[object] = []
-            feed_one = runtime._feed_one
+            feed = runtime._feed
 
-            def recording(event: object) -> bool:
+            def recording(event: InEvent, now: float, command: bool) -> Exception | None:
                 token = getattr(event, "token", None)
                 if token in ("ripe", "green"):  # ours, not the core's
                     fired.append(token)
-                    return True
-                return feed_one(event)  # type: ignore[arg-type]
+                    return None
+                return feed(event, now, command)
 
-            runtime._feed_one = recording  # type: ignore[method-assign]
-            runtime._schedule(3600.0, "ripe", early=3600.0)  # may fire at once
-            runtime._schedule(3600.0, "green", early=1.0)  # not for an hour
+            runtime._feed = recording  # type: ignore[method-assign]
+            runtime._carry_out([ScheduleTimer(3600.0, "ripe", early=3600.0)])  # fires at once
+            runtime._carry_out([ScheduleTimer(3600.0, "green", early=1.0)])  # not for an hour
             raw = await RawPeer.connect(node.address)
             await raw.send_items([(None, GetTopics())])
             frame = await raw.reader.receive_frame()  # the answer: the frame was handled
             assert frame is not None and isinstance(frame[0][1], Topics)
             assert fired == ["ripe"]
-            tokens = [token for _, _, token in runtime._timers]
+            tokens = runtime._timers.tokens()
             assert "ripe" not in tokens and "green" in tokens
             await raw.aclose()
 

@@ -28,7 +28,7 @@ from episub.proto.events import (
     TopicsReport,
 )
 from episub.proto.node import NodeState
-from episub.proto.timers import MembershipTimer
+from episub.proto.timers import BroadcastTimer, MembershipTimer
 from tests.helpers import (
     ME,
     NEAR,
@@ -226,6 +226,15 @@ def test_timer_tokens_are_enum_members_that_read_as_their_names():
     node = make_node()
     armed = [o.token[-1] for o in fire(node, "stabilize", 2.0) if isinstance(o, ScheduleTimer)]
     assert [type(t) for t in armed] == [MembershipTimer] and armed == ["stabilize"]
+
+
+def test_every_timer_the_core_sets_names_its_layers_enum_member_not_a_string():
+    """One spelling per timer: a token is built from its layer's enum member, so a name
+    no layer knows cannot be set (broadcast's and ordering's once spelt theirs as strings)."""
+    tokens = [o.token for o in scripted_run(1) if isinstance(o, ScheduleTimer)]
+    kinds = {type(t[-1]) for t in tokens}
+    assert kinds == {BroadcastTimer, MembershipTimer}, kinds
+    assert BroadcastTimer.IHAVE in {t[-1] for t in tokens}
 
 
 def test_a_timer_of_a_topic_never_joined_is_stale():

@@ -30,7 +30,7 @@ from episub.proto.config import NodeConfig
 from episub.proto.store import RetentionConfig
 
 # How often an idle node looks whether its tables let go of memory: a trim then comes at
-# most this long plus a slow upkeep tick (runtime.SLOW_TICK, 6 s) plus two
+# most this long plus a slow upkeep tick (episub.net.timers.SLOW_TICK, 6 s) plus two
 # WATCH_INTERVALs after a large release began. The look rides the node's own upkeep
 # ticks: on its own, 0.2 wakeups a second cost an idle node ~0.09 ms of CPU a second.
 RELEASE_IDLE_INTERVAL = 5.0

@@ -1,44 +1,44 @@
 """The trio runtime: one NodeState driven over TCP.
 
-The runtime only pumps (aioquic's protocol.py): it feeds the core an input with `now`,
-carries out the outputs, and re-arms the timer task. What each output becomes:
+The runtime only pumps (aioquic's protocol.py): every input reaches the core through
+one function (`_pump`: feed it with `now`, carry out the outputs, then whatever input arose
+meanwhile), and the outputs are carried out in one place (`_carry_out`):
 
 - Send: the message is encoded once (wire.encode_item; a GOSSIP to seven peers is one
   encoding) and handed to the network, which queues it for the peer (network.py); once
-  all of an input's outputs are carried out, the network writes every peer's queue from
-  the task that fed the input (network.flush): a received burst is read, processed and
-  forwarded in one wakeup.
-- ScheduleTimer: (deadline, seq, token) on a heap; one task sleeps until the earliest
-  (in one cancel scope whose deadline moves: scheduling a timer never wakes the task).
-  Its hints save wakeups: `coalesce` rounds the deadline up to a tick of the shared
-  (epoch) clock, `upkeep` to a tick of the node's own, at a phase of its own (from its
-  id); and timers due within `TIMER_SLACK` of each other fire in one wakeup.
+  the input is fed, the network writes every peer's queue from the task that fed it
+  (network.flush): a received burst is read, processed and forwarded in one wakeup.
   A Send marked `answer` (what the peer asked for) is not encoded here: the network
   takes it a batch at a time as the peer reads, within its budget (answers.py). When
   the peer's lane empties the core is fed AnswersDrained and makes its next batch of
   what the peer asked (proto/answers.py); when its connection goes, AnswersCancelled.
+- ScheduleTimer: into the timer queue (timers.py), which decides the instant from the
+  core's delay and hints; one task sleeps until the queue's head (in one cancel scope
+  whose deadline moves: scheduling a timer never wakes the task).
 - ClosePeer: the network closes that connection once its queue is drained.
 - PeerMisbehaved: counted, and logged (logger "episub.net") at most once a minute per
   reason.
-- Deliver, Published, DataLost, NeighborUp, NeighborDown, Isolated: handed to `on_events`
-  (the API), all of one input's together, in order.
+- The rest (events.AppEvent: Deliver, Published, DataLost, NeighborUp, ...): handed to
+  `on_events` (the node), all of one input's together, in order.
 
 A peer's requests (PULL, GRAFT over ranges, GETHELD, GETNODES, GETVIEW, GETTOPICS) are
 charged to its work budget before the core sees them (`_admitted`): a request past it is
 refused (a GRAFT keeps its link change and loses its ranges), and a peer that asks on
 regardless is dropped.
 
-Inputs come from the listener and connections (Received, ConnectionLost), the timer task
-(TimerFired) and the API (JoinTopic, LeaveTopic, Publish, ...). The core is called from
-one task at a time and never re-entered: an input that arises while outputs are carried
-out (a queue overflow's ConnectionLost) is fed right after them.
+Inputs come from the connections (ReceivedMany: the frames of one read; ConnectionLost;
+AnswersDrained, AnswersCancelled), the timer task (TimerFired) and the API (`input`:
+JoinTopic, LeaveTopic, Publish, ...). The core is called from one task at a time and never
+re-entered: an input that arises while outputs are carried out (a queue overflow's
+ConnectionLost) is fed right after them.
 
 Containment, the second line behind the core's own checks: an exception out of the core
 (or out of carrying out its outputs) on any path never ends the node. It is counted
-(`core_errors`) and logged with its traceback at most once a minute per kind; a peer
-whose frame caused it is cut off; a timer it failed on fires again `TIMER_RETRY` later
-(its re-arming was among the lost outputs); a command's caller gets `CoreError` (a
-`LocalProtocolError`, the caller's misuse, reaches it as it is). The node carries on.
+(`core_errors`) and logged with its traceback at most once a minute per kind; what the
+core output before it still goes out; a peer whose frame caused it is cut off; a timer it
+failed on fires again `TIMER_RETRY` later (its outputs, its re-arming among them, are
+dropped); a command's caller gets `CoreError` (a `LocalProtocolError`, the caller's
+misuse, reaches it as it is). The node carries on.
 
 `now` for the core is trio's clock plus a fixed offset to the Unix epoch, taken once: it
 is monotonic, as the core needs, and the timestamps the core stamps on messages read as
@@ -50,13 +50,10 @@ the runtime ends with `shutdown()`, which leaves the topics and closes gracefull
 
 from __future__ import annotations
 
-import heapq
 import itertools
 import logging
-import math
 import re
 import time
-import zlib
 from collections import deque
 from collections.abc import Callable, Hashable
 from dataclasses import replace
@@ -82,19 +79,23 @@ from episub.net.network import (
     Network,
 )
 from episub.net.peer_id import Address
+from episub.net.timers import SLOW_TICK, TIMER_RETRY, TimerQueue
 from episub.proto import messages as m
 from episub.proto.config import NodeConfig
 from episub.proto.errors import LocalProtocolError
 from episub.proto.events import (
     AnswersCancelled,
     AnswersDrained,
+    AppEvent,
     ClosePeer,
     ConnectionLost,
+    Deliver,
     InEvent,
     LeaveTopic,
     OutEvent,
     PeerMisbehaved,
     Received,
+    ReceivedMany,
     RttMeasured,
     ScheduleTimer,
     Send,
@@ -109,8 +110,6 @@ __all__ = [
     "DIAL_TIMEOUT",
     "LIVENESS_PINGS",
     "SETTLED_UPKEEP",
-    "SLOW_TICK",
-    "TIMER_TICK",
     "CoreError",
     "Runtime",
     "with_runtime_upkeep",
@@ -137,27 +136,9 @@ SETTLED_UPKEEP = 6.0
 # then sample none (MembershipConfig.pong_rtt). Guess: the RTT table's smoothing wants a
 # sample a second at most.
 KERNEL_RTT_INTERVAL = 1.0
-# Coalescible timers (ScheduleTimer.coalesce: pings, probes) are rounded up to a whole tick
-# of the epoch clock, upkeep timers (ScheduleTimer.upkeep) to a tick of the node's own. A
-# wakeup of an idle process costs 100-300 us of CPU here whatever it does (trio, cold
-# caches, the VM), so upkeep costs what its wakeups cost. Guess: 2 s, a small part of the
-# ping, probe, stabilisation and optimisation periods.
-TIMER_TICK = 2.0
-# Upkeep timers set at least SLOW_TICK_AFTER ahead (a settled node's: settled_upkeep)
-# ride coarser ticks of the node's own phase, so that its stabilisation, probes, pings,
-# optimisation, shuffles and the sweep, each every 12-60 s, share wakeups instead of
-# taking one each: at most one timer wakeup per SLOW_TICK. Guess: a tenth of the settled
-# ping period, half the settled stabilisation period.
-SLOW_TICK = 6.0
-SLOW_TICK_AFTER = 4 * TIMER_TICK
-# Timers due this close together fire in one wakeup (Linux's timer slack does the same
-# for sleeps): ones set for the same instant by arithmetic on different clocks
-# differ by rounding. Guess: far below any protocol period, far above rounding.
-TIMER_SLACK = 0.001
 # The network's sweep (idle and silent connections) rides on the timer heap, on the
 # node's upkeep ticks: a token of the runtime's own, never fed to the core.
 _SWEEP = object()
-TIMER_RETRY = 1.0  # seconds before a timer the core failed on fires again (guess)
 
 # What a request costs a peer's work budget (answers.REQUEST_WORK_PER_SECOND), in store
 # rows looked at and answered (a GETHELD span). A seq of a PULL or GRAFT is one dict
@@ -193,7 +174,7 @@ class Runtime:
         my_id: bytes,
         config: NodeConfig,
         rng: Random,
-        on_events: Callable[[list[OutEvent]], None],
+        on_events: Callable[[list[AppEvent]], None],
         link_delay: LinkDelay | None = None,
         handshake_timeout: float = HANDSHAKE_TIMEOUT,
         dial_timeout: float = DIAL_TIMEOUT,
@@ -252,22 +233,16 @@ class Runtime:
             max_connections=max_connections,
             signer=signer,
         )
-        self._timers: list[tuple[float, int, Hashable]] = []  # (deadline, seq, token)
-        self._timer_seq = itertools.count()
-        # Timers that may fire early while the node is awake (ScheduleTimer.early):
-        # heap entry -> when it may. A few at a time (one IHAVE flush per topic).
-        self._early: dict[tuple[float, int, Hashable], float] = {}
-        self._early_from = math.inf  # no early timer may fire before (a lower bound)
+        self._epoch = time.time() - trio.current_time()
+        self._timers = TimerQueue(node_id=my_id, epoch=self._epoch)
         self._sleep: trio.CancelScope | None = None  # the timer task's, until the head
-        # The phase of this node's own upkeep ticks: spread over the tick by its id, so
-        # that nodes' upkeep decisions do not line up.
-        self._upkeep_phase = zlib.crc32(my_id) / 2**32 * TIMER_TICK
         self._answer_keys = itertools.count()  # answers that no repeat merges with
+        # Inputs that arose while the core was being fed (a queue overflow's ConnectionLost,
+        # a drained answer lane): fed right after, never re-entering the core.
         self._deferred: deque[InEvent] = deque()
-        self._drained: set[bytes] = set()  # peers with an AnswersDrained still to feed
+        self._drained: set[bytes] = set()  # peers with a deferred AnswersDrained
         self._pumping = False
         self._run_scope = trio.CancelScope(shield=True)
-        self._epoch = time.time() - trio.current_time()
         # Core errors and misbehaving peers: one line per kind a minute (LOG_INTERVAL).
         self._peer_log = LogLimiter(log, LOG_INTERVAL)
 
@@ -306,85 +281,89 @@ class Runtime:
             with trio.move_on_after(timeout) as scope:
                 scope.shield = True
                 for topic in self.state.topics():
-                    self._feed(LeaveTopic(topic))
+                    self._pump(LeaveTopic(topic), self.now())
+                self._write()
                 await self.network.close()
         finally:
             self.network.closing = True
             self._run_scope.cancel()
 
-    # -- the pump -------------------------------------------------------------------------
+    # -- the pump: the one way into the core ------------------------------------------------
 
-    def input(self, event: InEvent) -> list[OutEvent]:
-        """Feed the core a command (JoinTopic, Publish, ...) and carry out its outputs;
-        returns them. What it sends goes out gathered with the application's burst, if any.
-        The caller's misuse raises LocalProtocolError; a failure of the core itself is
-        counted and raises CoreError. Either way the node carries on."""
+    def input(self, event: InEvent) -> None:
+        """Feed the core a command (JoinTopic, Publish, ...) and carry out its outputs. What
+        it sends goes out gathered with the application's burst, if any. The caller's
+        misuse raises LocalProtocolError; a failure of the core itself is counted and
+        raises CoreError. Either way the node carries on."""
+        failure = self._pump(event, self.now(), command=True)
+        self._write(gather=True)
+        if failure is None:
+            return
+        if isinstance(failure, LocalProtocolError):
+            raise failure
+        raise CoreError(f"the core failed on {type(event).__name__}: {failure!r}") from failure
+
+    def _pump(self, event: InEvent, now: float, *, command: bool = False) -> Exception | None:
+        """Feed the core `event` at `now` and carry out its outputs, then every input that
+        arose meanwhile; the caller writes what they sent (network.flush). The core is
+        never re-entered: an input that arises while it is fed waits its turn. Returns the
+        core's exception on `event`, or None; it is contained (`_feed`), never raised."""
         if self._pumping:
             self._deferred.append(event)
-            return []
-        try:
-            outputs = self.state.handle(event, self.now())
-        except LocalProtocolError:
-            raise
-        except Exception as exc:
-            self._core_error(event, exc)
-            raise CoreError(f"the core failed on {type(event).__name__}: {exc!r}") from exc
+            return None
         self._pumping = True
         try:
-            self._carry_out_contained(outputs, event)
-            self._feed_deferred()
+            failure = self._feed(event, now, command)
+            deferred = self._deferred
+            while deferred:
+                event = deferred.popleft()
+                if type(event) is AnswersDrained:
+                    self._drained.discard(event.peer)
+                self._feed(event, self.now(), False)
         finally:
             self._pumping = False
-        self.network.flush(gather=True)
-        return outputs
+        return failure
 
-    def _feed(self, event: InEvent) -> bool:
-        """Feed the core an input from a peer, a timer or the node itself, carry out its
-        outputs, then write what they sent, from this task (network.flush); False if the
-        core failed on it (counted and logged, never raised)."""
-        if self._pumping:
-            self._deferred.append(event)
-            return True
-        self._pumping = True
-        try:
-            ok = self._feed_one(event)
-            self._feed_deferred()
-        finally:
-            self._pumping = False
-        self.network.flush()
-        return ok
+    def _write(self, *, gather: bool = False) -> None:
+        """Write what the inputs fed sent (network.flush): from the outermost caller only,
+        once the input that was being fed, and any that arose meanwhile, are carried out.
+        `gather`: for the application's publishes (Nagle's rule, connection.GATHER_WAIT)."""
+        if not self._pumping:
+            self.network.flush(gather=gather)
 
-    def _feed_one(self, event: InEvent) -> bool:
-        if type(event) is AnswersDrained:
-            self._drained.discard(event.peer)
+    def _feed(self, event: InEvent, now: float, command: bool) -> Exception | None:
+        """One input into the core and its outputs carried out; a failure is counted and
+        logged, unless it is a `command`'s LocalProtocolError (the caller's misuse)."""
+        outputs: list[OutEvent] = []
+        failure: Exception | None = None
         try:
-            self._carry_out(self.state.handle(event, self.now()))
+            self.state.handle(event, now, outputs)
         except Exception as exc:
-            self._core_error(event, exc)
+            failure = exc
+            if not (command and isinstance(exc, LocalProtocolError)):  # else the caller's misuse
+                self._core_error(event, exc)
             if type(event) is TimerFired:
-                # What the failed call would have output is lost, its timer's re-arming
-                # included: fire it again later, or a periodic timer (stabilisation,
-                # pings) would stop for good after one failure.
-                self._schedule(TIMER_RETRY, event.token)
-            return False
-        return True
-
-    def _feed_deferred(self) -> None:
-        while self._deferred:
-            self._feed_one(self._deferred.popleft())
-
-    def _carry_out_contained(self, outputs: list[OutEvent], cause: InEvent) -> None:
+                # Its outputs, its re-arming among them, are dropped: it fires again later,
+                # or a periodic timer (stabilisation, pings) would stop for good after one
+                # failure. What any other input output before the failure still goes out:
+                # it is what the core changed.
+                self._schedule_own(TIMER_RETRY, event.token)
+                return failure
         try:
             self._carry_out(outputs)
         except Exception as exc:
-            self._core_error(cause, exc)
+            self._core_error(event, exc)
+        return failure
 
     def _core_error(self, event: InEvent, exc: Exception) -> None:
         """Count and log (at most once a minute per kind) a failure of the core."""
         self.counters.core_errors += 1
         what = type(event).__name__
-        if type(event) is Received:
-            what += f" {type(event.message).__name__}"
+        match event:
+            case Received(message=message):
+                what += f" {type(message).__name__}"
+            case ReceivedMany(items=items):
+                what += f" {type(items[0][1]).__name__}" + (", ..." if len(items) > 1 else "")
         kind = (what, type(exc).__name__)
         self._peer_log.log(
             kind,
@@ -397,34 +376,40 @@ class Runtime:
         )
 
     def _carry_out(self, outputs: list[OutEvent]) -> None:
+        """The one place outputs are carried out; the API's events go to `on_events`, all of
+        one input's together, in order."""
         encoded: dict[tuple[str | None, int], bytes] = {}  # one encoding per message object
-        events: list[OutEvent] = []
+        events: list[AppEvent] = []
         for out in outputs:
-            kind = type(out)
-            if kind is Send:
-                self._send(out, encoded)  # type: ignore[arg-type]
-            elif kind is ScheduleTimer:
-                self._schedule(out.delay, out.token, out.coalesce, out.upkeep, out.early)  # type: ignore[union-attr]
-            elif kind is ClosePeer:
-                self.network.close_peer(out.peer)
-            elif kind is PeerMisbehaved:
-                self.counters.peer_misbehaved += 1
-                # One line a minute per kind of reason: the reason without what it quotes
-                # of the peer's message (sizes, hop counts, ids, topics), which the peer
-                # could vary at will.
-                kind = _QUOTED.sub("_", out.reason)
-                self._peer_log.log(
-                    kind,
-                    trio.current_time(),
-                    logging.WARNING,
-                    "peer %s misbehaved: %s",
-                    _show(out.peer),
-                    out.reason,
-                )
-            else:
-                events.append(out)
+            if type(out) is Send:  # most outputs are: by identity, ahead of the match
+                self._send(out, encoded)
+                continue
+            match out:
+                case Deliver():  # the next most: a relay's delivery of what it forwards
+                    events.append(out)
+                case ScheduleTimer():
+                    self._schedule(out)
+                case ClosePeer(peer=peer):
+                    self.network.close_peer(peer)
+                case PeerMisbehaved():
+                    self._misbehaved(out)
+                case _:
+                    events.append(out)
         if events:
             self._on_events(events)
+
+    def _misbehaved(self, out: PeerMisbehaved) -> None:
+        self.counters.peer_misbehaved += 1
+        # One line a minute per kind of reason: the reason without what it quotes of the
+        # peer's message (sizes, hop counts, ids, topics), which the peer could vary at will.
+        self._peer_log.log(
+            _QUOTED.sub("_", out.reason),
+            trio.current_time(),
+            logging.WARNING,
+            "peer %s misbehaved: %s",
+            _show(out.peer),
+            out.reason,
+        )
 
     def _send(self, out: Send, encoded: dict[tuple[str | None, int], bytes]) -> None:
         if out.peer == self.me:
@@ -514,8 +499,11 @@ class Runtime:
                 del kept[i]
         return kept
 
+    # -- what calls the pump: the network, the timer task, the API -------------------------
+
     def _on_frames(self, conn: Connection, frames: list[FrameItems]) -> None:
-        """Every frame of one read goes into the core as one input."""
+        """Every frame of one read goes into the core as one input (ReceivedMany), at the
+        read's own time; timers that may fire early and may by now fire in its wakeup."""
         counters = self.counters
         counters.frames_in += len(frames)
         items = frames[0] if len(frames) == 1 else [item for frame in frames for item in frame]
@@ -523,63 +511,28 @@ class Runtime:
         counters.bytes_in += conn.take_bytes_in()
         peer_id = conn.peer.id
         received = conn.last_received  # trio.current_time() as the read handed them over
+        now = received + self._epoch
         if self._kernel_rtt and conn.rtt_due <= received:
             # First, so that a PONG from a peer measured nowhere else finds it measured.
             conn.rtt_due = received + KERNEL_RTT_INTERVAL
             rtt = conn.kernel_rtt()
             if rtt is not None:
-                if self._pumping:
-                    self._deferred.append(RttMeasured(peer_id, rtt))
-                else:
-                    self._feed_one(RttMeasured(peer_id, rtt))
+                self._pump(RttMeasured(peer_id, rtt), now)
         items = self._admitted(peer_id, items)
         if not items:
             return
-        if self._pumping:
-            self._deferred.extend(Received(peer_id, topic, message) for topic, message in items)
-            return
-        self._pumping = True
-        outputs: list[OutEvent] = []
-        cause = Received(peer_id, items[0][0], items[0][1])  # what a failure is logged as
-        try:
-            try:
-                # Outputs are appended as they arise: after a failure, what the items before
-                # it (and the failing one, up to where it stopped) changed still goes out.
-                self.state.handle_received(peer_id, items, received + self._epoch, outputs)
-            except Exception as exc:
-                # A core bug met by a peer's input: the peer is cut off, the node carries on.
-                self._core_error(cause, exc)
-                conn.abort("core error")
-            self._carry_out_contained(outputs, cause)
-            self._feed_deferred()
-            if self._early_from <= received:
-                self._fire_early()
-        finally:
-            self._pumping = False
-        self.network.flush()
-
-    def _fire_early(self) -> None:
-        """Fire the timers that may fire early (ScheduleTimer.early) and may by now, while
-        the node is awake for a message: what they send goes out with what it sent."""
-        now = trio.current_time()
-        due = [entry for entry, at in self._early.items() if at <= now]
-        self._early_from = min((at for at in self._early.values() if at > now), default=math.inf)
-        if not due:
-            return
-        timers = self._timers
-        for entry in due:
-            del self._early[entry]
-            timers.remove(entry)
-        heapq.heapify(timers)
-        sleep = self._sleep
-        if sleep is not None:
-            sleep.deadline = timers[0][0] if timers else math.inf  # not for a timer gone
-        for _, _, token in due:
-            self._feed_one(TimerFired(token))
-        self._feed_deferred()
+        if self._pump(ReceivedMany(peer_id, items), now) is not None:
+            conn.abort("core error")  # a core bug met by a peer's input: the peer is cut off
+        early = self._timers.take_early(received)
+        if early:
+            for token in early:
+                self._pump(TimerFired(token), now)
+            self._wake_for_head()
+        self._write()
 
     def _on_lost(self, peer_id: bytes) -> None:
-        self._feed(ConnectionLost(peer_id))
+        self._pump(ConnectionLost(peer_id), self.now())
+        self._write()
 
     def _on_answers_drained(self, peer_id: bytes) -> None:
         """The peer's answer lane emptied (network.py): the core's next batch for it, once
@@ -589,74 +542,57 @@ class Runtime:
         into the one in progress."""
         if peer_id in self._drained:
             return
-        self._drained.add(peer_id)
-        event = AnswersDrained(peer_id)
         if self._pumping:
-            self._deferred.append(event)
-            return
-        self._pumping = True
-        try:
-            self._feed_one(event)
-            self._feed_deferred()
-        finally:
-            self._pumping = False
+            self._drained.add(peer_id)
+        self._pump(AnswersDrained(peer_id), self.now())
 
     def _on_answers_cancelled(self, peer_id: bytes) -> None:
-        self._feed(AnswersCancelled(peer_id))
+        self._pump(AnswersCancelled(peer_id), self.now())
+        self._write()
 
-    # -- timers ---------------------------------------------------------------------------
+    # -- timers: the queue decides when (timers.py), this task only sleeps until then -------
 
-    def _schedule(
-        self,
-        delay: float,
-        token: Hashable,
-        coalesce: bool = False,
-        upkeep: bool = False,
-        early: float = 0.0,
-    ) -> None:
-        deadline = trio.current_time() + delay
-        if (coalesce or upkeep) and delay >= SLOW_TICK_AFTER:
-            deadline = self.upkeep_deadline(delay)
-        elif coalesce:
-            # Upkeep timers fire on whole ticks of the shared (epoch) clock: a node's own
-            # pings and probes, and its neighbours', then come together, and a process
-            # wakes for them once instead of once each.
-            deadline = math.ceil((deadline + self._epoch) / TIMER_TICK) * TIMER_TICK - self._epoch
-        elif upkeep:
-            phase = self._upkeep_phase
-            deadline = math.ceil((deadline - phase) / TIMER_TICK) * TIMER_TICK + phase
-        entry = (deadline, next(self._timer_seq), token)
-        heapq.heappush(self._timers, entry)
-        if early > 0:
-            self._early[entry] = deadline - early
-            self._early_from = min(self._early_from, deadline - early)
+    def _schedule(self, timer: ScheduleTimer) -> None:
+        deadline = self._timers.schedule(
+            trio.current_time(),
+            timer.delay,
+            timer.token,
+            coalesce=timer.coalesce,
+            upkeep=timer.upkeep,
+            early=timer.early,
+        )
         sleep = self._sleep
         if sleep is not None and deadline < sleep.deadline:
             sleep.deadline = deadline  # the sleeper wakes for the new head, not now
+
+    def _schedule_own(self, delay: float, token: Hashable, *, upkeep: bool = False) -> None:
+        """A timer of the runtime's own (the sweep, a failed timer's retry)."""
+        self._schedule(ScheduleTimer(delay, token, upkeep=upkeep))
+
+    def _wake_for_head(self) -> None:
+        sleep = self._sleep
+        if sleep is not None:
+            sleep.deadline = self._timers.head  # not for a timer taken early
 
     def upkeep_deadline(self, delay: float) -> float:
         """The first of this node's slow upkeep ticks at least `delay` seconds from now, in
         trio's clock: a task of the process that sleeps until it wakes with the node's
         own upkeep when that is due too (one wakeup, not two)."""
-        phase = self._upkeep_phase
-        deadline = trio.current_time() + delay
-        return math.ceil((deadline - phase) / SLOW_TICK) * SLOW_TICK + phase
+        return self._timers.upkeep_deadline(trio.current_time(), delay)
 
     async def _timer_loop(self) -> None:
-        self._schedule(self.network.sweep_interval, _SWEEP, upkeep=True)
+        self._schedule_own(self.network.sweep_interval, _SWEEP, upkeep=True)
         timers = self._timers
         while True:
-            while timers and timers[0][0] <= trio.current_time() + TIMER_SLACK:
-                entry = heapq.heappop(timers)
-                token = entry[2]
-                if self._early:
-                    self._early.pop(entry, None)
-                if token is _SWEEP:
-                    self.network.sweep()
-                    self._schedule(self.network.sweep_interval, _SWEEP, upkeep=True)
-                    continue
-                self._feed(TimerFired(token))
-            with trio.CancelScope(deadline=timers[0][0] if timers else math.inf) as self._sleep:
+            while due := timers.pop_due(trio.current_time()):
+                for token in due:
+                    if token is _SWEEP:
+                        self.network.sweep()
+                        self._schedule_own(self.network.sweep_interval, _SWEEP, upkeep=True)
+                    else:
+                        self._pump(TimerFired(token), self.now())
+                self._write()
+            with trio.CancelScope(deadline=timers.head) as self._sleep:
                 await trio.sleep_forever()
             self._sleep = None
 

@@ -7,7 +7,6 @@ from collections.abc import Iterable
 
 from episub.net.peer_id import format_address, parse_address
 from episub.proto.envelope import Record
-from episub.proto.errors import MessageTooLarge, too_large
 
 __all__ = [
     "FETCH_MAX_SPAN",
@@ -15,7 +14,6 @@ __all__ = [
     "as_records",
     "check_bootstrap",
     "check_fetch_range",
-    "check_records",
     "check_sign",
 ]
 
@@ -48,18 +46,6 @@ def check_bootstrap(bootstrap: Iterable[str]) -> None:
 def as_records(records: Iterable[Record | bytes]) -> list[Record]:
     """A publish_many batch as Records (a bare bytes value is a Record of that value)."""
     return [r if type(r) is Record else Record(r) for r in records]  # type: ignore[arg-type]
-
-
-def check_records(checked: list[Record], me: bytes, limit: int, topic: str) -> None:
-    """A publish_many batch, all or none: a record too large, or naming this node's own
-    stream (numbered by the node), refuses the batch."""
-    count = len(checked)
-    for i, record in enumerate(checked):
-        if record.stream is not None and record.stream[0] == me:
-            raise ValueError("this node's own stream is numbered by the node: name another")
-        if record.size > limit:
-            where = f"record {i} of {count}: " if count > 1 else ""
-            raise MessageTooLarge(where + too_large(record.size, limit, topic))
 
 
 def check_fetch_range(first_seq: int, last_seq: int) -> None:

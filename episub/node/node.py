@@ -37,8 +37,10 @@ from contextlib import (
     asynccontextmanager,
     contextmanager,
 )
+from functools import partial
 from random import Random
 from types import TracebackType
+from typing import assert_never
 
 import trio
 
@@ -53,13 +55,15 @@ from episub.node.catchup import CatchUp
 from episub.node.fanout import Fanout
 from episub.node.fetching import FETCH_TIMEOUT, Fetcher, FetchReport
 from episub.node.lifetime import running
-from episub.node.publishing import Receipt, publish_checked
+from episub.node.publishing import Receipt, Receipts, publish_checked
 from episub.node.queries import VIEW_TIMEOUT, Queries, neighbors
 from episub.node.retained import delivery_of, retained, retained_envelopes
 from episub.proto.config import NodeConfig
 from episub.proto.envelope import Envelope, Record
 from episub.proto.errors import LocalProtocolError
 from episub.proto.events import (
+    AlreadyPublished,
+    AppEvent,
     DataLost,
     Deliver,
     HeldQueried,
@@ -67,12 +71,14 @@ from episub.proto.events import (
     Isolated,
     JoinTopic,
     LeaveTopic,
+    NeighborDown,
     NeighborUp,
-    OutEvent,
     Published,
+    PublishMany,
     Recovered,
     TopicsReport,
     ViewReport,
+    check_publish_batch,
 )
 from episub.proto.messages import GetHeld, Held, HeldSpan, View, check_topic_name
 from episub.proto.reserved import CONTROL_PREFIX
@@ -150,6 +156,8 @@ class Node:
         self._fetcher = Fetcher()
         self._queries = Queries()
         self._catch_up = CatchUp(self, self._config.broadcast.gap_timeout)
+        # The receipts of the publish being fed to the core, collected from its events.
+        self._receipts: Receipts | None = None
 
     # -- lifetime ---------------------------------------------------------------------------
 
@@ -355,8 +363,17 @@ class Node:
         if not checked:
             return []
         await trio.lowlevel.checkpoint()
-        checks.check_records(checked, runtime.me, self._config.broadcast.max_message_size, topic)
-        return await publish_checked(runtime, topic, checked)
+        limit = self._config.broadcast.max_message_size
+        check_publish_batch(checked, runtime.me, limit, topic)  # all or none, before a chunk
+        return await publish_checked(runtime, checked, partial(self._publish_chunk, topic))
+
+    def _publish_chunk(self, topic: str, records: tuple[Record, ...]) -> list[Receipt]:
+        receipts = self._receipts = Receipts(records)
+        try:
+            self._running().input(PublishMany(topic, records))
+        finally:
+            self._receipts = None
+        return receipts.of_records()
 
     def subscribe(self, topic: str, buffer: int = SUBSCRIPTION_BUFFER) -> Subscription:
         """Items of `topic` (Delivery, Lagged, Lost) from entering `async with` on.
@@ -395,47 +412,58 @@ class Node:
         )
         return self.deliver_to(topic, callback)
 
-    def _on_events(self, events: list[OutEvent]) -> None:
-        """The core's events of one input, in order (the core has stored their messages):
-        messages and losses go to each subscription of their topic as one batch, and to
-        listeners."""
+    def _on_events(self, events: list[AppEvent]) -> None:
+        """The core's events of one input, in order (the core has stored their messages),
+        each to its part: messages and losses to each subscription of their topic as one
+        batch, and to listeners; receipts to the publish being fed; reports to the queries
+        waiting."""
         fetching = self._fetcher.waiting
         subscriptions = self._fanout.subscriptions
         listeners = self._fanout.listeners
+        receipts = self._receipts
         batches: dict[str, list[Delivery | Lost]] = {}
         for event in events:
-            kind = type(event)
-            if kind is Deliver or kind is Published or kind is Recovered:
-                envelope = event.envelope  # type: ignore[union-attr]
-                topic, publisher, seq = event.topic, envelope.publisher, envelope.seq  # type: ignore[union-attr]
-                if fetching:
-                    self._fetcher.arrived(topic, publisher, seq)
-                # History is for the store, and control streams are bookkeeping: neither
-                # is news for subscribers. A message (a copy of the payload) is made only
-                # for a topic someone subscribes or listens to.
-                if (
-                    kind is not Recovered
-                    and (topic in subscriptions or topic in listeners)
-                    and not publisher.startswith(CONTROL_PREFIX)
-                ):
-                    message = delivery_of(topic, event.id, envelope)  # type: ignore[union-attr]
-                    batches.setdefault(topic, []).append(message)
-            elif kind is DataLost:
-                lost = Lost(event.publisher, event.first_seq, event.last_seq)  # type: ignore[union-attr]
-                batches.setdefault(event.topic, []).append(lost)  # type: ignore[union-attr]
-            elif kind is NeighborUp:
-                self._bootstraps.neighbor_up(event.topic, event.peer)  # type: ignore[union-attr]
-                self._catch_up.link_up(event.topic, event.peer, self._nursery)  # type: ignore[union-attr]
-            elif kind is Isolated:
-                self._bootstraps.isolated(event.topic, self._running, self._nursery)  # type: ignore[union-attr]
-            elif kind is ViewReport:
-                self._queries.on_view(event)  # type: ignore[arg-type]
-            elif kind is HeldQueried:
-                self._catch_up.asked(event.topic, event.peer, self._nursery)  # type: ignore[union-attr]
-            elif kind is HeldReport:
-                self._queries.on_held(event)  # type: ignore[arg-type]
-            elif kind is TopicsReport:
-                self._queries.on_topics(event)  # type: ignore[arg-type]
+            match event:
+                case Deliver() | Published() | Recovered():  # per message: kept inline
+                    topic, mid, envelope = event.topic, event.id, event.envelope
+                    publisher: bytes = envelope.publisher  # the runtime's peer ids are bytes
+                    seq = envelope.seq
+                    if fetching:
+                        self._fetcher.arrived(topic, publisher, seq)
+                    if receipts is not None:
+                        receipts.note(event)
+                    # History is for the store, and control streams are bookkeeping: neither
+                    # is news for subscribers. A message (a copy of the payload) is made only
+                    # for a topic someone subscribes or listens to.
+                    if (
+                        type(event) is not Recovered
+                        and (topic in subscriptions or topic in listeners)
+                        and not publisher.startswith(CONTROL_PREFIX)
+                    ):
+                        batches.setdefault(topic, []).append(delivery_of(topic, mid, envelope))
+                case AlreadyPublished():
+                    if receipts is not None:
+                        receipts.note(event)
+                case DataLost():
+                    lost = Lost(event.publisher, event.first_seq, event.last_seq)
+                    batches.setdefault(event.topic, []).append(lost)
+                case NeighborUp(topic=topic, peer=peer):
+                    self._bootstraps.neighbor_up(topic, peer)
+                    self._catch_up.link_up(topic, peer, self._nursery)
+                case Isolated(topic=topic):
+                    self._bootstraps.isolated(topic, self._running, self._nursery)
+                case ViewReport():
+                    self._queries.on_view(event)
+                case HeldReport():
+                    self._queries.on_held(event)
+                case TopicsReport():
+                    self._queries.on_topics(event)
+                case HeldQueried(topic=topic, peer=peer):
+                    self._catch_up.asked(topic, peer, self._nursery)
+                case NeighborDown():
+                    pass  # the core re-links on its own; a link that went asks nothing of us
+                case _:
+                    assert_never(event)
         if batches:
             self._fanout.deliver(batches)
 

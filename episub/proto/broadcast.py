@@ -102,7 +102,7 @@ from episub.proto.answers import AnswerCursors, Lookup
 from episub.proto.cache import Cached, MessageCache
 from episub.proto.config import BroadcastConfig
 from episub.proto.envelope import IdHasher, Record
-from episub.proto.errors import LocalProtocolError, MessageTooLarge, too_large
+from episub.proto.errors import MessageTooLarge, OwnStreamNamed, too_large
 from episub.proto.events import (
     AlreadyPublished,
     OutEvent,
@@ -111,6 +111,7 @@ from episub.proto.events import (
     Recovered,
     ScheduleTimer,
     Send,
+    check_publish_batch,
 )
 from episub.proto.heads import StreamHeads
 from episub.proto.messages import Envelope, LinkKind, MessageId, PeerId
@@ -118,7 +119,7 @@ from episub.proto.ordering import OrderedDelivery, PublisherStream
 from episub.proto.peers import RttTable
 from episub.proto.signing import Signer, check_message
 from episub.proto.store import RetentionStore, wins
-from episub.proto.tables import BroadcastCounters
+from episub.proto.tables import BroadcastCounters, OwnStream
 from episub.proto.timers import BroadcastTimer
 from episub.proto.trees import Tree, Trees
 
@@ -131,6 +132,10 @@ MAX_NOTED_RANGES = 64  # guess: publishers active in one ihave_interval, with ro
 # message anyway (ScheduleTimer.early): at 50 messages/s (the config benchmark) one always
 # comes within it. Guess: a quarter, so flushes stay about ihave_interval apart.
 IHAVE_EARLY = 0.25
+# Timers looked at per message or announcement: module constants, not an enum lookup each.
+_IHAVE = BroadcastTimer.IHAVE
+_HEADS = BroadcastTimer.HEADS
+_MISSING = BroadcastTimer.MISSING
 
 # How long after our copy an IHAVE may come, in flush periods, for its sender to be raced
 # (`_race_lazy_announcer`). Tuned at 300 nodes, 8 senders, seed 1: a whole period (any copy
@@ -171,6 +176,7 @@ class Broadcast:
         signer: Signer | None = None,
         rtts: RttTable | None = None,
         store: RetentionStore[bytes] | None = None,
+        own_stream: OwnStream | None = None,
     ) -> None:
         self.me = me
         # The node's message store (NodeState's, shared by its topics): a PULL's seqs the
@@ -217,13 +223,10 @@ class Broadcast:
         # id -> the peers we GRAFTed it from that have not answered yet; their answers are
         # copies we asked for, not a redundant path (bounded by max_missing).
         self.graft_answers: OrderedDict[MessageId, list[PeerId]] = OrderedDict()
-        self.next_seq = 0
+        self.own_stream = own_stream if own_stream is not None else OwnStream()
         # Each stream's newest place, named in a HEADS once the stream goes quiet.
         self.heads = StreamHeads(config)
-        self._heads_armed = False
-        self._ihave_armed = False
-        self._missing_armed = False
-        self._answers_armed = False
+        self._armed: set[BroadcastTimer] = set()  # set and not fired yet: one at a time each
         self.counters = BroadcastCounters()
         # What peers asked (PULL, GRAFT over ranges) and were not sent yet (answers.py).
         self.answers = AnswerCursors(topic, config, self.counters)
@@ -584,8 +587,8 @@ class Broadcast:
         a gap) publishes nothing and reports AlreadyPublished; None is returned then.
         """
         if stream is not None and stream[0] == self.me:
-            raise LocalProtocolError("our own stream is numbered by the core: give no stream")
-        publisher, seq = stream if stream is not None else (self.me, self.next_seq)
+            raise OwnStreamNamed("this node's own stream is numbered by the node: name another")
+        publisher, seq = stream if stream is not None else (self.me, self.own_stream.next_seq)
         envelope = Envelope(
             publisher=publisher,
             seq=seq,
@@ -602,21 +605,14 @@ class Broadcast:
         """Publish `records` in order, as `publish` does each: all or none, so every
         record's size and place is looked at before the first is stamped. A Record was
         checked when it was made (envelope.py) and is trusted here."""
-        limit = self.config.max_message_size
-        count = len(records)
-        for i, record in enumerate(records):
-            if record.size > limit:
-                where = f"record {i} of {count}: " if count > 1 else ""
-                raise MessageTooLarge(where + self._too_large(record.size))
-            if record.stream is not None and record.stream[0] == self.me:
-                raise LocalProtocolError("our own stream is numbered by the core: give no stream")
+        check_publish_batch(records, self.me, self.config.max_message_size, self.topic)
         stamp = Envelope.stamp
         stamped_at = int(now * 1000)
-        me = self.me
+        me, own = self.me, self.own_stream
         for record in records:
             place = record.stream
             if place is None:
-                self._publish(stamp(record, me, self.next_seq, stamped_at), None, now, out)
+                self._publish(stamp(record, me, own.next_seq, stamped_at), None, now, out)
             else:
                 at = stamped_at if record.timestamp_ms is None else record.timestamp_ms
                 self._publish(stamp(record, place[0], place[1], at), place, now, out)
@@ -641,7 +637,7 @@ class Broadcast:
         self.counters.published += 1
         self._remember(mid, envelope, hops=0, sender=None, now=now)
         if stream is None:
-            self.next_seq += 1
+            self.own_stream.next_seq += 1
             out.append(Published(self.topic, mid, envelope))
         else:
             # A named stream's messages reach our own application the way a peer's do: in
@@ -1048,9 +1044,8 @@ class Broadcast:
                     p != peer for p, _ in entry.announcers
                 ):
                     entry.announcers.append((peer, hops))
-        if missing and not self._missing_armed:
-            self._missing_armed = True
-            out.append(ScheduleTimer(c.graft_timeout, (*self._timer_prefix, "missing")))
+        if missing and _MISSING not in self._armed:
+            self._arm(_MISSING, c.graft_timeout, out)
 
     def _on_heads(
         self, peer: PeerId, ranges: tuple[m.StreamRange, ...], now: float, out: list[OutEvent]
@@ -1179,9 +1174,8 @@ class Broadcast:
 
     def _arm_answers(self, out: list[OutEvent]) -> None:
         interval = self.config.answer_interval
-        if interval is not None and not self._answers_armed:
-            self._answers_armed = True
-            out.append(ScheduleTimer(interval, (*self._timer_prefix, "answers")))
+        if interval is not None:
+            self._arm(BroadcastTimer.ANSWERS, interval, out)
 
     def _on_history(self, peer: PeerId, msg: m.History, now: float, out: list[OutEvent]) -> None:
         """A PULL answered in bulk (history.py). Each envelope is checked as a GOSSIP's
@@ -1226,12 +1220,11 @@ class Broadcast:
     # -- timers -------------------------------------------------------------------------
 
     def on_timer(self, timer: BroadcastTimer, now: float, out: list[OutEvent]) -> None:
+        self._armed.discard(timer)
         match timer:
             case BroadcastTimer.IHAVE:
-                self._ihave_armed = False
                 self._flush_ihave(out)
             case BroadcastTimer.MISSING:
-                self._missing_armed = False
                 self._graft_due(now, out)
             case BroadcastTimer.GAP:
                 tree = self._latest_tree()
@@ -1240,10 +1233,8 @@ class Broadcast:
                 tree = self._latest_tree()
                 self.ordering.on_settle_timer([*tree.eager, *tree.lazy], now, out)
             case BroadcastTimer.HEADS:
-                self._heads_armed = False
                 self._send_heads(now, out)
             case BroadcastTimer.ANSWERS:
-                self._answers_armed = False
                 if self.answers.retry(self._cached_at, self._stored(now), out):
                     self._arm_answers(out)
             case _:
@@ -1260,11 +1251,9 @@ class Broadcast:
     ) -> None:
         self.lazy_queue.append((mid, publisher, seq, hops))
         self.holders[mid] = [] if exclude is None else [exclude]
-        if not self._ihave_armed:
-            self._ihave_armed = True
+        if _IHAVE not in self._armed:
             interval = self.ihave_period
-            token = (*self._timer_prefix, "ihave")
-            out.append(ScheduleTimer(interval, token, early=interval * IHAVE_EARLY))
+            self._arm(_IHAVE, interval, out, early=interval * IHAVE_EARLY)
 
     def _note_head(
         self,
@@ -1276,12 +1265,24 @@ class Broadcast:
         out: list[OutEvent],
     ) -> None:
         self.heads.note(publisher, seq, hops, sender, now)
-        if not self._heads_armed:
-            self._arm_heads(self.config.heads_quiet, out)
+        if _HEADS not in self._armed:
+            self._arm(_HEADS, self.config.heads_quiet, out, upkeep=True)
 
-    def _arm_heads(self, delay: float, out: list[OutEvent]) -> None:
-        self._heads_armed = True
-        out.append(ScheduleTimer(delay, (*self._timer_prefix, "heads"), upkeep=True))
+    def _arm(
+        self,
+        timer: BroadcastTimer,
+        delay: float,
+        out: list[OutEvent],
+        *,
+        upkeep: bool = False,
+        early: float = 0.0,
+    ) -> None:
+        """Set `timer` `delay` seconds from now, unless it is set already."""
+        if timer in self._armed:
+            return
+        self._armed.add(timer)
+        token = (*self._timer_prefix, timer)
+        out.append(ScheduleTimer(delay, token, upkeep=upkeep, early=early))
 
     def _send_heads(self, now: float, out: list[OutEvent]) -> None:
         """Name the heads gone quiet to each neighbour not known to hold them."""
@@ -1294,7 +1295,7 @@ class Broadcast:
                     out.append(Send(peer, topic, m.Heads(ranges=ranges)))
         wait = heads.next_due(now)
         if wait is not None:
-            self._arm_heads(max(wait, self.config.heads_quiet / 2), out)
+            self._arm(_HEADS, max(wait, self.config.heads_quiet / 2), out, upkeep=True)
 
     def _note_holder(self, mid: MessageId, peer: PeerId) -> None:
         """`peer` holds `mid` (it sent or announced it): while `mid` waits for the IHAVE
@@ -1366,9 +1367,7 @@ class Broadcast:
         while due and missing.get(due[0][1]) is not due[0][2]:
             due.popleft()  # received since: no wakeup for it
         if due:
-            self._missing_armed = True
-            wait = max(due[0][0] - now, 0.0)
-            out.append(ScheduleTimer(wait, (*self._timer_prefix, "missing")))
+            self._arm(_MISSING, max(due[0][0] - now, 0.0), out)
 
     # -- caches -------------------------------------------------------------------------
 

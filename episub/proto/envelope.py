@@ -41,6 +41,8 @@ __all__ = [
     "IdHasher",
     "Record",
     "Signature",
+    "check_given_stamp",
+    "check_stream_seq",
     "encode_peer_id",
     "message_id",
 ]
@@ -478,14 +480,7 @@ class Record:
             stream = _checked_stream(stream)
         self.stream = stream
         if timestamp_ms is not None:
-            if stream is None:
-                raise ValueError("timestamp_ms is for a named stream's place; give stream= too")
-            if (
-                not isinstance(timestamp_ms, int)
-                or isinstance(timestamp_ms, bool)
-                or not 0 <= timestamp_ms <= MAX_TIMESTAMP_MS
-            ):
-                raise ValueError(f"timestamp_ms must be a 63-bit int, not {timestamp_ms!r:.40}")
+            check_given_stamp(timestamp_ms, named=stream is not None)
         self.timestamp_ms = timestamp_ms
 
     def __eq__(self, other: object) -> bool:
@@ -543,9 +538,27 @@ def _checked_stream(stream: object) -> tuple[bytes, int]:
         raise ValueError(
             f"a stream's publisher must be 1..{MAX_STREAM_NAME} bytes, not {len(publisher)}"
         )
+    check_stream_seq(seq)
+    return publisher, seq
+
+
+def check_stream_seq(seq: object) -> None:
+    """A place's seq in a stream the caller names: an int in 0..MAX_SEQ."""
     if not isinstance(seq, int) or isinstance(seq, bool) or not 0 <= seq <= MAX_SEQ:
         raise ValueError(f"a stream's seq must be an int in 0..2**63-1, not {seq!r:.40}")
-    return publisher, seq
+
+
+def check_given_stamp(timestamp_ms: object, *, named: bool) -> None:
+    """A stamp the caller gives: only a `named` stream's place takes one (so that a place
+    written twice is the same message), an int in 0..MAX_TIMESTAMP_MS."""
+    if not named:
+        raise ValueError("timestamp_ms is for a named stream's place; give stream= too")
+    if (
+        not isinstance(timestamp_ms, int)
+        or isinstance(timestamp_ms, bool)
+        or not 0 <= timestamp_ms <= MAX_TIMESTAMP_MS
+    ):
+        raise ValueError(f"timestamp_ms must be a 63-bit int, not {timestamp_ms!r:.40}")
 
 
 class IdHasher:

@@ -12,6 +12,10 @@ class MessageTooLarge(LocalProtocolError, ValueError):
     """A publish over `max_message_size`."""
 
 
+class OwnStreamNamed(LocalProtocolError, ValueError):
+    """A publish naming this node's own stream as its place: the core numbers that one."""
+
+
 def too_large(size: int, limit: int, topic: str) -> str:
     """MessageTooLarge's message: the size, the limit, and how to raise it."""
     return (

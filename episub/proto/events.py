@@ -9,11 +9,12 @@ runtime or the simulator) carries out the outputs: sends, timers, deliveries.
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import TypeAlias
 
-from episub.proto.envelope import MAX_SEQ, MAX_TIMESTAMP_MS, Record
+from episub.proto.envelope import Record, check_given_stamp, check_stream_seq
+from episub.proto.errors import MessageTooLarge, OwnStreamNamed, too_large
 from episub.proto.messages import (
     Envelope,
     GetHeld,
@@ -35,6 +36,15 @@ class Received:
     peer: PeerId
     topic: str | None
     message: PeerMessage
+
+
+@dataclass(frozen=True, slots=True)
+class ReceivedMany:
+    """The decoded messages of one read from `peer`, in order, as one input: each as
+    `Received` would be, their outputs together (one wakeup's worth of a burst)."""
+
+    peer: PeerId
+    items: Sequence[tuple[str | None, PeerMessage]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,18 +128,12 @@ class Publish:
     timestamp_ms: int | None = None
 
     def __post_init__(self) -> None:
+        # Record's rules for a place and its stamp; a publisher is any peer id here.
         if self.timestamp_ms is not None:
-            if self.stream is None:
-                raise ValueError("only a named stream's place takes a given timestamp_ms")
-            if (
-                not isinstance(self.timestamp_ms, int)
-                or not 0 <= self.timestamp_ms <= MAX_TIMESTAMP_MS
-            ):
-                raise ValueError(f"timestamp_ms must be a 63-bit int, not {self.timestamp_ms!r}")
+            check_given_stamp(self.timestamp_ms, named=self.stream is not None)
         if self.stream is not None:
             publisher, seq = self.stream
-            if not isinstance(seq, int) or isinstance(seq, bool) or not 0 <= seq <= MAX_SEQ:
-                raise ValueError(f"a stream's seq must be an int in 0..2**63-1, not {seq!r}")
+            check_stream_seq(seq)
             if publisher is None:
                 raise ValueError("a stream needs a publisher")
 
@@ -143,6 +147,19 @@ class PublishMany:
 
     topic: str
     records: tuple[Record, ...]
+
+
+def check_publish_batch(records: Sequence[Record], me: PeerId, limit: int, topic: str) -> None:
+    """PublishMany's rule, all or none, for the core and for a node's API that splits a
+    batch into inputs: MessageTooLarge for a record over `limit` bytes (naming it),
+    OwnStreamNamed for one whose place is in `me`'s own stream."""
+    count = len(records)
+    for i, record in enumerate(records):
+        if record.stream is not None and record.stream[0] == me:
+            raise OwnStreamNamed("this node's own stream is numbered by the node: name another")
+        if record.size > limit:
+            where = f"record {i} of {count}: " if count > 1 else ""
+            raise MessageTooLarge(where + too_large(record.size, limit, topic))
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,6 +220,7 @@ class RefreshContacts:
 
 InEvent: TypeAlias = (
     Received
+    | ReceivedMany
     | TimerFired
     | ConnectionLost
     | AnswersDrained
@@ -392,21 +410,21 @@ class TopicsReport:
     topics: tuple[str, ...]
 
 
-OutEvent: TypeAlias = (
-    Send
-    | ScheduleTimer
-    | Deliver
+# What the runtime hands up to the node (episub.node) after carrying out the rest: sends,
+# timers, closes and misbehaviour reports are the runtime's own business.
+AppEvent: TypeAlias = (
+    Deliver
     | Published
     | AlreadyPublished
     | Recovered
     | NeighborUp
     | NeighborDown
     | Isolated
-    | ClosePeer
     | DataLost
-    | PeerMisbehaved
     | ViewReport
     | HeldQueried
     | HeldReport
     | TopicsReport
 )
+
+OutEvent: TypeAlias = Send | ScheduleTimer | ClosePeer | PeerMisbehaved | AppEvent

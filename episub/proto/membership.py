@@ -67,7 +67,7 @@ Rules from the draft, in the order a node meets them:
 from __future__ import annotations
 
 from collections.abc import Hashable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import assert_never
 
 from episub.proto import messages as m
@@ -110,6 +110,49 @@ _UPKEEP_TIMERS = frozenset({Timer.STABILIZE, Timer.OPTIMIZE, Timer.SHUFFLE})
 _DUE_SLACK = 1e-6
 
 
+@dataclass(slots=True)
+class JoinProgress:
+    """Our JOIN since we joined (or were told new contacts, or started recovering)."""
+
+    sent: bool = False  # JOINs are out: GETNODES answers lead to no more of them
+    # Someone took us in: accepted our JOIN (or revived us), with a high-priority NEIGHBOR
+    # request. Until then join_retry goes on, links or not (see on_timer).
+    confirmed: bool = False
+    attempts: int = 0  # rounds of JOINs sent: each retry walks one hop shorter
+
+
+@dataclass(slots=True)
+class Recovery:
+    """With no neighbour and no passive peer left: the wait before the next attempt to
+    get back in (None: not recovering), and how many attempts so far."""
+
+    wait: float | None = None
+    attempts: int = 0
+
+
+@dataclass(slots=True)
+class SettledPace:
+    """Runtime upkeep (settled_upkeep set): when each periodic timer is due, so that timers
+    set at the unsettled pace are re-armed at the settled pace once the node settles (a
+    timer firing before its name's due time is stale: it does nothing and sets no next
+    one), and whether the node was settled when last looked at."""
+
+    due: dict[Timer, float] = field(default_factory=dict)
+    at_settled_pace: set[Timer] = field(default_factory=set)  # armed while settled: not re-armed
+    was_settled: bool = False
+
+    def stale(self, timer: Timer, now: float) -> bool:
+        due = self.due.get(timer)
+        return due is not None and now < due - _DUE_SLACK
+
+    def armed(self, timer: Timer, due: float, *, settled: bool) -> None:
+        self.due[timer] = due
+        if settled:
+            self.at_settled_pace.add(timer)
+        else:
+            self.at_settled_pace.discard(timer)
+
+
 class Membership:
     def __init__(
         self,
@@ -134,25 +177,12 @@ class Membership:
         self.refused_by: dict[PeerId, float] = {}  # peer -> until when we don't re-ask
         self.bootstrap: tuple[PeerId, ...] = ()
         self.joined = False
-        self.join_sent = False
-        # Someone took us in: accepted our JOIN (or revived us), with a high-priority
-        # NEIGHBOR request. Until then join_retry goes on, links or not (see on_timer).
-        self.join_confirmed = False
-        self.join_attempts = 0  # rounds of JOINs sent: each retry walks one hop shorter
-        # With no neighbour and no passive peer left: the wait before the next attempt to
-        # get back in (None: not recovering), and how many attempts so far.
-        self.recovery_wait: float | None = None
-        self.recovery_attempts = 0
+        self.entry = JoinProgress()
+        self.recovery = Recovery()
         # The last optimisation round asked for a link: near links still improve, and the
         # next round comes sooner (optimize_interval_improving).
         self.improving = False
-        # Runtime upkeep (settled_upkeep set): when each periodic timer is due, so that
-        # timers set at the unsettled pace are re-armed at the settled pace once the node
-        # settles (a timer firing before its name's due time is stale: it does nothing and
-        # sets no next one), and whether the node was settled when last looked at.
-        self._due: dict[Timer, float] = {}
-        self._at_settled_pace: set[Timer] = set()  # timers armed while settled: not re-armed
-        self._was_settled = False
+        self._pace = SettledPace()
         # Hub links (config.hub_links): the peers that asked us for peers (GETNODES), most
         # recent last: a JOIN such a peer sends us itself is taken in as a hub link.
         self.joiners: dict[PeerId, None] = {}
@@ -238,8 +268,7 @@ class Membership:
 
     def join(self, bootstrap: tuple[PeerId, ...], now: float, out: list[OutEvent]) -> None:
         self.joined = True
-        self.join_sent = self.join_confirmed = False
-        self.join_attempts = 0
+        self.entry = JoinProgress()
         self.bootstrap = tuple(p for p in bootstrap if p != self.me)
         for name in PERIODIC_TIMERS:
             self._arm(name, now, out)
@@ -277,15 +306,14 @@ class Membership:
         # links we hold are to nodes that joined through us since, and without our
         # own JOIN taken in we are the root of an island that may never meet the
         # rest of the overlay (its few bridges can be evicted like any link).
-        if not self.join_confirmed or (not self.active and not self.pending):
-            self.join_sent = False
-        if not self.join_sent:
+        if not self.entry.confirmed or (not self.active and not self.pending):
+            self.entry.sent = False
+        if not self.entry.sent:
             self._ask_contacts(out)
             self._schedule(Timer.JOIN_RETRY, self.config.join_retry_interval, out)
 
     def _on_periodic_timer(self, timer: Timer, now: float, out: list[OutEvent]) -> None:
-        due = self._due.get(timer)
-        if due is not None and now < due - _DUE_SLACK:
+        if self._pace.stale(timer, now):
             return  # set at the pace before the node settled: re-armed since (_note_settled)
         handler = {
             Timer.STABILIZE: self._stabilize,
@@ -303,11 +331,7 @@ class Membership:
         """Set periodic timer `name` at the current pace (runtime: and note when it is due)."""
         delay = self._period(name)
         if self.config.settled_upkeep is not None:
-            self._due[name] = now + delay
-            if self.settled():
-                self._at_settled_pace.add(name)
-            else:
-                self._at_settled_pace.discard(name)
+            self._pace.armed(name, now + delay, settled=self.settled())
         self._schedule(name, delay, out)
 
     def _note_settled(self, now: float, out: list[OutEvent]) -> None:
@@ -320,17 +344,18 @@ class Membership:
         for good. Not optimisation: its next round, as due, may still find a nearer
         peer (left to fire, the idle overlay opened a third of the connections)."""
         settled = self.settled()
-        if settled and not self._was_settled:
+        pace = self._pace
+        if settled and not pace.was_settled:
             for name in PERIODIC_TIMERS:
-                due = self._due.get(name)
-                if due is None or name in self._at_settled_pace or name is Timer.OPTIMIZE:
+                due = pace.due.get(name)
+                if due is None or name in pace.at_settled_pace or name is Timer.OPTIMIZE:
                     continue
                 delay = self._period(name)
                 if now + delay > due:
-                    self._due[name] = now + delay
+                    pace.due[name] = now + delay
                     self._schedule(name, delay, out)
-                self._at_settled_pace.add(name)
-        self._was_settled = settled
+                pace.at_settled_pace.add(name)
+        pace.was_settled = settled
 
     def _period(self, name: Timer) -> float:
         c = self.config
@@ -480,14 +505,13 @@ class Membership:
         Only a node that had links: a joiner's contacts are join_retry's business."""
         if (
             self.joined
-            and self.recovery_wait is None
+            and self.recovery.wait is None
             and self.links_made > 0
             and not self.active
             and not self.pending
             and not self.passive
         ):
-            self.recovery_wait = self.config.recovery_retry
-            self.recovery_attempts = 0
+            self.recovery = Recovery(wait=self.config.recovery_retry)
             self._recover(out)
 
     def _recover(self, out: list[OutEvent]) -> None:
@@ -498,7 +522,7 @@ class Membership:
         an empty active view for good (issue 13, item 7); without the peers pushed out,
         one survivor of seed 4 knew no live peer, and no live peer knew it."""
         c = self.config
-        self.recovery_attempts += 1
+        self.recovery.attempts += 1
         self.counters.recoveries += 1
         asked = dict.fromkeys(
             (*self.bootstrap, *self.dormant, *self.near_candidates, *self.passive_view.forgotten)
@@ -508,19 +532,20 @@ class Membership:
         for peer in asked:
             if peer != self.me and peer not in self.left:
                 out.append(Send(peer, self.topic, m.GetNodes()))
-        self.join_sent = False
-        out.append(Isolated(self.topic, self.recovery_attempts))
-        assert self.recovery_wait is not None
-        self._schedule(Timer.RECOVER, self.recovery_wait, out)
+        self.entry.sent = False
+        out.append(Isolated(self.topic, self.recovery.attempts))
+        assert self.recovery.wait is not None
+        self._schedule(Timer.RECOVER, self.recovery.wait, out)
 
     def _on_recover_timer(self, now: float, out: list[OutEvent]) -> None:
         """Again, with the wait doubled, until a neighbour comes."""
-        if self.recovery_wait is None:
+        recovery = self.recovery
+        if recovery.wait is None:
             return
         if self.active:
-            self.recovery_wait = None
+            recovery.wait = None
             return
-        self.recovery_wait = min(self.recovery_wait * 2, self.config.recovery_max_retry)
+        recovery.wait = min(recovery.wait * 2, self.config.recovery_max_retry)
         self._recover(out)
 
     def refresh_contacts(self, bootstrap: tuple[PeerId, ...], out: list[OutEvent]) -> None:
@@ -529,7 +554,7 @@ class Membership:
         if not self.joined:
             return
         self.bootstrap = tuple(p for p in dict.fromkeys(bootstrap) if p != self.me)
-        self.join_sent = False
+        self.entry.sent = False
         self._ask_contacts(out)
 
     # -- joining ------------------------------------------------------------------------
@@ -546,9 +571,9 @@ class Membership:
         fresh = [p for p in (sender, *peers) if p != self.me and p not in self.active]
         for p in fresh:
             self.passive_view.add(p)
-        if self.join_sent:
+        if self.entry.sent:
             return
-        self.join_sent = True
+        self.entry.sent = True
         others = [p for p in peers if p != sender and p != self.me]
         if self.config.hub_links and sender in self.bootstrap:
             # Our contact takes us in as a hub link (`_takes_in`); the other JOINs walk
@@ -559,8 +584,8 @@ class Membership:
         # The draft's retries: each round one hop shorter, until a TTL of 0 has the
         # contact itself take us in, over the connection we opened (a node that others
         # cannot dial, behind NAT, still joins).
-        ttl = max(self.config.join_ttl - self.join_attempts, 0)
-        self.join_attempts += 1
+        ttl = max(self.config.join_ttl - self.entry.attempts, 0)
+        self.entry.attempts += 1
         for target in targets:
             out.append(Send(target, self.topic, m.Join(peer=self.me, ttl=ttl)))
         self.passive_view.probe_initial(now, out)
@@ -712,7 +737,7 @@ class Membership:
             return
         self.counters.neighbor_accepted += 1
         if req.high_priority:
-            self.join_confirmed = True
+            self.entry.confirmed = True
         # Our own choice only if we asked for a near link too (the requests crossed).
         chosen = kind is LinkKind.NEAR and crossed is not None and crossed.kind is LinkKind.NEAR
         self._add_active(peer, kind, now, out, req.active_count, req.rand_count, chosen)

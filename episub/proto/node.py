@@ -45,6 +45,7 @@ from episub.proto.events import (
     Published,
     PublishMany,
     Received,
+    ReceivedMany,
     Recovered,
     RefreshContacts,
     RttMeasured,
@@ -57,6 +58,7 @@ from episub.proto.messages import LinkKind, PeerId
 from episub.proto.peers import Rng, RttTable
 from episub.proto.signing import Signer
 from episub.proto.store import RetentionConfig, RetentionStore
+from episub.proto.tables import OwnStream
 from episub.proto.topic import Topic
 
 __all__ = ["NodeState"]
@@ -97,18 +99,35 @@ class NodeState:
         self._topics: dict[str, Topic] = {}
         self._generations: dict[str, int] = {}
         self._next_generation = 0
-        # Our stream of a topic goes on where it stopped when we leave and join again, so a
-        # (publisher, seq) never names two messages. One int per topic ever left; topics are
-        # the application's names, not a peer's, so this grows only as the application asks.
-        self._next_seqs: dict[str, int] = {}
+        # Our own stream of each topic ever joined, which goes on where it stopped when we
+        # leave and join again. Topics are the application's names, not a peer's, so this
+        # grows only as the application asks.
+        self._own_streams: dict[str, OwnStream] = {}
         self.misbehaved = 0
 
-    def handle(self, event: InEvent, now: float) -> list[OutEvent]:
-        """The one way in. Returns what the caller must carry out, in order."""
-        out: list[OutEvent] = []
+    def handle(
+        self, event: InEvent, now: float, out: list[OutEvent] | None = None
+    ) -> list[OutEvent]:
+        """The one way in. Returns what the caller must carry out, in order: appended to
+        `out` if given, as they arise (so a caller that contains a failure of ours still
+        has what the core output before it, for a read the items before the failing one)."""
+        if out is None:
+            out = []
+        start = len(out)
+        try:
+            self._dispatch(event, now, out)
+        finally:
+            # What went out before a failure was carried out: it is stored all the same.
+            self._outputs_done(out, start, now)
+        return out
+
+    def _dispatch(self, event: InEvent, now: float, out: list[OutEvent]) -> None:
         match event:
             case Received(peer=peer, topic=topic, message=message):
                 self._on_received(peer, topic, message, now, out)
+            case ReceivedMany(peer=peer, items=items):
+                for topic, message in items:
+                    self._on_received(peer, topic, message, now, out)
             case TimerFired(token=token):
                 self._on_timer(token, now, out)
             case ConnectionLost(peer=peer):
@@ -130,7 +149,6 @@ class NodeState:
                 t = self._topic_or_raise(topic)
                 t.leave(now, out)
                 del self._topics[topic]
-                self._next_seqs[topic] = t.broadcast.next_seq
             case Fetch(topic=topic, peer=peer, publisher=publisher, first_seq=first, last_seq=last):
                 self._topic_or_raise(topic).broadcast.fetch(peer, publisher, first, last, out)
             case Publish(
@@ -159,8 +177,6 @@ class NodeState:
                 out.append(Send(peer, None, m.GetTopics()))
             case _:
                 raise LocalProtocolError(f"not an input event: {event!r}")
-        self._outputs_done(out, 0, now)
-        return out
 
     def handle_received(
         self,
@@ -169,20 +185,9 @@ class NodeState:
         now: float,
         out: list[OutEvent] | None = None,
     ) -> list[OutEvent]:
-        """`Received(peer, topic, message)` for each item, in order, as one input: the items
-        of the frames of one read from `peer`. Returns all their outputs together, appended
-        to `out` if given as they arise (so a caller that contains a failure of ours still
-        has what the items before it output)."""
-        if out is None:
-            out = []
-        start = len(out)
-        try:
-            for topic, message in items:
-                self._on_received(peer, topic, message, now, out)
-        finally:
-            # What went out before a failure was delivered: it is stored all the same.
-            self._outputs_done(out, start, now)
-        return out
+        """`handle(ReceivedMany(peer, items), now, out)`: the items of the frames of one
+        read from `peer`, as one input."""
+        return self.handle(ReceivedMany(peer, items), now, out)
 
     # -- commands -----------------------------------------------------------------------
 
@@ -215,8 +220,8 @@ class NodeState:
             signer=self.signer,
             store=self.store,
             retain=retain,
+            own_stream=self._own_streams.setdefault(topic, OwnStream()),
         )
-        t.broadcast.next_seq = self._next_seqs.pop(topic, 0)
         self._topics[topic] = t
         t.join(tuple(bootstrap), now, out)
 

@@ -70,6 +70,7 @@ from episub.proto.events import (
 )
 from episub.proto.messages import Envelope, MessageId, PeerId
 from episub.proto.tables import BroadcastCounters
+from episub.proto.timers import BroadcastTimer
 
 # Spans of one publisher remembered as fetched: a reader's range and a catch-up's may be
 # fetched at once. Guess: a few fetches of one publisher at a time.
@@ -240,7 +241,8 @@ class OrderedDelivery:
                 next_seq=envelope.seq, settling_until=now + c.stream_settle if settles else None
             )
             if settles:
-                out.append(ScheduleTimer(c.stream_settle, (*self._timer_prefix, "settle")))
+                token = (*self._timer_prefix, BroadcastTimer.SETTLE)
+                out.append(ScheduleTimer(c.stream_settle, token))
         # Re-inserted on every message: `streams` runs from least to most recently active.
         streams[publisher] = stream
         if stream.settling_until is not None:
@@ -428,7 +430,7 @@ class OrderedDelivery:
         self.counters.pulls_sent += 1
         pull = m.Pull(publisher=publisher, first_seq=stream.reach_low, last_seq=stream.next_seq - 1)
         out.append(Send(peer, self.topic, pull))
-        out.append(ScheduleTimer(delay, (*self._timer_prefix, "settle")))
+        out.append(ScheduleTimer(delay, (*self._timer_prefix, BroadcastTimer.SETTLE)))
 
     def _reach_unanswered(
         self,
@@ -511,7 +513,8 @@ class OrderedDelivery:
     def _arm_gap_timer(self, out: list[OutEvent]) -> None:
         if not self._gap_armed:
             self._gap_armed = True
-            out.append(ScheduleTimer(self.config.gap_retry_interval, (*self._timer_prefix, "gap")))
+            token = (*self._timer_prefix, BroadcastTimer.GAP)
+            out.append(ScheduleTimer(self.config.gap_retry_interval, token))
 
     def on_gap_timer(self, neighbors: list[PeerId], now: float, out: list[OutEvent]) -> None:
         """PULL each gap that has stood long enough from the next of `neighbors`; once its

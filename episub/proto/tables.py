@@ -11,7 +11,16 @@ from dataclasses import dataclass, field
 
 from episub.proto.messages import LinkKind, PeerId
 
-__all__ = ["BroadcastCounters", "Link", "MembershipCounters"]
+__all__ = ["BroadcastCounters", "Link", "MembershipCounters", "OwnStream"]
+
+
+@dataclass(slots=True)
+class OwnStream:
+    """This node's own stream of one topic: the seq its next publish takes. NodeState keeps
+    it across a leave and a join again and hands it to the topic's broadcast, so that a
+    (publisher, seq) never names two messages."""
+
+    next_seq: int = 0
 
 
 @dataclass(slots=True)

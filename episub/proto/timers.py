@@ -34,7 +34,9 @@ class MembershipTimer(enum.StrEnum):
 def timer_named(name: Hashable) -> BroadcastTimer | MembershipTimer:
     """The timer `name` (the last part of a token) stands for; LocalProtocolError when no
     layer sets one of that name: every token the core hands out comes back to it as is."""
-    if isinstance(name, str):
+    if isinstance(name, BroadcastTimer | MembershipTimer):
+        return name  # as the layers set them
+    if isinstance(name, str):  # a name spelled out (tests fire timers by name)
         for kind in (BroadcastTimer, MembershipTimer):
             try:
                 return kind(name)

@@ -20,6 +20,7 @@ from episub.proto.messages import MessageId, PeerId
 from episub.proto.peers import Rng, RttTable
 from episub.proto.signing import Signer
 from episub.proto.store import RetentionStore
+from episub.proto.tables import OwnStream
 from episub.proto.timers import BroadcastTimer, timer_named
 
 
@@ -36,6 +37,7 @@ class Topic:
         signer: Signer | None = None,
         store: RetentionStore[bytes] | None = None,
         retain: bool = True,
+        own_stream: OwnStream | None = None,
     ) -> None:
         self.name = name
         # Are this topic's messages kept in the node's store (NodeState puts them there)?
@@ -59,6 +61,7 @@ class Topic:
             # Near parents are part of proximity: with it off, Plumtree as it is.
             rtts=rtts if config.membership.proximity else None,
             store=store,
+            own_stream=own_stream,
         )
 
     def join(self, bootstrap: tuple[PeerId, ...], now: float, out: list[OutEvent]) -> None:
