@@ -229,7 +229,8 @@ def test_a_node_cannot_publish_at_a_named_stream_that_looks_like_another_nodes_i
 
 
 def test_a_node_that_does_not_sign_neither_signs_nor_checks() -> None:
-    node = make_node(7, active=[N])
+    # An id of bytes, as every publisher of the store is (A's is): the store orders them.
+    node = make_node(b"127.0.0.1:7007/unsigned", active=[N])
     out = node.handle(Publish(TOPIC, b"v", None, (), None), 1.0)
     assert next(e for e in out if isinstance(e, Published)).envelope.signature is None
     forged = signed(SIGNER_FORGER, envelope(A, 0))
