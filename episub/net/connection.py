@@ -357,23 +357,21 @@ class Connection:
         if self._delay is not None:
             peer.notify()  # the writer feeds the delay line
             return
-        now = trio.current_time()
         if gather:
             # A burst is the application's inputs coming back to back: what we relay in
             # between (other publishers' messages) is no reason to hold a publish back.
+            now = trio.current_time()
             in_burst = now - self._last_gather < GATHER_WAIT
             self._last_gather = now
-        else:
-            in_burst = False
-        if (
-            in_burst
-            and peer.queued_bytes < PIGGYBACK_BUDGET
-            and now - self._last_write < GATHER_WAIT
-        ):
-            if self._flush_at is None:
-                self._flush_at = self._last_write + GATHER_WAIT
-                peer.notify()
-            return
+            if (
+                in_burst
+                and peer.queued_bytes < PIGGYBACK_BUDGET
+                and now - self._last_write < GATHER_WAIT
+            ):
+                if self._flush_at is None:
+                    self._flush_at = self._last_write + GATHER_WAIT
+                    peer.notify()
+                return
         self._flush_at = None
         self._write_queued()
 
