@@ -38,9 +38,10 @@ from dataclasses import dataclass, field
 from episub.proto import messages as m
 from episub.proto.cache import Cached
 from episub.proto.config import BroadcastConfig
+from episub.proto.envelope import Envelope
 from episub.proto.events import OutEvent, Send
 from episub.proto.history import history_packs
-from episub.proto.messages import PeerId
+from episub.proto.messages import MessageId, PeerId
 from episub.proto.tables import BroadcastCounters
 
 __all__ = ["MAX_ASKERS", "MAX_PENDING_RANGES", "MAX_PENDING_SEQS", "AnswerCursors"]
@@ -57,8 +58,11 @@ MAX_ASKERS = 128
 # on the high side, so that a batch's encoded size stays within answer_batch_bytes).
 _MESSAGE_OVERHEAD = 64
 
-# (publisher, seq) -> the message held there, if any: the cache's, or the store's for a PULL.
+# (publisher, seq) -> the cached message there, if any: a GRAFT's places.
 Lookup = Callable[[PeerId, int], "Cached | None"]
+# publisher -> (seq -> (bytes, hops) of the message held there: the cache's, else the store's
+# at 0 hops), made once per range of a batch: a PULL's places.
+HistoryReader = Callable[[PeerId], Callable[[int], "tuple[bytes, int] | None"]]
 
 
 @dataclass(slots=True)
@@ -79,8 +83,15 @@ class _Cursor:
 class AnswerCursors:
     """One topic's waiting answers, per peer, oldest asker first."""
 
-    def __init__(self, topic: str, config: BroadcastConfig, counters: BroadcastCounters) -> None:
+    def __init__(
+        self,
+        topic: str,
+        config: BroadcastConfig,
+        counters: BroadcastCounters,
+        message_id: Callable[[memoryview], MessageId],
+    ) -> None:
         self.topic = topic
+        self.message_id = message_id  # of an envelope's unsigned bytes (envelope.IdHasher)
         self.config = config
         self.counters = counters
         self.cursors: OrderedDict[PeerId, _Cursor] = OrderedDict()
@@ -99,7 +110,7 @@ class AnswerCursors:
         pull: bool,
         ranges: list[tuple[PeerId, int, int]],
         lookup: Lookup,
-        stored: Lookup,
+        history: HistoryReader,
         out: list[OutEvent],
     ) -> bool:
         """`peer` asks for `ranges` (publisher, first, last). Served at once up to a batch
@@ -118,20 +129,22 @@ class AnswerCursors:
                 self.cursors.popitem(last=False)  # the peer whose answers waited longest
                 self.counters.answer_askers_evicted += 1
             self.cursors[peer] = cursor
-            self._serve(peer, cursor, lookup, stored, out)
+            self._serve(peer, cursor, lookup, history, out)
         return peer in self.cursors
 
-    def drained(self, peer: PeerId, lookup: Lookup, stored: Lookup, out: list[OutEvent]) -> None:
+    def drained(
+        self, peer: PeerId, lookup: Lookup, history: HistoryReader, out: list[OutEvent]
+    ) -> None:
         """`peer` has read what it was sent: its next batch."""
         cursor = self.cursors.get(peer)
         if cursor is not None:
-            self._serve(peer, cursor, lookup, stored, out)
+            self._serve(peer, cursor, lookup, history, out)
 
-    def retry(self, lookup: Lookup, stored: Lookup, out: list[OutEvent]) -> bool:
+    def retry(self, lookup: Lookup, history: HistoryReader, out: list[OutEvent]) -> bool:
         """The retry timer (no runtime reports drains): a batch for every waiting peer.
         True when some are left waiting."""
         for peer, cursor in list(self.cursors.items()):
-            self._serve(peer, cursor, lookup, stored, out)
+            self._serve(peer, cursor, lookup, history, out)
         return bool(self.cursors)
 
     def forget(self, peer: PeerId) -> None:
@@ -162,7 +175,12 @@ class AnswerCursors:
         cursor.seqs += span
 
     def _serve(
-        self, peer: PeerId, cursor: _Cursor, lookup: Lookup, stored: Lookup, out: list[OutEvent]
+        self,
+        peer: PeerId,
+        cursor: _Cursor,
+        lookup: Lookup,
+        history: HistoryReader,
+        out: list[OutEvent],
     ) -> None:
         """One batch from the front of `peer`'s cursor; the cursor goes once empty."""
         config = self.config
@@ -173,45 +191,64 @@ class AnswerCursors:
         ranges = cursor.ranges
         while ranges and not full:
             r = ranges[0]
-            found: list[Cached] = []
             publisher, seq, last = r.publisher, r.next_seq, r.last_seq
-            while seq <= last:
-                cached = lookup(publisher, seq)
-                if cached is None and r.pull:
-                    cached = stored(publisher, seq)
-                    if cached is None:
+            if r.pull:  # from the cache or the store
+                held_at = history(publisher)
+                raws: list[tuple[bytes, int]] = []
+                while seq <= last:
+                    held = held_at(seq)
+                    if held is None:
                         items += 1  # a look-up that found nothing costs an item too
-                if cached is not None:
-                    cost = len(cached.raw) + _MESSAGE_OVERHEAD
-                    if items and size + cost > max_bytes:
+                    else:
+                        raw, hops = held
+                        cost = len(raw) + _MESSAGE_OVERHEAD
+                        if items and size + cost > max_bytes:
+                            full = True
+                            break
+                        raws.append((raw, min(hops + 1, m.MAX_HOPS)))
+                        items += 1
+                        size += cost
+                    seq += 1
+                    if items >= max_items:
                         full = True
                         break
-                    found.append(cached)
-                    items += 1
-                    size += cost
-                seq += 1
-                if items >= max_items:
-                    full = True
-                    break
+                self._send_history(peer, publisher, raws, out)
+            else:  # a GRAFT's places: live repair, from the cache only
+                found: list[Cached] = []
+                while seq <= last:
+                    cached = lookup(publisher, seq)
+                    if cached is not None:
+                        cost = len(cached.raw) + _MESSAGE_OVERHEAD
+                        if items and size + cost > max_bytes:
+                            full = True
+                            break
+                        found.append(cached)
+                        items += 1
+                        size += cost
+                    seq += 1
+                    if items >= max_items:
+                        full = True
+                        break
+                for cached in found:
+                    gossip = cached.gossip(min(cached.hops + 1, m.MAX_HOPS))
+                    out.append(Send(peer, self.topic, gossip, answer=True))
             cursor.seqs -= seq - r.next_seq
             r.next_seq = seq
             if seq > last:
                 ranges.popleft()
-            self._send(peer, r.pull, publisher, found, out)
         if not ranges:
             del self.cursors[peer]
 
-    def _send(
-        self, peer: PeerId, pull: bool, publisher: PeerId, found: list[Cached], out: list[OutEvent]
+    def _send_history(
+        self, peer: PeerId, publisher: PeerId, raws: list[tuple[bytes, int]], out: list[OutEvent]
     ) -> None:
-        if not found:
-            return
         topic = self.topic
-        if pull and isinstance(publisher, bytes):  # packed; the simulator's int ids: one by one
-            raws = [(c.raw, min(c.hops + 1, m.MAX_HOPS)) for c in found]
+        if isinstance(publisher, bytes):
             for pack in history_packs(publisher, raws, self.config.max_message_size):
                 out.append(Send(peer, topic, pack, answer=True))
             return
-        for cached in found:
-            gossip = cached.gossip(min(cached.hops + 1, m.MAX_HOPS))
+        for raw, hops in raws:  # the simulator's int ids: one GOSSIP each, its id found again
+            envelope = Envelope.decode(raw)
+            envelope.publisher = publisher
+            gossip = m.Gossip(id=self.message_id(envelope.unsigned), envelope=envelope, hops=hops)
             out.append(Send(peer, topic, gossip, answer=True))

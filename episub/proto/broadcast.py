@@ -92,13 +92,13 @@ from __future__ import annotations
 
 import zlib
 from collections import OrderedDict, deque
-from collections.abc import Container, Hashable, Sequence
+from collections.abc import Callable, Container, Hashable, Sequence
 from dataclasses import dataclass, field
 from itertools import islice
 from typing import Any, TypeAlias, assert_never
 
 from episub.proto import messages as m
-from episub.proto.answers import AnswerCursors, Lookup
+from episub.proto.answers import AnswerCursors, HistoryReader
 from episub.proto.cache import Cached, MessageCache
 from episub.proto.config import BroadcastConfig
 from episub.proto.envelope import IdHasher, Record
@@ -229,7 +229,7 @@ class Broadcast:
         self._armed: set[BroadcastTimer] = set()  # set and not fired yet: one at a time each
         self.counters = BroadcastCounters()
         # What peers asked (PULL, GRAFT over ranges) and were not sent yet (answers.py).
-        self.answers = AnswerCursors(topic, config, self.counters)
+        self.answers = AnswerCursors(topic, config, self.counters, self._message_id)
         # Per-publisher order (ordering.py): it counts into our counters.
         self.ordering = OrderedDelivery(
             topic=topic,
@@ -1142,31 +1142,37 @@ class Broadcast:
         out: list[OutEvent],
     ) -> None:
         """A PULL's or GRAFT's ranges, answered a batch at a time (answers.py)."""
-        if self.answers.ask(peer, pull, ranges, self._cached_at, self._stored(now), out):
+        if self.answers.ask(peer, pull, ranges, self._cached_at, self._history(now), out):
             self._arm_answers(out)
 
     def _cached_at(self, publisher: PeerId, seq: int) -> Cached | None:
         return self.messages.at_place(publisher, seq)
 
-    def _stored(self, now: float) -> Lookup:
-        """The store's look-up as of `now`: what it holds at a place, as a Cached row that
-        goes out at one hop (as history always went). None found without a store."""
-        store, topic = self.store, self.topic
+    def _history(self, now: float) -> HistoryReader:
+        """A PULL's places as of `now`: the cache's message at a place, else the store's,
+        which goes out at one hop (as history always went)."""
+        cached_reader, store, topic = self.messages.history_reader, self.store, self.topic
         if store is None or store.keeps_nothing:
-            return _nothing_stored
+            return cached_reader
 
-        def stored_at(publisher: PeerId, seq: int) -> Cached | None:
-            entry = store.entry(topic, publisher, seq, now)
-            if entry is None:
-                return None
-            mid, raw, size = entry
-            return Cached(mid, raw, 0, now, size, publisher, None)
+        def reader(publisher: PeerId) -> Callable[[int], tuple[bytes, int] | None]:
+            cached_at = cached_reader(publisher)
+            stored_at = store.reader(topic, publisher, now)
 
-        return stored_at
+            def held_at(seq: int) -> tuple[bytes, int] | None:
+                held = cached_at(seq)
+                if held is None:
+                    raw = stored_at(seq)
+                    return None if raw is None else (raw, 0)
+                return held
+
+            return held_at
+
+        return reader
 
     def answers_drained(self, peer: PeerId, now: float, out: list[OutEvent]) -> None:
         """`peer` has read the answers it was sent: its next batch, if any waits."""
-        self.answers.drained(peer, self._cached_at, self._stored(now), out)
+        self.answers.drained(peer, self._cached_at, self._history(now), out)
 
     def forget_answers(self, peer: PeerId) -> None:
         """`peer`'s connection went: what it asked and was not sent is not made."""
@@ -1235,7 +1241,7 @@ class Broadcast:
             case BroadcastTimer.HEADS:
                 self._send_heads(now, out)
             case BroadcastTimer.ANSWERS:
-                if self.answers.retry(self._cached_at, self._stored(now), out):
+                if self.answers.retry(self._cached_at, self._history(now), out):
                     self._arm_answers(out)
             case _:
                 assert_never(timer)
@@ -1380,10 +1386,6 @@ class Broadcast:
         self, mid: MessageId, envelope: Envelope, *, hops: int, sender: PeerId | None, now: float
     ) -> None:
         self.messages.remember(mid, envelope, hops, now, sender)
-
-
-def _nothing_stored(publisher: PeerId, seq: int) -> None:
-    return None
 
 
 def _pushes_race(me: PeerId, peer: PeerId) -> bool:

@@ -42,7 +42,7 @@ from __future__ import annotations
 
 from array import array
 from bisect import bisect_right, insort
-from collections.abc import Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -358,39 +358,32 @@ class RetentionStore(Generic[M]):
         stream = self._topics.get(topic, {}).get(publisher)
         return [] if stream is None else [seq for seq, _ in stream.rows_in(first_seq, last_seq)]
 
-    def entries_at(
-        self, topic: str, publisher: bytes, seqs: Iterable[int], now: float
-    ) -> list[tuple[bytes, M]]:
-        """(id, item) of those of `seqs` held, in the order given: a lookup a seq."""
-        self.expire(now)
-        stream = self._topics.get(topic, {}).get(publisher)
-        if stream is None:
-            self.work += 1
-            return []
-        items, id_of, base = self._items, self._id, self._base
-        out = []
-        for seq in seqs:
-            self.work += 1
-            row = stream.get(seq)
-            if row is not None:
-                out.append((id_of(row - base), items[row - base]))
-        return out  # type: ignore[return-value]
-
-    def entry(
-        self, topic: str, publisher: object, seq: int, now: float
-    ) -> tuple[bytes, M, int] | None:
-        """(id, item, size) of the message held at (topic, publisher, seq) and younger than
-        `max_age`, or None: one look-up, counted in `work` (a PULL's seqs the cache lacks,
-        one by one as their batch is made)."""
-        self.work += 1
+    def reader(self, topic: str, publisher: object, now: float) -> Callable[[int], M | None]:
+        """`entry`'s look-up for many seqs of one stream, the item only: what a PULL's
+        batch reads, a seq at a time, with the stream and columns found once. Each look-up
+        is counted in `work`. Valid while the store does not change (within one input)."""
         stream = self._topics.get(topic, {}).get(publisher)  # type: ignore[call-overload]
-        row = None if stream is None else stream.get(seq)
-        if row is None:
-            return None
-        i = row - self._base
-        if self._added[i] + self.config.max_age <= now:
-            return None  # aged out; the next `expire` lets it go
-        return self._id(i), self._items[i], self._sizes[i]  # type: ignore[return-value]
+        if stream is None:
+
+            def none_held(seq: int) -> M | None:
+                self.work += 1
+                return None
+
+            return none_held
+        row_of, items, added = stream.get, self._items, self._added
+        base, max_age = self._base, self.config.max_age
+
+        def item_at(seq: int) -> M | None:
+            self.work += 1
+            row = row_of(seq)
+            if row is None:
+                return None
+            i = row - base
+            if added[i] + max_age <= now:
+                return None  # aged out; the next `expire` lets it go
+            return items[i]
+
+        return item_at
 
     @property
     def keeps_nothing(self) -> bool:
