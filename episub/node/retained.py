@@ -49,7 +49,7 @@ def retained_envelopes(
     """`retained`'s messages as their envelopes, without a Delivery each: for a reader that
     takes their fields into columns (the agent's pages of rows)."""
     decode = Envelope.decode
-    return [decode(raw) for _, raw in store.entries(topic, publisher, first_seq, last_seq, now)]
+    return [decode(raw) for raw in store.get(topic, publisher, first_seq, last_seq, now)]
 
 
 def missing(held: list[Delivery], first_seq: int, last_seq: int) -> tuple[int, int] | None:
