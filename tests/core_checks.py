@@ -11,7 +11,7 @@ checks, after every single input:
 - eager and lazy are disjoint and together are exactly the active view;
 - every table a peer can grow stays within its bound: cache (count, bytes), seen,
   missing ids and their announcers, held messages per publisher, publisher streams,
-  by_seq, fetches, ids dropped unheld, departed peers, dormant peers, near candidates,
+  cached places, fetches, ids dropped unheld, departed peers, dormant peers, near candidates,
   peers with answers waiting and the ranges waiting for each;
 - no application sees a message twice (by id, and by (publisher, seq));
 - what a node says is bounded: at most `MAX_OUTPUTS_PER_INPUT` outputs for one input,
@@ -206,7 +206,7 @@ def check_node(node: NodeState) -> None:
         ("stream trees", len(bc.trees), bcfg.max_stream_trees),
         ("fetches", len(bc.fetches), bcfg.max_fetches),
         ("dropped ids", len(bc.ordering.dropped), bcfg.max_held_per_publisher),
-        ("by_seq", len(bc.by_seq), len(bc.cache)),
+        ("cached places", bc.messages.places(), len(bc.cache)),
         ("left", len(mem.left), mc.max_left_memory),
         ("dormant", len(mem.dormant), mc.dormant_size),
         ("near candidates", len(mem.near_candidates), mc.near_candidates),

@@ -1443,7 +1443,7 @@ def test_two_nodes_that_got_rivals_in_opposite_orders_end_up_holding_the_same_on
                 in_flight += [(out.peer, e) for e in reply if isinstance(e, Send)]
     assert not in_flight
     for node in (a, b):
-        assert broadcast(node).by_seq[(b"s", 0)] == mid(early)
+        assert broadcast(node).messages.place(b"s", 0) == mid(early)
 
 
 def test_our_own_stream_cannot_be_named():

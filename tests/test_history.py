@@ -58,7 +58,7 @@ def test_a_fetched_history_goes_to_the_store_only_not_to_the_cache() -> None:
     node.handle(received(2, history(env(0), env(1), env(2))), 2.0)
     again = node.handle(received(2, history(env(0), env(1))), 2.1)
     assert again == [Recovered(TOPIC, mid(env(i)), env(i)) for i in range(2)]
-    assert not broadcast(node).by_seq and not broadcast(node).seen
+    assert not broadcast(node).messages.places() and not broadcast(node).seen
     assert len(node.store) == 3 and node.store.replaced == 0
     out = node.handle(received(1, m.Pull(publisher=PUB, first_seq=0, last_seq=2)), 3.0)
     assert [o.message for o in out if isinstance(o, Send)] == [history(env(0), env(1), env(2))]

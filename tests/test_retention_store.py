@@ -18,7 +18,7 @@ from episub.proto.cache import MessageCache
 from episub.proto.config import BroadcastConfig
 from episub.proto.envelope import MAX_SEQ, Envelope
 from episub.proto.seqindex import SeqIndex
-from episub.proto.store import RetentionConfig, RetentionStore, Span
+from episub.proto.store import Places, RetentionConfig, RetentionStore, Span
 
 # -- SeqIndex -------------------------------------------------------------------------------
 
@@ -288,7 +288,7 @@ def test_message_cache_keeps_what_its_bounds_say(
     config: BroadcastConfig, ops: list[tuple[int, int, float]]
 ) -> None:
     """Seen: the newest ids within seen_max and seen_ttl. Cached: the newest within the
-    cache's bounds and seen's (a cache never keeps what seen forgot). by_seq: a place's
+    cache's bounds and seen's (a cache never keeps what seen forgot). `place`: a place's
     latest cached message, which at_place reads as get does."""
     cache = MessageCache(config)
     rows: list[tuple[bytes, Envelope, float]] = []  # remembered, oldest first
@@ -323,7 +323,7 @@ def test_message_cache_keeps_what_its_bounds_say(
             assert got.envelope == e
         latest = {r[1].seq: r[0] for r in cached}
         for s in range(31):
-            assert cache.by_seq.get((b"pub", s)) == latest.get(s)
+            assert cache.place(b"pub", s) == latest.get(s)
             at = cache.at_place(b"pub", s)
             assert (at and at.id) == latest.get(s)
             assert at is None or at == cache.get(at.id)
@@ -343,4 +343,28 @@ def test_an_id_taken_again_moves_to_its_new_row_and_its_old_row_is_passed_over()
     assert got is not None and (got.hops, got.received_at) == (3, 2.0)
     cache.remember(o, _env(3, 1), hops=1, now=3.0)  # seen_max 2: n goes, m stays
     assert list(cache.seen) == [m, o] and len(cache.seen) == 2
-    assert cache.by_seq.get((b"pub", 1)) == m and (b"pub", 2) not in cache.by_seq
+    assert cache.place(b"pub", 1) == m and not cache.holds_place(b"pub", 2)
+    assert cache.places() == 2
+
+
+def test_a_place_index_drops_a_publisher_with_its_last_place_and_orders_publishers() -> None:
+    """`Places`, the one place index (the store's per topic, the cache's): a row a place,
+    a publisher's stream gone with its last place, and publishers in byte order when
+    `ordered` (the store pages through them), so the store's page never names a
+    publisher it holds nothing of."""
+    places = Places("t", ordered=True)
+    for publisher, seq, row in [(b"b", 0, 10), (b"a", 5, 11), (b"c", 1, 12), (b"a", 6, 13)]:
+        places.stream(publisher).put(seq, row)
+    assert places.publishers == [b"a", b"b", b"c"] and places.places() == 4
+    assert places.row(b"a", 6) == 13 and places.row(b"a", 7) is None
+    places.remove(places.streams[b"b"], 0)
+    assert places.publishers == [b"a", b"c"] and b"b" not in places.streams
+    places.remove(places.streams[b"a"], 5)
+    assert places.publishers == [b"a", b"c"] and places.row(b"a", 5) is None
+    store: RetentionStore[str] = RetentionStore(RetentionConfig(max_messages=2))
+    for seq, publisher in enumerate([b"x", b"y", b"z"]):
+        store.add_item(
+            publisher.decode(), topic="t", publisher=publisher, seq=seq, timestamp_ms=seq,
+            size=1, id=publisher, now=0.0,
+        )  # fmt: skip
+    assert store.page("t", b"", 10, 0.0) == ([(b"y", Span(1, 1, 1)), (b"z", Span(2, 2, 1))], False)

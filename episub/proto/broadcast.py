@@ -195,12 +195,11 @@ class Broadcast:
         # Eager and lazy neighbours per publisher stream (trees.py), with the times each
         # tree's rules look at (parents, GRAFTs and PRUNEs sent and received).
         self.trees = Trees(config.max_stream_trees)
-        # Seen ids and cached envelope bytes, one table (cache.py); `seen`, `cache` and
-        # `by_seq` (place -> cached id) are its views.
-        self.messages = MessageCache(config)
+        # Seen ids and cached envelope bytes, one table (cache.py); `seen` and `cache` are
+        # its views, `messages.place` finds a place's cached id.
+        self.messages = MessageCache(config, topic)
         self.seen = self.messages.seen
         self.cache = self.messages.cache
-        self.by_seq = self.messages.by_seq
         # (id, publisher, seq, hops) of what we received or published since the last flush.
         self.lazy_queue: list[tuple[MessageId, PeerId, int, int]] = []
         # neighbour whose link came up since the last flush -> how much of lazy_queue was
@@ -629,7 +628,7 @@ class Broadcast:
     ) -> MessageId | None:
         if stream is not None and self.ordering.place_taken(*stream):
             self.counters.republished += 1
-            out.append(AlreadyPublished(self.topic, stream[0], stream[1], self.by_seq.get(stream)))
+            out.append(AlreadyPublished(self.topic, *stream, self.messages.place(*stream)))
             return None
         mid = self._message_id(envelope.unsigned)
         if self.signer is not None:
@@ -859,7 +858,7 @@ class Broadcast:
         (store.wins), which the store keeps for what it holds too. A losing rival is dropped,
         and the sender gets the winner, so that it converges too; a winning one goes on as
         any first copy, replacing the place's message here (the place stays delivered)."""
-        held = self.by_seq.get((envelope.publisher, envelope.seq))
+        held = self.messages.place(envelope.publisher, envelope.seq)
         if held is None or held == mid:  # no other message there (or seen forgot this one)
             return False
         cached = self.cache.get(held)
@@ -1019,7 +1018,7 @@ class Broadcast:
             if len(noted) < MAX_NOTED_RANGES:
                 noted.append(announced)
             if c.near_parent_factor or c.race_lazy_hops:
-                held = self.by_seq.get((publisher, last))
+                held = self.messages.place(publisher, last)
                 if held is not None:
                     if c.near_parent_factor:
                         self._prefer_near_parent(publisher, peer, held, hops, now, out)
@@ -1083,7 +1082,7 @@ class Broadcast:
 
     def _holds(self, place: Place) -> bool:
         """Have we this place's message: cached, delivered or given up, or held?"""
-        return place in self.by_seq or self.ordering.place_taken(*place)
+        return self.messages.holds_place(*place) or self.ordering.place_taken(*place)
 
     def _on_graft(
         self,

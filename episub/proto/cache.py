@@ -14,7 +14,8 @@ ids packed in one bytearray, found through a table of serials; ~50 bytes an id, 
 `_seen_base`; the cache's columns (bytes, hops, size, place) are lists and arrays indexed
 by serial minus `_cache_base`. The oldest seen row is `_seen_head`, the oldest cached one
 `_cache_head` (>= `_seen_head`: the cache never keeps what seen forgot); a row is cached
-while its bytes are not None. `by_seq` finds the cached message of a place.
+while its bytes are not None. A place's cached row is found through the topic's place
+index for these rows (store.py's `Places`, the one definition of a place index).
 
 Bounds (BroadcastConfig): seen at most `seen_max` ids, each `seen_ttl` seconds; the cache
 at most `cache_max_messages` messages and `cache_max_bytes` of application data
@@ -31,7 +32,7 @@ from episub.proto.config import BroadcastConfig
 from episub.proto.envelope import Envelope, MessageId, PeerId
 from episub.proto.idindex import IdIndex
 from episub.proto.messages import Gossip
-from episub.proto.seqindex import SeqIndex
+from episub.proto.store import Places, PlaceStream
 
 __all__ = ["Cached", "MessageCache"]
 
@@ -66,7 +67,7 @@ class Cached:
 class MessageCache:
     """Seen ids and cached envelope bytes of one topic (see the module's docstring)."""
 
-    def __init__(self, config: BroadcastConfig) -> None:
+    def __init__(self, config: BroadcastConfig, topic: str = "") -> None:
         self.config = config
         self._index = IdIndex()  # seen ids -> serials; its `next` numbers the rows
         # seen's arrival times: serial - _seen_base; the oldest held at _seen_head
@@ -76,16 +77,15 @@ class MessageCache:
         self._raws: list[bytes | None] = []  # None: not cached (any more)
         self._hops = array("H")  # hops < MAX_HOPS (2**16)
         self._sizes = array("I")  # application bytes: < max_message_size, far below 2**32
-        self._row_places: list[_Places] = []  # a row's publisher: one object a publisher
+        self._row_places: list[PlaceStream] = []  # a row's publisher: one object a publisher
         self._seqs = array("q")
         self._senders: list[PeerId | None] = []  # a row's first sender (a shared reference)
         self._cache_base = self._cache_head = 0
         self._cached = 0  # messages cached (rows from _cache_head whose raw is not None)
         self.cache_bytes = 0
-        self._places: dict[PeerId, _Places] = {}  # publisher -> seq -> cached row
+        self._places = Places(topic)  # (publisher, seq) -> cached row
         self.seen = self._index  # `mid in seen`, `len(seen)`, iteration (oldest first)
         self.cache = _CacheView(self)
-        self.by_seq = _BySeqView(self)
 
     # -- writing ------------------------------------------------------------------------
 
@@ -107,13 +107,11 @@ class MessageCache:
         self._hops.append(hops)
         size = envelope.size
         self._sizes.append(size)
-        places = self._places.get(envelope.publisher)
-        if places is None:
-            places = self._places[envelope.publisher] = _Places(envelope.publisher)
-        self._row_places.append(places)
+        stream = self._places.stream(envelope.publisher)
+        self._row_places.append(stream)
         self._seqs.append(envelope.seq)
         self._senders.append(sender)
-        places.put(envelope.seq, serial)
+        stream.put(envelope.seq, serial)
         self._cached += 1
         self.cache_bytes += size
         self.expire(now)
@@ -131,12 +129,10 @@ class MessageCache:
         self._cached -= 1
         self.cache_bytes -= self._sizes[i]
         serial = self._cache_base + i
-        places = self._row_places[i]
+        stream = self._row_places[i]
         seq = self._seqs[i]
-        if places.get(seq) == serial:
-            places.remove(seq)
-            if not places.count:
-                del self._places[places.publisher]
+        if stream.get(seq) == serial:  # else a later row took the place
+            self._places.remove(stream, seq)
 
     def expire(self, now: float) -> None:
         """Drop what is past a bound: the cache's oldest, then seen's (with its envelope,
@@ -208,18 +204,17 @@ class MessageCache:
     def at_place(self, publisher: PeerId, seq: int) -> Cached | None:
         """The cached message at (publisher, seq), if any: `get(place(...))` without
         finding the id again (asked of every seq a PULL or GRAFT names)."""
-        places = self._places.get(publisher)
-        serial = None if places is None else places.get(seq)
+        serial = self._places.row(publisher, seq)
         return None if serial is None else self._row(serial, self._index.id_of(serial))
 
     def history_reader(self, publisher: PeerId) -> Callable[[int], tuple[bytes, int] | None]:
         """`at_place` for many seqs of one publisher, (bytes, hops) only: what a PULL's
         batch reads, with the publisher's places found once. Valid while the cache does
         not change (within one input)."""
-        places = self._places.get(publisher)
-        if places is None:
+        stream = self._places.streams.get(publisher)
+        if stream is None:
             return _none_cached
-        serial_of, raws, hops, base = places.get, self._raws, self._hops, self._cache_base
+        serial_of, raws, hops, base = stream.get, self._raws, self._hops, self._cache_base
 
         def cached_at(seq: int) -> tuple[bytes, int] | None:
             serial = serial_of(seq)
@@ -245,14 +240,13 @@ class MessageCache:
         serial = self.cached_row(mid)
         return None if serial < 0 else self._row_places[serial - self._cache_base].publisher
 
-    def place_row(self, publisher: PeerId, seq: int) -> int | None:
-        """The serial of the cached message at (publisher, seq), if any."""
-        places = self._places.get(publisher)
-        return None if places is None else places.get(seq)
+    def holds_place(self, publisher: PeerId, seq: int) -> bool:
+        """Is a message cached at (publisher, seq)?"""
+        return self._places.row(publisher, seq) is not None
 
     def place(self, publisher: PeerId, seq: int) -> MessageId | None:
         """The cached message's id at (publisher, seq), if any."""
-        serial = self.place_row(publisher, seq)
+        serial = self._places.row(publisher, seq)
         return None if serial is None else self._index.id_of(serial)
 
     def cached_ids(self) -> Iterator[MessageId]:
@@ -262,17 +256,8 @@ class MessageCache:
                 yield id_of(serial)
 
     def places(self) -> int:
-        return sum(p.count for p in self._places.values())
-
-
-class _Places(SeqIndex):
-    """One publisher's cached places."""
-
-    __slots__ = ("publisher",)
-
-    def __init__(self, publisher: PeerId) -> None:
-        super().__init__()
-        self.publisher = publisher
+        """Places cached, all publishers together."""
+        return self._places.places()
 
 
 class _CacheView:
@@ -294,31 +279,6 @@ class _CacheView:
 
     def __iter__(self) -> Iterator[MessageId]:
         return self._table.cached_ids()
-
-
-class _BySeqView:
-    """`by_seq.get((publisher, seq))`: the cached message's id at a place."""
-
-    __slots__ = ("_table",)
-
-    def __init__(self, table: MessageCache) -> None:
-        self._table = table
-
-    def get(self, place: tuple[PeerId, int], default: MessageId | None = None) -> MessageId | None:
-        mid = self._table.place(*place)
-        return default if mid is None else mid
-
-    def __getitem__(self, place: tuple[PeerId, int]) -> MessageId:
-        mid = self._table.place(*place)
-        if mid is None:
-            raise KeyError(place)
-        return mid
-
-    def __contains__(self, place: object) -> bool:
-        return self._table.place_row(*place) is not None  # type: ignore[misc]
-
-    def __len__(self) -> int:
-        return self._table.places()
 
 
 def _none_cached(seq: int) -> None:

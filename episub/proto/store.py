@@ -7,9 +7,11 @@ with `retain=False`; each topic's broadcast answers the seqs of a PULL its cache
 has from here, and `NodeState` answers a GETHELD (`held_page`) from here, joined or not. An
 application (the Spark source, replaying a micro-batch) reads ranges back through the node.
 It is the owner of "which message does this node hold at (topic, publisher, seq)" and of
-"which publishers does this node hold, from where to where" (`offsets`), and `wins` is the
-one rule for which of two messages takes a place (the broadcast cache, cache.py, indexes
-only its own recent rows by place, to answer GRAFTs and find rivals).
+"which publishers does this node hold, from where to where" (`offsets`); `wins` is the
+one rule for which of two messages takes a place, and `Places` the one place index
+(publisher, seq) -> row: the store keeps one per topic over its rows, and each topic's
+broadcast cache (cache.py) one over its recent rows, to answer GRAFTs and find rivals
+on topics the store keeps nothing of.
 
 A plain data structure: no clock, no I/O; `now` comes in as an argument, in seconds on any
 monotonic clock (the core's).
@@ -49,7 +51,7 @@ from typing import Any, Generic, Protocol, TypeVar
 from episub.proto.messages import MAX_HELD_SPANS, GetHeld, Held, HeldSpan, MessageId
 from episub.proto.seqindex import SeqIndex
 
-__all__ = ["RetentionConfig", "RetentionStore", "Span", "wins"]
+__all__ = ["PlaceStream", "Places", "RetentionConfig", "RetentionStore", "Span", "wins"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -116,15 +118,64 @@ def wins(timestamp_ms: int, mid: MessageId, held_timestamp_ms: int, held_id: Mes
     return mid != held_id and (timestamp_ms, mid) < (held_timestamp_ms, held_id)
 
 
-class _Stream(SeqIndex):
-    """One publisher's held messages of one topic: seq -> row (seqindex.py)."""
+class PlaceStream(SeqIndex):
+    """One publisher's places in one topic: seq -> the row that holds the message there
+    (a row of whichever table owns the `Places` this stream belongs to)."""
 
     __slots__ = ("publisher", "topic")
 
-    def __init__(self, topic: str, publisher: bytes) -> None:
+    def __init__(self, topic: str, publisher: Any) -> None:
         super().__init__()
         self.topic = topic
         self.publisher = publisher
+
+
+class Places:
+    """The place index of one topic: (publisher, seq) -> row, through a `PlaceStream` a
+    publisher. The one definition of "what sits at (publisher, seq)": the store keeps one
+    per topic over its rows (publishers in byte order, `ordered`, for paging), and each
+    topic's broadcast cache one over its own recent rows (cache.py). A publisher's stream
+    goes with its last place, so the index holds only publishers it has a place of."""
+
+    __slots__ = ("_ordered", "publishers", "streams", "topic")
+
+    def __init__(self, topic: str, *, ordered: bool = False) -> None:
+        self.topic = topic
+        self.streams: dict[Any, PlaceStream] = {}
+        self._ordered = ordered
+        # the publishers in order, when `ordered` (bytes: a node's ids); else empty
+        self.publishers: list[Any] = []
+
+    def __len__(self) -> int:
+        """Publishers with a place."""
+        return len(self.streams)
+
+    def row(self, publisher: Any, seq: int) -> int | None:
+        """The row at (publisher, seq), if any."""
+        stream = self.streams.get(publisher)
+        return None if stream is None else stream.get(seq)
+
+    def stream(self, publisher: Any) -> PlaceStream:
+        """`publisher`'s stream, opened if it has none."""
+        stream = self.streams.get(publisher)
+        if stream is None:
+            stream = self.streams[publisher] = PlaceStream(self.topic, publisher)
+            if self._ordered:
+                insort(self.publishers, publisher)
+        return stream
+
+    def remove(self, stream: PlaceStream, seq: int) -> None:
+        """`seq` of `stream` (one of ours) holds nothing any more; an emptied stream goes."""
+        stream.remove(seq)
+        if not stream.count:
+            del self.streams[stream.publisher]
+            if self._ordered:
+                publishers = self.publishers
+                del publishers[bisect_right(publishers, stream.publisher) - 1]
+
+    def places(self) -> int:
+        """Places held, all publishers together: O(publishers)."""
+        return sum(stream.count for stream in self.streams.values())
 
 
 class RetentionStore(Generic[M]):
@@ -136,8 +187,7 @@ class RetentionStore(Generic[M]):
 
     def __init__(self, config: RetentionConfig) -> None:
         self.config = config
-        self._topics: dict[str, dict[bytes, _Stream]] = {}
-        self._publishers: dict[str, list[bytes]] = {}  # each topic's publishers, sorted
+        self._topics: dict[str, Places] = {}  # a topic's places, publishers in byte order
         self._items: list[M | None] = []  # None: spent
         # ids packed, _ID_ROOM bytes a row (row i's at i * _ID_ROOM), their lengths beside:
         # 33 bytes a row, where a list of bytes objects costs 8 + 80 (the object stays
@@ -147,7 +197,7 @@ class RetentionStore(Generic[M]):
         self._added = array("d")  # when stored
         self._stamps = array("q")  # timestamp_ms
         self._sizes = array("I")  # application bytes of one message: < 2**32
-        self._streams: list[_Stream | None] = []
+        self._streams: list[PlaceStream | None] = []
         self._seqs = array("q")
         self._base = 0  # serial of the row at index 0
         self._head = 0  # serial of the oldest row that may be live
@@ -192,22 +242,17 @@ class RetentionStore(Generic[M]):
         bytes (a message id's size)."""
         if len(id) > _ID_ROOM:
             raise ValueError(f"a retained message's id is at most {_ID_ROOM} bytes, not {len(id)}")
-        streams = self._topics.get(topic)
-        if streams is None:
-            streams = self._topics[topic] = {}
-            self._publishers[topic] = []
-        stream = streams.get(publisher)
-        if stream is None:
-            stream = streams[publisher] = _Stream(topic, publisher)
-            insort(self._publishers[topic], publisher)
-        else:
-            held = stream.get(seq)
-            if held is not None:
-                i = held - self._base
-                if not wins(timestamp_ms, id, self._stamps[i], self._id(i)):
-                    return False
-                self.replaced += 1
-                self._spend(i, keep_stream=True)
+        places = self._topics.get(topic)
+        if places is None:
+            places = self._topics[topic] = Places(topic, ordered=True)
+        stream = places.stream(publisher)
+        held = stream.get(seq)
+        if held is not None:
+            i = held - self._base
+            if not wins(timestamp_ms, id, self._stamps[i], self._id(i)):
+                return False
+            self.replaced += 1
+            self._spend(i, taken=True)
         serial = self._base + len(self._items)
         self._items.append(item)
         self._ids += id.ljust(_ID_ROOM, b"\0") if len(id) < _ID_ROOM else id
@@ -223,9 +268,9 @@ class RetentionStore(Generic[M]):
         self.expire(now)
         return True
 
-    def _spend(self, i: int, keep_stream: bool = False) -> None:
-        """Row i (live) is held no more (its stream stays registered if `keep_stream`:
-        another message is taking its place)."""
+    def _spend(self, i: int, taken: bool = False) -> None:
+        """Row i (live) is held no more; its place stays indexed if `taken`: another
+        message is taking it (and the index its row)."""
         stream = self._streams[i]
         assert stream is not None
         self._items[i] = None
@@ -234,15 +279,11 @@ class RetentionStore(Generic[M]):
         size = self._sizes[i]
         self.bytes -= size
         self.released += size
-        stream.remove(self._seqs[i])
-        if not stream.count and not keep_stream:
-            streams = self._topics[stream.topic]
-            del streams[stream.publisher]
-            publishers = self._publishers[stream.topic]
-            del publishers[bisect_right(publishers, stream.publisher) - 1]
-            if not streams:
+        if not taken:
+            places = self._topics[stream.topic]
+            places.remove(stream, self._seqs[i])
+            if not places.streams:
                 del self._topics[stream.topic]
-                del self._publishers[stream.topic]
 
     def expire(self, now: float) -> None:
         """Drop what is past any bound; `add` and the queries call it, callers may too."""
@@ -318,11 +359,15 @@ class RetentionStore(Generic[M]):
             stream.put(seq, base + i)
         self._base = self._head = base
 
+    def _stream(self, topic: str, publisher: object) -> PlaceStream | None:
+        places = self._topics.get(topic)
+        return None if places is None else places.streams.get(publisher)
+
     def _next_serial(self) -> int:
         return self._base + len(self._items)
 
     def _rows(self, topic: str, publisher: bytes, first: int, last: int) -> list[int]:
-        stream = self._topics.get(topic, {}).get(publisher)
+        stream = self._stream(topic, publisher)
         if stream is None:
             return []
         base = self._base
@@ -355,14 +400,14 @@ class RetentionStore(Generic[M]):
         still lacks is found from these)."""
         _check_range(first_seq, last_seq)
         self.expire(now)
-        stream = self._topics.get(topic, {}).get(publisher)
+        stream = self._stream(topic, publisher)
         return [] if stream is None else [seq for seq, _ in stream.rows_in(first_seq, last_seq)]
 
     def reader(self, topic: str, publisher: object, now: float) -> Callable[[int], M | None]:
         """`entry`'s look-up for many seqs of one stream, the item only: what a PULL's
         batch reads, a seq at a time, with the stream and columns found once. Each look-up
         is counted in `work`. Valid while the store does not change (within one input)."""
-        stream = self._topics.get(topic, {}).get(publisher)  # type: ignore[call-overload]
+        stream = self._stream(topic, publisher)
         if stream is None:
 
             def none_held(seq: int) -> M | None:
@@ -397,8 +442,10 @@ class RetentionStore(Generic[M]):
     def offsets(self, topic: str, now: float) -> dict[bytes, Span]:
         """publisher -> what is held of it on `topic`, for every publisher held."""
         self.expire(now)
-        streams = self._topics.get(topic, {})
-        return {p: Span(s.low, s.high, s.count) for p, s in streams.items()}
+        places = self._topics.get(topic)
+        if places is None:
+            return {}
+        return {p: Span(s.low, s.high, s.count) for p, s in places.streams.items()}
 
     def page(
         self, topic: str, after: bytes, limit: int, now: float
@@ -406,10 +453,10 @@ class RetentionStore(Generic[M]):
         """What is held of the first `limit` publishers of `topic` after `after` in byte
         order, and whether more follow: O(log P + limit), a cursor for paging."""
         self.expire(now)
-        streams = self._topics.get(topic)
-        if streams is None:
+        places = self._topics.get(topic)
+        if places is None:
             return [], False
-        publishers = self._publishers[topic]
+        streams, publishers = places.streams, places.publishers
         start = bisect_right(publishers, after)
         chosen = publishers[start : start + limit]
         self.work += len(chosen) + 1
@@ -422,7 +469,7 @@ class RetentionStore(Generic[M]):
         """What is held of `publisher` within first_seq..last_seq; None: nothing."""
         _check_range(first_seq, last_seq)
         self.expire(now)
-        stream = self._topics.get(topic, {}).get(publisher)
+        stream = self._stream(topic, publisher)
         self.work += 1
         if stream is None:
             return None
@@ -442,7 +489,7 @@ class RetentionStore(Generic[M]):
         every held one is older. A publisher's stamps rise with its seqs: a binary search
         over its seqs, O(log held) rows looked at (plus the holes skipped)."""
         self.expire(now)
-        stream = self._topics.get(topic, {}).get(publisher)
+        stream = self._stream(topic, publisher)
         if stream is None:
             return None
         stamps, base = self._stamps, self._base
