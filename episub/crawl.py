@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import trio
 
 from episub.net.peer_id import PeerIdError, parse_peer_id
-from episub.node import VIEW_TIMEOUT, Neighbor, Node
+from episub.node import VIEW_TIMEOUT, NeighborLink, Node
 from episub.proto.messages import LinkKind, View
 from episub.records import CRAWL_TIMEOUT
 
@@ -33,7 +33,7 @@ class NodeView:
     peer_id: bytes
     address: str
     answered: bool
-    neighbors: list[Neighbor]
+    neighbors: list[NeighborLink]
     passive_count: int
 
 
@@ -48,7 +48,7 @@ def _node_view(peer_id: bytes, view: View | None) -> NodeView:
     if view is None:
         return NodeView(peer_id, address_of(peer_id), False, [], 0)
     neighbors = [
-        Neighbor(
+        NeighborLink(
             peer_id=e.peer,  # type: ignore[arg-type]
             address=address_of(e.peer),  # type: ignore[arg-type]
             kind="near" if e.kind is LinkKind.NEAR else "rand",

@@ -17,7 +17,7 @@ __all__ = [
     "LagBuffer",
     "Lagged",
     "Lost",
-    "Neighbor",
+    "NeighborLink",
     "Receipt",
     "format_publisher",
     "parse_publisher",
@@ -46,7 +46,7 @@ def parse_publisher(text: str) -> bytes:
 
 
 @dataclass(frozen=True, slots=True)
-class Neighbor:
+class NeighborLink:
     """One link of a topic's active view, as `Node.neighbors` reports it."""
 
     peer_id: bytes

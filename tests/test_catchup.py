@@ -17,7 +17,7 @@ from episub.node.fetching import FetchReport
 from episub.proto.messages import HeldSpan
 from episub.proto.reserved import SINK_INDEX_PREFIX
 from episub.proto.store import RetentionConfig, RetentionStore
-from episub.records import Delivery, Neighbor
+from episub.records import Delivery, NeighborLink
 from tests.net_helpers import TOPIC, run, wait_until
 from tests.test_node_history import node, pair
 
@@ -40,8 +40,10 @@ class Neighbourhood:
     def store_now(self) -> float:
         return trio.current_time()
 
-    def neighbors(self, topic: str) -> list[Neighbor]:
-        return [Neighbor(peer_id=PEER, address="127.0.0.1:1", kind="rand", role="eager", rtt_ms=1)]
+    def neighbors(self, topic: str) -> list[NeighborLink]:
+        return [
+            NeighborLink(peer_id=PEER, address="127.0.0.1:1", kind="rand", role="eager", rtt_ms=1)
+        ]
 
     async def held_by(self, topic: str, peer_id: bytes, *, since_ms: int) -> list[HeldSpan]:
         self.asked.append((topic, peer_id))
@@ -320,10 +322,12 @@ class OneSilentNeighbour(Neighbourhood):
     """PEER answers as in Neighbourhood; SILENT, a neighbour too (its link cut off but
     not closed yet), never answers what it holds."""
 
-    def neighbors(self, topic: str) -> list[Neighbor]:
+    def neighbors(self, topic: str) -> list[NeighborLink]:
         return [
             *super().neighbors(topic),
-            Neighbor(peer_id=SILENT, address="127.0.0.1:2", kind="rand", role="eager", rtt_ms=1),
+            NeighborLink(
+                peer_id=SILENT, address="127.0.0.1:2", kind="rand", role="eager", rtt_ms=1
+            ),
         ]
 
     async def held_by(self, topic: str, peer_id: bytes, *, since_ms: int) -> list[HeldSpan] | None:

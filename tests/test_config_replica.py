@@ -14,7 +14,7 @@ from episub.config import replica as replica_module
 from episub.config.codec import encode_update, entry_for, value_of
 from episub.config.replica import write_stream
 from episub.net.peer_id import make_peer_id
-from episub.records import Neighbor
+from episub.records import NeighborLink
 from episub.subscription import Delivery
 from tests.net_helpers import KEY, fast_config, run, wait_until
 
@@ -128,8 +128,8 @@ def test_a_starting_replica_asks_its_contact_first_while_its_only_link_is_anothe
     class Newcomer:
         id = me
 
-        def neighbors(self, topic: str) -> list[Neighbor]:
-            return [Neighbor(peer_id=other, address="127.0.0.1:7002", kind="rand",
+        def neighbors(self, topic: str) -> list[NeighborLink]:
+            return [NeighborLink(peer_id=other, address="127.0.0.1:7002", kind="rand",
                              role="eager", rtt_ms=None)]  # fmt: skip
 
         def contacts(self, topic: str) -> list[bytes]:

@@ -73,7 +73,7 @@ from episub.records import (
     Item,
     LagBuffer,
     Lagged,
-    Neighbor,
+    NeighborLink,
     Receipt,
 )
 
@@ -131,7 +131,7 @@ class AgentStatus:
     node_id: bytes
     address: str
     pid: int  # the agent's process
-    topics: dict[str, list[Neighbor]]
+    topics: dict[str, list[NeighborLink]]
     stats: dict[str, int]
     metrics_url: str = ""  # where it serves Prometheus metrics; "" if it does not
 
@@ -154,7 +154,7 @@ class OverlayNode:
     address: str
     answered: bool  # False: it did not answer in time (no neighbours known)
     passive_count: int
-    neighbors: list[Neighbor]
+    neighbors: list[NeighborLink]
 
 
 class AgentClient:

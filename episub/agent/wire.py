@@ -23,7 +23,7 @@ from episub.proto.envelope import Envelope, Record
 from episub.proto.framing import FrameError, FrameSplitter, frame
 from episub.proto.messages import HeldSpan
 from episub.recordbatch import BatchFormatError, RecordBatch, encode_columns, is_batch
-from episub.records import Delivery, Item, Lagged, Lost, Neighbor
+from episub.records import Delivery, Item, Lagged, Lost, NeighborLink
 
 __all__ = [
     "MAX_BATCH_RECORDS",
@@ -323,7 +323,7 @@ def item_from_pb(item: pb.Item) -> Item:
     raise FrameError(f"subscription item with no kind: {item!r:.200}")
 
 
-def neighbor_to_pb(neighbor: Neighbor) -> pb.Neighbor:
+def neighbor_to_pb(neighbor: NeighborLink) -> pb.Neighbor:
     out = pb.Neighbor(
         peer_id=neighbor.peer_id, address=neighbor.address, kind=neighbor.kind, role=neighbor.role
     )
@@ -332,10 +332,10 @@ def neighbor_to_pb(neighbor: Neighbor) -> pb.Neighbor:
     return out
 
 
-def neighbor_from_pb(neighbor: pb.Neighbor) -> Neighbor:
+def neighbor_from_pb(neighbor: pb.Neighbor) -> NeighborLink:
     kind: Literal["rand", "near"] = "near" if neighbor.kind == "near" else "rand"
     role: Literal["eager", "lazy"] = "eager" if neighbor.role == "eager" else "lazy"
-    return Neighbor(
+    return NeighborLink(
         peer_id=neighbor.peer_id,
         address=neighbor.address,
         kind=kind,

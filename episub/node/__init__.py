@@ -20,7 +20,7 @@ from episub.node.lifetime import CLOSE_TIMEOUT
 from episub.node.node import JOIN_TIMEOUT, Node
 from episub.node.publishing import PUBLISH_CHUNK, PUBLISH_WAIT
 from episub.node.queries import VIEW_TIMEOUT
-from episub.records import HELD_TIMEOUT, SUBSCRIPTION_BUFFER, Neighbor, Receipt
+from episub.records import HELD_TIMEOUT, SUBSCRIPTION_BUFFER, NeighborLink, Receipt
 
 __all__ = [
     "BOOTSTRAP_GRACE",
@@ -33,7 +33,7 @@ __all__ = [
     "SUBSCRIPTION_BUFFER",
     "VIEW_TIMEOUT",
     "BootstrapError",
-    "Neighbor",
+    "NeighborLink",
     "Node",
     "Receipt",
 ]

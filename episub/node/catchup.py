@@ -51,7 +51,7 @@ from episub.proto.errors import LocalProtocolError
 from episub.proto.messages import HeldSpan
 from episub.proto.reserved import CONTROL_PREFIX
 from episub.proto.store import RetentionStore
-from episub.records import Neighbor
+from episub.records import NeighborLink
 
 __all__ = ["CATCH_UP_AT_ONCE", "CATCH_UP_CLOCK_SLACK_MS", "CATCH_UP_TIMEOUT", "CatchUp"]
 
@@ -76,7 +76,7 @@ class _Asks(Protocol):
 
     def store_now(self) -> float: ...
 
-    def neighbors(self, topic: str) -> list[Neighbor]: ...
+    def neighbors(self, topic: str) -> list[NeighborLink]: ...
 
     async def held_by(
         self, topic: str, peer_id: bytes, *, since_ms: int

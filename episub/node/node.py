@@ -84,7 +84,7 @@ from episub.proto.messages import GetHeld, Held, HeldSpan, View, check_topic_nam
 from episub.proto.reserved import CONTROL_PREFIX
 from episub.proto.signing import Signer
 from episub.proto.store import RetentionConfig, RetentionStore, Span
-from episub.records import HELD_TIMEOUT, SUBSCRIPTION_BUFFER, Neighbor
+from episub.records import HELD_TIMEOUT, SUBSCRIPTION_BUFFER, NeighborLink
 from episub.subscription import Delivery, Lost, Subscription
 
 __all__ = ["JOIN_TIMEOUT", "Node"]
@@ -469,7 +469,7 @@ class Node:
 
     # -- queries ----------------------------------------------------------------------------
 
-    def neighbors(self, topic: str) -> list[Neighbor]:
+    def neighbors(self, topic: str) -> list[NeighborLink]:
         """The topic's active view: near links first, then random ones, by peer id."""
         return neighbors(self._running().state, topic)
 

@@ -24,7 +24,7 @@ from episub.proto.events import (
 )
 from episub.proto.messages import MAX_HELD_SPANS, GetHeld, Held, HeldSpan, LinkKind, View
 from episub.proto.node import NodeState
-from episub.records import Neighbor
+from episub.records import NeighborLink
 
 __all__ = ["HELD_MAX_PAGES", "VIEW_TIMEOUT", "Queries", "neighbors"]
 
@@ -32,7 +32,7 @@ VIEW_TIMEOUT = 2.0  # guess: a dial plus a round trip on a LAN, with room; view_
 HELD_MAX_PAGES = 400  # pages one held_by follows: 102,400 publishers = max_publishers
 
 
-def neighbors(state: NodeState, topic: str) -> list[Neighbor]:
+def neighbors(state: NodeState, topic: str) -> list[NeighborLink]:
     """The topic's active view: near links first, then random ones, by peer id."""
     eager = set(state.eager_peers(topic))
     out = []
@@ -43,7 +43,7 @@ def neighbors(state: NodeState, topic: str) -> list[Neighbor]:
             address = "?"
         rtt = state.rtt(peer)
         out.append(
-            Neighbor(
+            NeighborLink(
                 peer_id=peer,  # type: ignore[arg-type]
                 address=address,
                 kind="near" if kind is LinkKind.NEAR else "rand",
