@@ -16,8 +16,8 @@ Rules this machine keeps:
   `ordering` (ordering.py), which gives the application each publisher's messages in
   sequence order, each once, and repairs gaps; its rules are at the top of that module.
 - Every table a peer can grow is bounded: cache (count, bytes, age), seen (count, age),
-  missing places (their due queue: twice as many rows), announcers per place, ranges
-  noted per neighbour between flushes; ordering.py bounds its own.
+  missing places (their due queue: twice as many rows), announcers per place;
+  ordering.py and announcements.py bound their own.
 
 Rules from the draft (and Plumtree):
 - publish / first receipt: GOSSIP to eager peers with hops + 1, id queued for IHAVE;
@@ -35,10 +35,11 @@ Rules from the draft (and Plumtree):
   PRUNE left us with no eager link, or came from the neighbour that fed us last with no
   eager one feeding us since, an empty GRAFT goes to the lazy neighbour that fed us most
   lately, or another lazy one (see `_keep_a_parent`).
-- every `ihave_interval` the queue is flushed as IHAVE batches to lazy peers, leaving out
-  messages a peer sent or announced to us meanwhile. An IHAVE names messages by place:
-  runs (publisher, first_seq..last_seq, hops) of consecutive seqs received at one hop
-  count, so a burst is one range per flush and link, not an id per message.
+- every `ihave_interval` the queue (announcements.py) is flushed as IHAVE batches to lazy
+  peers, leaving out messages a peer sent or announced to us meanwhile. An IHAVE names
+  messages by place: runs (publisher, first_seq..last_seq, hops) of consecutive seqs
+  received at one hop count, so a burst is one range per flush and link, not an id per
+  message.
 - IHAVE of a place we do not hold (not cached, not delivered, not held by ordering): the
   place is missing; `graft_timeout` after its first announcement it is GRAFTed (as ranges,
   batched per peer) from its first announcer, then every `missing_check_interval` from the
@@ -98,6 +99,7 @@ from itertools import islice
 from typing import Any, TypeAlias, assert_never
 
 from episub.proto import messages as m
+from episub.proto.announcements import Announcements
 from episub.proto.answers import AnswerCursors, HistoryReader
 from episub.proto.cache import Cached, MessageCache
 from episub.proto.config import BroadcastConfig
@@ -122,11 +124,6 @@ from episub.proto.store import RetentionStore, wins
 from episub.proto.tables import BroadcastCounters, OwnStream
 from episub.proto.timers import BroadcastTimer
 from episub.proto.trees import Tree, Trees
-
-# Ranges a neighbour announced to us that we note between two flushes (to leave out of
-# what we announce to it): a few per publisher it relays; beyond, we may announce some
-# back, which costs a little traffic and nothing else.
-MAX_NOTED_RANGES = 64  # guess: publishers active in one ihave_interval, with room
 
 # The IHAVE flush may come this part of ihave_interval early when the node is awake for a
 # message anyway (ScheduleTimer.early): at 50 messages/s (the config benchmark) one always
@@ -200,18 +197,9 @@ class Broadcast:
         self.messages = MessageCache(config, topic)
         self.seen = self.messages.seen
         self.cache = self.messages.cache
-        # (id, publisher, seq, hops) of what we received or published since the last flush.
-        self.lazy_queue: list[tuple[MessageId, PeerId, int, int]] = []
-        # neighbour whose link came up since the last flush -> how much of lazy_queue was
-        # queued before: it is announced only what came after (a late joiner announced
-        # what we held before it came took it for news). Emptied by each flush.
-        self.queued_before: dict[PeerId, int] = {}
-        # queued id -> neighbours known to hold it (they sent it to us, or a duplicate):
-        # the flush does not announce it to them. Emptied by each flush.
-        self.holders: dict[MessageId, list[PeerId]] = {}
-        # neighbour -> ranges it announced to us since the last flush (MAX_NOTED_RANGES):
-        # the flush does not announce those places back to it. Emptied by each flush.
-        self.announced: dict[PeerId, list[m.StreamRange]] = {}
+        # What we received or published since the last IHAVE flush, and the neighbours
+        # not to announce each to (announcements.py). Emptied by each flush.
+        self.announcements = Announcements()
         self.missing: dict[Place, Missing] = {}
         # (when its next GRAFT is due, place, entry) per missing place, due times in
         # order: each entry is due graft_timeout after its first announcement, then every
@@ -277,8 +265,7 @@ class Broadcast:
             tree.lazy.pop(peer, None)
             tree.eager.pop(peer, None)
         self.heads.link_up(peer, now)
-        if self.lazy_queue:
-            self.queued_before[peer] = len(self.lazy_queue)
+        self.announcements.link_up(peer)
         hub_parent = self.config.hub_parent
         if hub_parent and kind is LinkKind.NEAR:
             # Our contact, or our joiner: the links of our own that came up before it go
@@ -343,8 +330,7 @@ class Broadcast:
         """The link leaves every tree (O(trees)); a tree it was the parent of is repaired
         (`repair` False when we are leaving: nothing to repair then)."""
         self.hubs.pop(peer, None)
-        self.announced.pop(peer, None)
-        self.queued_before.pop(peer, None)
+        self.announcements.link_down(peer)
         self.heads.link_down(peer)
         self.answers.forget(peer)
         repairing = repair and self.config.eager_repair
@@ -507,48 +493,12 @@ class Broadcast:
         # next flush goes to lazy peers only: announce it now, or it falls through the gap
         # (seen in the simulator after a partition: a node lost its eager parent, grafted
         # its lazy peers, and a message that had just passed them never reached it).
-        queue = self._queued_for(peer)
+        announcements = self.announcements
+        queue = announcements.queued_for(peer)
         if None not in made:
             streams = set(made)
             queue = [item for item in queue if item[1] in streams]
-        self._send_ihave(peer, self._unheld(peer, queue, skip), out)
-
-    def _queued_for(self, peer: PeerId) -> list[tuple[MessageId, PeerId, int, int]]:
-        """What waits for the IHAVE flush that `peer` may be announced: what was queued
-        since its link came up."""
-        before = self.queued_before.get(peer)
-        return self.lazy_queue if before is None else self.lazy_queue[before:]
-
-    def _unheld(
-        self,
-        peer: PeerId,
-        queue: list[tuple[MessageId, PeerId, int, int]],
-        skip: tuple[m.StreamRange, ...] = (),
-    ) -> list[tuple[PeerId, int, int]]:
-        """(publisher, seq, hops) of the queued messages `peer` is not known to hold."""
-        holders = self.holders
-        noted: list[m.StreamRange] = self.announced.get(peer, [])
-        if skip:
-            noted = [*noted, *skip]
-        if not noted:
-            return [
-                (publisher, seq, hops)
-                for mid, publisher, seq, hops in queue
-                if peer not in holders.get(mid, ())
-            ]
-        spans: dict[PeerId, list[tuple[int, int]]] = {}
-        for publisher, first, last, _ in noted:
-            spans.setdefault(publisher, []).append((first, last))
-        unheld = []
-        for mid, publisher, seq, hops in queue:
-            if peer in holders.get(mid, ()):
-                continue
-            for first, last in spans.get(publisher, ()):
-                if first <= seq <= last:
-                    break
-            else:
-                unheld.append((publisher, seq, hops))
-        return unheld
+        self._send_ihave(peer, announcements.unheld(peer, queue, skip), out)
 
     def _send_ihave(
         self, peer: PeerId, places: list[tuple[PeerId, int, int]], out: list[OutEvent]
@@ -1012,11 +962,10 @@ class Broadcast:
         c = self.config
         missing = self.missing
         streams = self.ordering.streams
-        noted = self.announced.setdefault(peer, [])
+        announcements = self.announcements
         for announced in ranges:
             publisher, first, last, hops = announced
-            if len(noted) < MAX_NOTED_RANGES:
-                noted.append(announced)
+            announcements.note_announced(peer, announced)
             if c.near_parent_factor or c.race_lazy_hops:
                 held = self.messages.place(publisher, last)
                 if held is not None:
@@ -1254,8 +1203,7 @@ class Broadcast:
         exclude: PeerId | None,
         out: list[OutEvent],
     ) -> None:
-        self.lazy_queue.append((mid, publisher, seq, hops))
-        self.holders[mid] = [] if exclude is None else [exclude]
+        self.announcements.add(mid, publisher, seq, hops, exclude)
         if _IHAVE not in self._armed:
             interval = self.ihave_period
             self._arm(_IHAVE, interval, out, early=interval * IHAVE_EARLY)
@@ -1307,9 +1255,8 @@ class Broadcast:
         flush, it is not announced to `peer`. On a lazy link both ends announced every
         message to each other, and IHAVE frames were ~70% of what a config benchmark
         node sent at 10 updates/s (its CPU goes to per-frame syscalls, not Python)."""
-        holders = self.holders.get(mid)
-        if holders is not None and peer not in holders and self._is_neighbor(peer):
-            holders.append(peer)
+        if self._is_neighbor(peer):
+            self.announcements.note_holder(mid, peer)
 
     def _flush_ihave(self, out: list[OutEvent]) -> None:
         """Announce to each neighbour what it is lazy for: the queued messages of the
@@ -1317,13 +1264,13 @@ class Broadcast:
         peek = self.trees.peek
         shared = self.trees.shared
         latest = self._latest_tree()
+        announcements = self.announcements
         for peer in dict.fromkeys([*latest.lazy, *shared.eager, *shared.lazy]):
-            queue = [item for item in self._queued_for(peer) if peer not in peek(item[1]).eager]
-            self._send_ihave(peer, self._unheld(peer, queue), out)
-        self.lazy_queue = []
-        self.queued_before = {}
-        self.holders = {}
-        self.announced = {}
+            queue = [
+                item for item in announcements.queued_for(peer) if peer not in peek(item[1]).eager
+            ]
+            self._send_ihave(peer, announcements.unheld(peer, queue), out)
+        announcements.clear()
 
     def _due(self, at: float, place: Place, entry: Missing) -> None:
         """Queue `entry`'s next GRAFT at `at` (never before any queued one: `at` is now +

@@ -1,0 +1,119 @@
+"""What one topic's broadcast will announce at its next IHAVE flush, and to whom not.
+
+Plumtree's lazy push (broadcast.py) announces, every flush interval, what the node received
+or published since the last flush to the neighbours that are lazy for it. This is the queue
+of those announcements and what keeps one from going to a neighbour that holds its message
+already; broadcast.py decides when to flush and to which neighbours.
+
+Rules this queue keeps:
+- A neighbour is announced only what was queued after its link came up (`link_up`): a late
+  joiner announced what we held before it came took it for news.
+- A queued message is not announced to a neighbour known to hold it: the one it came from,
+  and each that sent it to us since (`note_holder`).
+- A place a neighbour announced to us since the last flush is not announced back to it
+  (`note_announced`, at most MAX_NOTED_RANGES ranges a neighbour).
+- The flush empties it all (`clear`): every table here holds what one flush interval
+  brought, and a neighbour's noted ranges at most MAX_NOTED_RANGES.
+
+A plain data structure: no clock, no I/O.
+"""
+
+from __future__ import annotations
+
+from episub.proto import messages as m
+from episub.proto.messages import MessageId, PeerId
+
+__all__ = ["MAX_NOTED_RANGES", "Announcements", "Queued"]
+
+# Beyond this many noted ranges a neighbour may be announced some places back: a little
+# traffic, nothing else.
+MAX_NOTED_RANGES = 64  # guess: publishers active in one ihave_interval, with room
+
+Queued = tuple[MessageId, PeerId, int, int]  # (id, publisher, seq, hops)
+
+
+class Announcements:
+    """The announcements waiting for one topic's next IHAVE flush."""
+
+    __slots__ = ("_announced", "_holders", "_queued_before", "queue")
+
+    def __init__(self) -> None:
+        # What we received or published since the last flush, in that order.
+        self.queue: list[Queued] = []
+        # neighbour whose link came up since the last flush -> how much of `queue` was
+        # queued before: it is announced only what came after.
+        self._queued_before: dict[PeerId, int] = {}
+        # queued id -> neighbours known to hold it: it is not announced to them.
+        self._holders: dict[MessageId, list[PeerId]] = {}
+        # neighbour -> ranges it announced to us (MAX_NOTED_RANGES): not announced back.
+        self._announced: dict[PeerId, list[m.StreamRange]] = {}
+
+    def add(
+        self, mid: MessageId, publisher: PeerId, seq: int, hops: int, sender: PeerId | None
+    ) -> None:
+        """Queue `mid` (from `sender`, None: our own) for the next flush."""
+        self.queue.append((mid, publisher, seq, hops))
+        self._holders[mid] = [] if sender is None else [sender]
+
+    def link_up(self, peer: PeerId) -> None:
+        """`peer`'s link came up: what is queued now is not news to announce to it."""
+        if self.queue:
+            self._queued_before[peer] = len(self.queue)
+
+    def link_down(self, peer: PeerId) -> None:
+        self._announced.pop(peer, None)
+        self._queued_before.pop(peer, None)
+
+    def note_holder(self, mid: MessageId, peer: PeerId) -> None:
+        """Neighbour `peer` holds `mid` (it sent it to us): while `mid` waits for the
+        flush, it is not announced to `peer`."""
+        holders = self._holders.get(mid)
+        if holders is not None and peer not in holders:
+            holders.append(peer)
+
+    def note_announced(self, peer: PeerId, announced: m.StreamRange) -> None:
+        """`peer` announced `announced` to us: not announced back to it this flush."""
+        noted = self._announced.setdefault(peer, [])
+        if len(noted) < MAX_NOTED_RANGES:
+            noted.append(announced)
+
+    def queued_for(self, peer: PeerId) -> list[Queued]:
+        """What `peer` may be announced: what was queued since its link came up."""
+        before = self._queued_before.get(peer)
+        return self.queue if before is None else self.queue[before:]
+
+    def unheld(
+        self, peer: PeerId, queue: list[Queued], skip: tuple[m.StreamRange, ...] = ()
+    ) -> list[tuple[PeerId, int, int]]:
+        """(publisher, seq, hops) of the queued messages `peer` is not known to hold (nor
+        to have announced to us, nor named in `skip`)."""
+        holders = self._holders
+        noted: list[m.StreamRange] = self._announced.get(peer, [])
+        if skip:
+            noted = [*noted, *skip]
+        if not noted:
+            return [
+                (publisher, seq, hops)
+                for mid, publisher, seq, hops in queue
+                if peer not in holders.get(mid, ())
+            ]
+        spans: dict[PeerId, list[tuple[int, int]]] = {}
+        for publisher, first, last, _ in noted:
+            spans.setdefault(publisher, []).append((first, last))
+        unheld = []
+        for mid, publisher, seq, hops in queue:
+            if peer in holders.get(mid, ()):
+                continue
+            for first, last in spans.get(publisher, ()):
+                if first <= seq <= last:
+                    break
+            else:
+                unheld.append((publisher, seq, hops))
+        return unheld
+
+    def clear(self) -> None:
+        """The flush announced what was queued: start the next interval empty."""
+        self.queue = []
+        self._queued_before = {}
+        self._holders = {}
+        self._announced = {}
