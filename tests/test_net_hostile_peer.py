@@ -190,6 +190,48 @@ def test_a_pull_larger_than_a_batch_is_answered_whole_to_a_peer_that_reads() -> 
     run(main)
 
 
+def test_the_step_that_reads_a_pull_makes_none_of_its_answers() -> None:
+    """Issue 27, acceptance 1's honest p99: the step that read 100 PULLs of 1 MB messages
+    also encoded and sealed their first answers, and honest frames read in the same turn
+    waited ~20 ms behind it. The step that hands a PULL to the core now only queues its
+    answers: they are made and written in the network's answer task's later steps, and
+    every one still reaches a peer that reads."""
+
+    async def main() -> None:
+        async with honest_pair(max_message=100_000) as (a, _):
+            runtime = a._running()
+            handed = runtime.network._on_frames
+            made_in_read: list[int] = []
+
+            def on_frames(conn, frames):  # type: ignore[no-untyped-def]
+                before = a.stats()["answers_sent"]
+                handed(conn, frames)
+                if any(isinstance(m, Pull) for frame in frames for _, m in frame):
+                    made_in_read.append(a.stats()["answers_sent"] - before)
+
+            runtime.network._on_frames = on_frames  # connections made from here on use it
+            raw = await RawPeer.connect(a.address)
+            await hostile_peer.join_as_neighbour(raw, TOPIC)
+            for seq in range(8):
+                gossip = hostile_peer.forged_gossip(TOPIC, raw.id, seq, payload=b"x" * 100_000)
+                await raw.send_items([(TOPIC, gossip)])
+            await wait_until(lambda: a.stats()["retained_messages"] >= 8, what="8 held")
+            await raw.send_items([(TOPIC, Pull(publisher=raw.id, first_seq=0, last_seq=7))])
+            got: list[int] = []
+            with trio.fail_after(WAIT):
+                while len(got) < 8:
+                    frame = await raw.reader.receive_frame()
+                    assert frame is not None, "the target closed the connection"
+                    for _, message in frame:
+                        if isinstance(message, History) and message.publisher == raw.id:
+                            got += [Envelope.decode(e).seq for e in message.envelopes]
+            assert made_in_read == [0]
+            assert got == list(range(8))
+            await raw.aclose()
+
+    run(main)
+
+
 def test_a_join_with_a_huge_ttl_is_refused_by_the_decoder(caplog: pytest.LogCaptureFixture) -> None:
     async def main() -> None:
         async with honest_pair() as (a, b):

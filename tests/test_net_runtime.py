@@ -25,6 +25,8 @@ from episub.net.connection import (
     RTO_MAX,
     TCP_RTO_MAX_MS,
     USER_TIMEOUT,
+    Connection,
+    Peer,
 )
 from episub.net.peer_id import make_peer_id, parse_address
 from episub.net.runtime import SETTLED_UPKEEP, Runtime
@@ -328,5 +330,52 @@ def test_under_link_delay_rtt_comes_from_pongs_and_the_runtime_leaves_set_choice
         async with Node(key=KEY, config=config) as b:
             membership = runtime_of(b).state.config.membership
             assert (membership.settled_upkeep, membership.pong_rtt) == (1.0, True)
+
+    run(main)
+
+
+def test_a_connection_whose_write_failed_seals_nothing_more() -> None:
+    """A peer that asks for 1 MB answers and closes at once: the write that fails aborts
+    the connection, and nothing more of its queue is sealed (the writer once took, sealed
+    and failed to write the whole queue, ~10 ms of a step, before it noticed). Our own
+    end shut for writing stands for the reset: it fails every write at once."""
+
+    async def main() -> None:
+        listener = (await trio.open_tcp_listeners(0, host="127.0.0.1"))[0]
+        port = listener.socket.getsockname()[1]
+        client = await trio.open_tcp_stream("127.0.0.1", port)
+        server = await listener.accept()
+        conn = Connection(
+            stream=client,
+            peer=Peer(b"asker"),
+            outbound=True,
+            session_key=bytes(32),
+            trailing_data=b"",
+            max_frame_size=2_000_000,
+            delay=None,
+            on_frames=lambda conn, frames: None,
+            on_written=lambda conn, count, size: None,
+        )
+        conn.peer.conn = conn
+        sealer = conn._sealer
+        assert sealer is not None
+        sealed: list[int] = []
+
+        class CountingSealer:
+            def seal(self, data: bytes) -> bytes:
+                sealed.append(len(data))
+                return sealer.seal(data)
+
+        conn._sealer = CountingSealer()  # type: ignore[assignment]
+        client.socket.shutdown(socket.SHUT_WR)  # every write fails now (EPIPE), as to a reset
+        conn.peer.queue.extend(b"x" * 1_000_000 for _ in range(8))
+        conn.flush()  # this write fails, and the connection is aborted
+        assert conn.aborted and conn.failure is not None
+        assert len(sealed) == 1
+        conn.flush()  # as the write loop, going round while the queue holds anything
+        assert len(sealed) == 1 and len(conn.peer.queue) > 0
+        await client.aclose()
+        await server.aclose()
+        await listener.aclose()
 
     run(main)

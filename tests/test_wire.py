@@ -767,6 +767,33 @@ def test_a_gossip_item_written_by_hand_is_what_protobuf_writes(
     assert (topic, decoded) == ("t", gossip) and decoded.envelope == envelope
 
 
+@given(
+    publisher=st.binary(min_size=1, max_size=MAX_PEER_ID_SIZE),
+    packed=st.lists(
+        st.tuples(st.binary(max_size=300), st.integers(1, MAX_HOPS)),
+        min_size=1,
+        max_size=MAX_HISTORY_MESSAGES,
+    ),
+    topic=st.sampled_from(["t", "ä" * 100]),
+)
+def test_a_history_item_written_by_hand_is_what_protobuf_writes(
+    publisher: bytes, packed: list[tuple[bytes, int]], topic: str
+) -> None:
+    envelopes, hops = tuple(raw for raw, _ in packed), tuple(hop for _, hop in packed)
+    history = History(publisher=publisher, envelopes=envelopes, hops=hops)
+    expected = pb.Frame(
+        items=[
+            pb.Item(
+                topic=topic,
+                history=pb.History(publisher=publisher, envelopes=envelopes, hops=hops),
+            )
+        ]
+    ).SerializeToString()
+    assert encode_item(topic, history) == expected
+    [[(decoded_topic, decoded)]] = decode_all(frame_from_items([expected]))
+    assert (decoded_topic, decoded) == (topic, history)
+
+
 def _reads(chunks: list[bytes], *, whole_frames: bool) -> list[object]:
     """The frames of `chunks` fed one by one (then "FrameError" if one raised);
     `whole_frames`: a chunk that is one whole frame is taken by whole_frame(), as a

@@ -241,6 +241,11 @@ class Connection:
         delta, self._bytes_in_reported = self._bytes_in - self._bytes_in_reported, self._bytes_in
         return delta
 
+    @property
+    def aborted(self) -> bool:
+        """Ending (abort(), a failed read or write): nothing more is written to it."""
+        return self._scope.cancel_called
+
     def abort(self, reason: str) -> None:
         """End the connection now (from any task, synchronously); `reason` is the failure."""
         if self.failure is None:
@@ -379,7 +384,7 @@ class Connection:
         """Write the queue until it is empty or the socket is full."""
         peer = self.peer
         fd = self._fd
-        while peer.queue:
+        while peer.queue and not self.aborted:
             frame, count, frames = take_frames(peer.queue)
             peer.queued_bytes -= len(frame) - frames * LENGTH_PREFIX_SIZE
             data = frame if self._sealer is None else self._sealer.seal(frame)
@@ -428,6 +433,8 @@ class Connection:
                     self._flush_at = None
                     continue
                 self._write_queued()
+                if self.aborted:  # the write failed: Cancelled here, the rest left unsealed
+                    await trio.lowlevel.checkpoint()
             # Stop writing: no new items go to this connection from here on.
             self.we_closed = True
             if peer.conn is self:

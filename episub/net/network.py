@@ -27,8 +27,11 @@ Rules:
   neighbour instead of overflowing its queue and losing the link. A peer that stays over
   half full for the whole wait is too slow, and is lost as on overflow.
 - Answers (what a peer asked for: `answer`) wait in the peer's lane (answers.py) as
-  recipes and are encoded a batch at a time while its queue is under an eighth of its
-  bounds, within the peer's byte budget; the lane goes with the peer's connection. When
+  recipes and are encoded while its queue is under an eighth of its bounds, within the
+  peer's byte budget; the lane goes with the peer's connection. They are encoded and
+  written by a task of their own (`_answer_loop`), ANSWER_STEP_BYTES a step, peer after
+  peer: never in the step that read the request or wrote the last answer, so that a
+  read of honest frames waits at most one such step behind what a peer asked. When
   a lane empties, the core is told (`on_answers_drained`): it makes the next batch of
   what the peer asked; when the connection goes, the core drops it
   (`on_answers_cancelled`). An empty lane is kept, with its byte budget, until the
@@ -81,6 +84,13 @@ __all__ = [
 ]
 
 log = logging.getLogger("episub.net")
+
+# Answer bytes encoded (and then written) in one step of the answer task before other tasks
+# run: at least one answer, however large. ~0.6 ms of CPU at benchmarks/answer_cost.py's
+# 2.2-2.6 ms per MB. Guess: a few steps per TCP send window, well under honest delivery's
+# few milliseconds; a catch-up at the byte budget (answers.ANSWER_BYTES_PER_SECOND) takes
+# ~130 such steps a second.
+ANSWER_STEP_BYTES = 256 * 1024
 
 # A peer's send queue: a few seconds of a busy topic's traffic to one neighbour. A peer
 # further behind than this is too slow, and waiting for it would hold memory for nothing.
@@ -216,6 +226,9 @@ class Network:
         self._fill_bytes = self._queue_max_bytes // 8
         # Peers with answers waiting, or whose byte budget is still refilling.
         self._lanes: dict[bytes, AnswerLane] = {}
+        # Peers whose lanes the answer task serves next (`_answer_loop`), in turn.
+        self._answers_due: dict[bytes, Peer] = {}
+        self._answers_wakeup = trio.Event()
         self._budgets: dict[bytes, RequestBudget] = {}  # peers that asked something
         self.closing = False
 
@@ -230,6 +243,7 @@ class Network:
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             await nursery.start(self._listen, listeners)
+            nursery.start_soon(self._answer_loop)
             task_status.started()
             await trio.sleep_forever()
 
@@ -609,7 +623,9 @@ class Network:
         counters.messages_out += count
         counters.bytes_out += size
         if self._lanes:
-            self._refill(conn.peer)  # the writer writes what this queues in the same turn
+            lane = self._lanes.get(conn.peer.id)
+            if lane is not None and lane.items:
+                self._answer_soon(conn.peer)  # room in its queue again: its next answers
         self._notify_progress()
 
     # -- answers and request budgets ---------------------------------------------------------
@@ -628,7 +644,7 @@ class Network:
         if lane is None:
             lane = self._lanes[peer_id] = AnswerLane(trio.current_time())
         lane.add(key, size, make, self.counters.answers)
-        self._refill(peer)
+        self._answer_soon(peer)
 
     def charge(self, peer_id: bytes, work: float) -> Verdict:
         """Charge `work` for a request of `peer_id` (answers.RequestBudget): OK, THROTTLED
@@ -658,46 +674,70 @@ class Network:
                 self._forget_requests(peer_id)
         return verdict
 
-    def _refill(self, peer: Peer) -> None:
+    def _answer_soon(self, peer: Peer) -> None:
+        """The answer task serves `peer`'s lane at its next step (`_answer_loop`)."""
+        self._answers_due[peer.id] = peer
+        self._answers_wakeup.set()
+
+    async def _answer_loop(self) -> None:
+        """Encode and write the waiting answers of the peers due, ANSWER_STEP_BYTES of one
+        peer's a step, each peer in turn, letting every other task run between steps."""
+        due = self._answers_due
+        while True:
+            while due:
+                peer = due.pop(next(iter(due)))
+                if self.peers.get(peer.id) is peer and self._refill(peer, ANSWER_STEP_BYTES):
+                    due[peer.id] = peer  # more waits and there is room: after the others
+                self.flush()
+                await trio.lowlevel.checkpoint()
+            self._answers_wakeup = trio.Event()
+            await self._answers_wakeup.wait()
+
+    def _refill(self, peer: Peer, step_bytes: int) -> bool:
         """Encode the peer's waiting answers into its queue while it is under the fill
-        marks and its byte budget lasts; past the budget, a wakeup when it refills."""
+        marks and its byte budget lasts, about `step_bytes` of them (at least one); past
+        the budget, a wakeup when it refills. True when it stopped at `step_bytes` only."""
         lane = self._lanes.get(peer.id)
         if lane is None:
-            return
+            return False
         conn = peer.conn
         counters = self.counters.answers
         now = trio.current_time()
-        if conn is None or not lane.items:
-            return
+        if conn is None or conn.aborted or not lane.items:
+            return False  # an aborted connection's end cancels the lane (_ended)
         peer.notify()  # a writer parked on an empty queue (a delay line's) takes them
+        made = 0
         while lane.items:
             if (
                 peer.queued_bytes >= self._fill_bytes
                 or len(peer.queue) + conn.in_flight >= self._fill_items
             ):
-                return  # the writer's next write calls back here
+                return False  # the writer's next write makes it due again (_on_written)
+            if made >= step_bytes:
+                return True
             wait = lane.bucket.wait(now)
             if wait > 0:
                 counters.answers_throttled += 1
                 if not lane.timer_set and self._nursery is not None:
                     lane.timer_set = True
                     self._nursery.start_soon(self._refill_later, peer, lane, wait)
-                return
+                return False
             _, make = lane.take()
             item = make()
             if item is None:
                 continue
+            made += len(item)
             lane.bucket.level -= len(item)
             counters.answers_sent += 1
             self.send(peer.id, item)
         self._on_answers_drained(peer.id)  # the last one went: the core makes the next batch
+        return False
 
     async def _refill_later(self, peer: Peer, lane: AnswerLane, wait: float) -> None:
         await trio.sleep(wait)
         lane.timer_set = False
         if self._lanes.get(peer.id) is lane and self.peers.get(peer.id) is peer:
-            self._refill(peer)
-            self.flush()
+            self._answer_soon(peer)
 
     def _forget_requests(self, peer_id: bytes) -> None:
         """The peer's waiting answers go; its budget stays until it is owed nothing

@@ -9,7 +9,8 @@ meanwhile), and the outputs are carried out in one place (`_carry_out`):
   the input is fed, the network writes every peer's queue from the task that fed it
   (network.flush): a received burst is read, processed and forwarded in one wakeup.
   A Send marked `answer` (what the peer asked for) is not encoded here: the network
-  takes it a batch at a time as the peer reads, within its budget (answers.py). When
+  takes it a batch at a time as the peer reads, within its budget (answers.py), in a
+  task of its own: the step that reads a request only queues its first batch. When
   the peer's lane empties the core is fed AnswersDrained and makes its next batch of
   what the peer asked (proto/answers.py); when its connection goes, AnswersCancelled.
 - ScheduleTimer: into the timer queue (timers.py), which decides the instant from the
@@ -536,10 +537,8 @@ class Runtime:
 
     def _on_answers_drained(self, peer_id: bytes) -> None:
         """The peer's answer lane emptied (network.py): the core's next batch for it, once
-        however often it empties before the core is fed. Called from within a write (a
-        writer's, or a flush's): what the batch sends is queued for the peer's writer,
-        which the lane wakes, never written from here, where a write of ours could cut
-        into the one in progress."""
+        however often it empties before the core is fed. Called from the network's answer
+        task, which encodes and writes the batch in its later steps, never from here."""
         if peer_id in self._drained:
             return
         if self._pumping:
