@@ -203,11 +203,12 @@ def test_the_step_that_reads_a_pull_makes_none_of_its_answers() -> None:
             handed = runtime.network._on_frames
             made_in_read: list[int] = []
 
-            def on_frames(conn, frames):  # type: ignore[no-untyped-def]
+            def on_frames(conn, frames, resumed):  # type: ignore[no-untyped-def]
                 before = a.stats()["answers_sent"]
-                handed(conn, frames)
+                rest = handed(conn, frames, resumed)
                 if any(isinstance(m, Pull) for frame in frames for _, m in frame):
                     made_in_read.append(a.stats()["answers_sent"] - before)
+                return rest
 
             runtime.network._on_frames = on_frames  # connections made from here on use it
             raw = await RawPeer.connect(a.address)

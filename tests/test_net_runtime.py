@@ -353,7 +353,7 @@ def test_a_connection_whose_write_failed_seals_nothing_more() -> None:
             trailing_data=b"",
             max_frame_size=2_000_000,
             delay=None,
-            on_frames=lambda conn, frames: None,
+            on_frames=lambda conn, frames, resumed: None,
             on_written=lambda conn, count, size: None,
         )
         conn.peer.conn = conn

@@ -179,7 +179,7 @@ class Connection:
         sealed: bool = True,
         max_frame_size: int,
         delay: Callable[[], float] | None,
-        on_frames: Callable[[Connection, list[FrameItems]], None],
+        on_frames: Callable[[Connection, list[FrameItems], bool], FrameItems | None],
         on_written: Callable[[Connection, int, int], None],
     ) -> None:
         self.stream = stream
@@ -200,6 +200,9 @@ class Connection:
         self._max_delay = 0.0  # the longest hold so far: how long our EOF may be held too
         self._on_frames = on_frames
         self._on_written = on_written
+        # Items of a read the runtime left for a later step (a step's share of requests was
+        # taken): handed over after a checkpoint, before anything more is read.
+        self._backlog: FrameItems | None = None
         self._scope = trio.CancelScope()
         self._reader_done = trio.Event()
         now = trio.current_time()
@@ -277,6 +280,7 @@ class Connection:
             if self._trailing:
                 self._received(self._trailing)
                 self._trailing = b""
+                await self._hand_over_backlog()
             fd, turn = self._fd, 0
             while True:
                 try:
@@ -289,6 +293,9 @@ class Connection:
                     self._check_clean_end()
                     break
                 self._received(data)
+                if self._backlog is not None:
+                    turn = 0
+                    await self._hand_over_backlog()
                 if len(data) < READ_CHUNK:
                     # A short read took what the socket held: wait for more rather than
                     # read again for an EAGAIN (an exception and a system call per frame).
@@ -346,9 +353,17 @@ class Connection:
         if frames:
             self._hand_over(frames)
 
+    async def _hand_over_backlog(self) -> None:
+        """What the runtime left of the last read, a step at a time, other tasks between."""
+        while self._backlog is not None:
+            await trio.lowlevel.checkpoint()
+            backlog, self._backlog = self._backlog, None
+            self.last_received = trio.current_time()
+            self._backlog = self._on_frames(self, [backlog], True)
+
     def _hand_over(self, frames: list[FrameItems]) -> None:
         self.last_received = trio.current_time()
-        self._on_frames(self, frames)
+        self._backlog = self._on_frames(self, frames, False)
 
     # -- writing ------------------------------------------------------------------------
 

@@ -166,7 +166,7 @@ class Network:
         key: bytes,
         me: bytes,
         counters: NetCounters,
-        on_frames: Callable[[Connection, list[FrameItems]], None],
+        on_frames: Callable[[Connection, list[FrameItems], bool], FrameItems | None],
         on_lost: Callable[[bytes], None],
         on_answers_drained: Callable[[bytes], None],
         on_answers_cancelled: Callable[[bytes], None],

@@ -148,6 +148,10 @@ _SWEEP = object()
 # 16, a guess.
 _SEQS_PER_WORK = 8
 _LIST_COST = 16
+# Request work one step of a connection's reader hands the core: four GETHELD pages or
+# eight 1,024-seq PULLs (a step of a few ms); what a read holds past it waits for the
+# next step, other tasks first (the agent, honest links). Guess; at least one request goes.
+STEP_REQUEST_WORK = 1024
 # An answer's size in a lane, before it is encoded: a GOSSIP is its envelope's bytes and
 # ~50 of framing and id; a HELD at most MAX_HELD_SPANS spans of ~100 bytes.
 _GOSSIP_OVERHEAD = 64
@@ -473,10 +477,14 @@ class Runtime:
 
     def _admitted(
         self, peer_id: bytes, items: list[tuple[str | None, m.PeerMessage]]
-    ) -> list[tuple[str | None, m.PeerMessage]]:
+    ) -> tuple[list[tuple[str | None, m.PeerMessage]], FrameItems | None]:
         """`items` less the requests the peer's work budget refuses (a refused GRAFT keeps
-        its link change: it comes in without ranges); none when the peer is dropped."""
+        its link change: it comes in without ranges), up to STEP_REQUEST_WORK of requests
+        admitted: from the request past that on, the items wait for a later step (the
+        second value). None when the peer is dropped."""
         refused: list[int] = []
+        rest: FrameItems | None = None
+        step = 0
         for i, (_, message) in enumerate(items):
             cost = _REQUEST_COSTS.get(type(message))
             if cost is None:
@@ -484,13 +492,18 @@ class Runtime:
             work = cost(message)
             if not work:
                 continue
+            if step >= STEP_REQUEST_WORK:
+                items, rest = items[:i], items[i:]
+                break
             verdict = self.network.charge(peer_id, work)
             if verdict is Verdict.OVER:
-                return []
+                return [], None
             if verdict is Verdict.THROTTLED:
                 refused.append(i)
+            else:
+                step += work
         if not refused:
-            return items
+            return items, rest
         kept = list(items)
         for i in reversed(refused):
             topic, message = kept[i]
@@ -498,18 +511,23 @@ class Runtime:
                 kept[i] = (topic, m.Graft())
             else:
                 del kept[i]
-        return kept
+        return kept, rest
 
     # -- what calls the pump: the network, the timer task, the API -------------------------
 
-    def _on_frames(self, conn: Connection, frames: list[FrameItems]) -> None:
+    def _on_frames(
+        self, conn: Connection, frames: list[FrameItems], resumed: bool
+    ) -> FrameItems | None:
         """Every frame of one read goes into the core as one input (ReceivedMany), at the
-        read's own time; timers that may fire early and may by now fire in its wakeup."""
+        read's own time; timers that may fire early and may by now fire in its wakeup.
+        Past a step's share of requests (`_admitted`), the rest of the read is returned,
+        to come back `resumed` after the connection's reader let other tasks run."""
         counters = self.counters
-        counters.frames_in += len(frames)
         items = frames[0] if len(frames) == 1 else [item for frame in frames for item in frame]
-        counters.messages_in += len(items)
-        counters.bytes_in += conn.take_bytes_in()
+        if not resumed:
+            counters.frames_in += len(frames)
+            counters.messages_in += len(items)
+            counters.bytes_in += conn.take_bytes_in()
         peer_id = conn.peer.id
         received = conn.last_received  # trio.current_time() as the read handed them over
         now = received + self._epoch
@@ -519,17 +537,19 @@ class Runtime:
             rtt = conn.kernel_rtt()
             if rtt is not None:
                 self._pump(RttMeasured(peer_id, rtt), now)
-        items = self._admitted(peer_id, items)
+        items, rest = self._admitted(peer_id, items)
         if not items:
-            return
+            return rest
         if self._pump(ReceivedMany(peer_id, items), now) is not None:
             conn.abort("core error")  # a core bug met by a peer's input: the peer is cut off
+            rest = None
         early = self._timers.take_early(received)
         if early:
             for token in early:
                 self._pump(TimerFired(token), now)
             self._wake_for_head()
         self._write()
+        return rest
 
     def _on_lost(self, peer_id: bytes) -> None:
         self._pump(ConnectionLost(peer_id), self.now())
