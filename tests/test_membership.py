@@ -1200,6 +1200,31 @@ def test_optimisation_never_picks_a_peer_with_a_request_pending():
     assert membership(node).pending[7].kind is RAND
 
 
+def test_each_swap_makes_the_next_one_dearer_up_to_swap_factor_max():
+    # alpha 2, growth 3, at most 4: the first swap needs a peer 2x nearer, the second 4x
+    # (not 6x: swap_factor_max).
+    cfg = node_config(membership_config(swap_factor_growth=3.0, swap_factor_max=4.0))
+    node = make_node(
+        active={1: RAND, 2: RAND, 3: NEAR},
+        passive=[7],
+        rtts={3: 0.25, 7: 0.1},
+        links={3: 4},
+        config=cfg,
+    )
+    assert sends(fire(node, "optimize", 1.0)) == [send(7, request(NEAR, rtt=0.1, links=3, rand=2))]
+    node.handle(received(7, accept(NEAR, links=4)), 1.25)
+    assert node.active_view(TOPIC) == {1: RAND, 2: RAND, 7: NEAR}
+
+    def offer(peer: int, rtt: float, now: float) -> list[object]:
+        node.rtts.sample(peer, rtt)
+        membership(node).passive_view.add(peer)
+        return sends(fire(node, "optimize", now))
+
+    assert offer(9, 0.04, 2.0) == []  # 2.5x nearer than 7: enough for a first swap only
+    assert offer(10, 0.024, 3.0) == [send(10, request(NEAR, rtt=0.024, links=3, rand=2))]
+    assert membership(node).proximity.swaps_asked == 2
+
+
 def test_optimisation_does_nothing_when_no_peer_is_closer_by_alpha():
     cfg = node_config(membership_config())
     node = make_node(
