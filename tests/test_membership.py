@@ -1225,6 +1225,13 @@ def test_each_swap_makes_the_next_one_dearer_up_to_swap_factor_max():
     assert membership(node).proximity.swaps_asked == 2
 
 
+def test_swaps_cannot_get_cheaper_than_alpha():
+    with pytest.raises(ValueError, match="swap_factor_growth must be >= 1"):
+        membership_config(swap_factor_growth=0.9)
+    with pytest.raises(ValueError, match=r"swap_factor_max must be >= alpha \(2.0\), not 1.5"):
+        membership_config(swap_factor_max=1.5)
+
+
 def test_optimisation_does_nothing_when_no_peer_is_closer_by_alpha():
     cfg = node_config(membership_config())
     node = make_node(
