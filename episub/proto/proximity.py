@@ -14,9 +14,10 @@ Rules this machine keeps:
   Our near count, our farthest near neighbour and every swap below are about our own.
 - A peer is nearer than another, enough to change links for (a swap, an adoption), when
   its RTT is smaller by the factor alpha and by more than the two RTTs' variation.
-  With `swap_factor_growth` > 1 (off by default), each swap we ask for multiplies the
-  factor our next swap needs by it, up to `swap_factor_max`: a node's first swaps
-  converge at alpha, later ones need a clearly nearer peer.
+  With `swap_factor_growth` > 1 (off by default) and several publisher streams in the
+  topic, each swap we ask for multiplies the factor our next swap needs by it, up to
+  `swap_factor_max`: a node's first swaps converge at alpha, later ones need a clearly
+  nearer peer.
   Relabelling a standing link drops no link and keeps alpha only. An unknown RTT counts
   as the farthest.
 - A demotion to RAND takes effect when we ask for it; a promotion to NEAR when the peer
@@ -73,6 +74,9 @@ class Proximity:
         self.refused_by = refused_by
         self.counters = counters
         self.swaps_asked = 0  # swaps optimisation asked for; dearer each (swap_factor_growth)
+        # Publisher streams with a tree of their own in the topic (topic.py sets it): a
+        # swap touches each of them.
+        self.stream_trees = 0
 
     # -- queries ------------------------------------------------------------------------
 
@@ -108,10 +112,14 @@ class Proximity:
     def swap_factor(self) -> float:
         """How many times nearer a peer must be to replace our farthest near neighbour:
         alpha, times `swap_factor_growth` for each swap asked already, at most
-        `swap_factor_max` (and never below alpha). Each swap brings a link up and another
-        down, and every link change touches every publisher stream's tree; late swaps
-        gain a few ms of RTT each."""
+        `swap_factor_max` (and never below alpha), where the topic has several publisher
+        streams. Each swap brings a link up and another down, and every link change
+        touches every stream's tree; late swaps gain a few ms of RTT each. With one
+        stream, alpha: there the swaps cost little, and damping them cost one
+        publisher's p99 (docs/simulation.md)."""
         c = self.config
+        if self.stream_trees <= 1:
+            return c.alpha
         grown = c.alpha * c.swap_factor_growth**self.swaps_asked
         return max(c.alpha, min(grown, c.swap_factor_max))
 
