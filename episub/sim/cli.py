@@ -119,7 +119,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "--swap-factor-growth",
         type=_number(float, 1),
         default=d.swap_factor_growth,
-        help="proximity: each swap a node asks for makes its next one dearer by this (1: off)",
+        help="proximity, several senders: each swap makes the next dearer by this (1: off)",
     )
     add("--join-rate", type=POSITIVE, help="joins per second (default N/20 within 100..500)")
     add(
