@@ -39,6 +39,7 @@ from tests.helpers import (
     TOPIC,
     Network,
     accept,
+    broadcast,
     fire,
     make_node,
     membership,
@@ -1198,6 +1199,55 @@ def test_optimisation_never_picks_a_peer_with_a_request_pending():
         ScheduleTimer(5.0, token("optimize")),
     ]
     assert membership(node).pending[7].kind is RAND
+
+
+def swapping_node(streams: int) -> NodeState:
+    """NEAR 3 at 0.25 s, passive 7 at 0.1 s; alpha 2, swap_factor_growth 3, at most 4;
+    `streams` publisher streams with a tree of their own."""
+    cfg = node_config(membership_config(swap_factor_growth=3.0, swap_factor_max=4.0))
+    node = make_node(
+        active={1: RAND, 2: RAND, 3: NEAR},
+        passive=[7],
+        rtts={3: 0.25, 7: 0.1},
+        links={3: 4},
+        config=cfg,
+    )
+    for publisher in range(100, 100 + streams):
+        broadcast(node).trees.get(publisher)
+    return node
+
+
+def offer(node: NodeState, peer: int, rtt: float, now: float) -> list[object]:
+    """A measured passive peer `peer` at `rtt`, then an optimisation round."""
+    node.rtts.sample(peer, rtt)
+    membership(node).passive_view.add(peer)
+    return sends(fire(node, "optimize", now))
+
+
+def test_with_several_streams_each_swap_makes_the_next_one_dearer_up_to_swap_factor_max():
+    # The first swap needs a peer 2x nearer (alpha), the second 4x (not 6x: the max).
+    node = swapping_node(streams=2)
+    assert sends(fire(node, "optimize", 1.0)) == [send(7, request(NEAR, rtt=0.1, links=3, rand=2))]
+    node.handle(received(7, accept(NEAR, links=4)), 1.25)
+    assert node.active_view(TOPIC) == {1: RAND, 2: RAND, 7: NEAR}
+    assert offer(node, 9, 0.04, 2.0) == []  # 2.5x nearer than 7: enough for a first swap only
+    assert offer(node, 10, 0.024, 3.0) == [send(10, request(NEAR, rtt=0.024, links=3, rand=2))]
+    assert membership(node).proximity.swaps_asked == 2
+
+
+def test_with_one_stream_swaps_stay_at_alpha():
+    # A swap touches one tree: swap_factor_growth leaves the rule GoCast's.
+    node = swapping_node(streams=1)
+    fire(node, "optimize", 1.0)
+    node.handle(received(7, accept(NEAR, links=4)), 1.25)
+    assert offer(node, 9, 0.04, 2.0) == [send(9, request(NEAR, rtt=0.04, links=3, rand=2))]
+
+
+def test_swaps_cannot_get_cheaper_than_alpha():
+    with pytest.raises(ValueError, match="swap_factor_growth must be >= 1"):
+        membership_config(swap_factor_growth=0.9)
+    with pytest.raises(ValueError, match=r"swap_factor_max must be >= alpha \(2.0\), not 1.5"):
+        membership_config(swap_factor_max=1.5)
 
 
 def test_optimisation_does_nothing_when_no_peer_is_closer_by_alpha():

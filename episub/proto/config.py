@@ -52,6 +52,8 @@ class MembershipConfig:
     recovery_fanout: int = 16  # guess: remembered peers (from the RTT table) asked per attempt
     timer_jitter: float = 0.25  # guess: +-25% so periodic work does not synchronise
     alpha: float = 1.5  # tuned: 2.0 converged slower (docs/simulation.md, proximity runs)
+    swap_factor_growth: float = 1.0  # off: > 1 makes each swap dearer (docs/simulation.md)
+    swap_factor_max: float = 4.0  # guess: a peer 4x nearer is always worth a swap (zones)
     rtt_smoothing: float = 0.125  # RFC 6298's alpha for SRTT
     rtt_variation_gain: float = 0.25  # RFC 6298's beta for RTTVAR (see Proximity.nearer)
     left_memory: float = 60.0  # guess: how long a LEAVE keeps a peer out of our views
@@ -103,6 +105,14 @@ class MembershipConfig:
             _positive(name, getattr(self, name))
         if not self.alpha >= 1.0:
             raise ValueError(f"alpha must be >= 1, not {self.alpha}")
+        if not self.swap_factor_growth >= 1.0:
+            raise ValueError(
+                f"swap_factor_growth must be >= 1 (1: off), not {self.swap_factor_growth!r}"
+            )
+        if not self.swap_factor_max >= self.alpha:
+            raise ValueError(
+                f"swap_factor_max must be >= alpha ({self.alpha}), not {self.swap_factor_max!r}"
+            )
         if not 0.0 <= self.rtt_variation_gain <= 1.0:
             raise ValueError(f"rtt_variation_gain must be in [0, 1], not {self.rtt_variation_gain}")
         if not 0.0 < self.rtt_smoothing <= 1.0:

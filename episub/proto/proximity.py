@@ -14,6 +14,10 @@ Rules this machine keeps:
   Our near count, our farthest near neighbour and every swap below are about our own.
 - A peer is nearer than another, enough to change links for (a swap, an adoption), when
   its RTT is smaller by the factor alpha and by more than the two RTTs' variation.
+  With `swap_factor_growth` > 1 (off by default) and several publisher streams in the
+  topic, each swap we ask for multiplies the factor our next swap needs by it, up to
+  `swap_factor_max`: a node's first swaps converge at alpha, later ones need a clearly
+  nearer peer.
   Relabelling a standing link drops no link and keeps alpha only. An unknown RTT counts
   as the farthest.
 - A demotion to RAND takes effect when we ask for it; a promotion to NEAR when the peer
@@ -69,6 +73,10 @@ class Proximity:
         self.active = active
         self.refused_by = refused_by
         self.counters = counters
+        self.swaps_asked = 0  # swaps optimisation asked for; dearer each (swap_factor_growth)
+        # Publisher streams with a tree of their own in the topic (topic.py sets it): a
+        # swap touches each of them.
+        self.stream_trees = 0
 
     # -- queries ------------------------------------------------------------------------
 
@@ -79,7 +87,14 @@ class Proximity:
         """Our own near links: those we chose (a peer's choice does not count)."""
         return sum(1 for link in self.active.values() if link.kind is LinkKind.NEAR and link.chosen)
 
-    def nearer(self, peer: PeerId, rtt: float, far_peer: PeerId, far_rtt: float) -> bool:
+    def nearer(
+        self,
+        peer: PeerId,
+        rtt: float,
+        far_peer: PeerId,
+        far_rtt: float,
+        factor: float | None = None,
+    ) -> bool:
         """Is `peer` at `rtt` nearer than `far_peer` at `far_rtt`, enough to change links
         for (a swap, an eviction)? By the factor alpha (GoCast), and by more than the two
         RTTs' variation (RTTVAR): a difference inside it is noise, not distance. Between
@@ -87,11 +102,26 @@ class Proximity:
         noise went on for good (the config benchmark at 32 nodes: 10-13 swaps and ~20
         evictions in 4 s, each one a burst of duplicates and PRUNEs in the tree). With
         steady samples (the simulator) the variation is 0 and this is GoCast's rule.
-        Relabelling a standing link (RAND <-> NEAR) drops no link and keeps alpha only."""
-        if not rtt * self.config.alpha < far_rtt:
+        Relabelling a standing link (RAND <-> NEAR) drops no link and keeps alpha only.
+        `factor`: the one to use instead of alpha (`swap_factor`)."""
+        if not rtt * (self.config.alpha if factor is None else factor) < far_rtt:
             return False
         noise = self.rtts.variation(peer) + self.rtts.variation(far_peer)
         return far_rtt - rtt > noise
+
+    def swap_factor(self) -> float:
+        """How many times nearer a peer must be to replace our farthest near neighbour:
+        alpha, times `swap_factor_growth` for each swap asked already, at most
+        `swap_factor_max` (and never below alpha), where the topic has several publisher
+        streams. Each swap brings a link up and another down, and every link change
+        touches every stream's tree; late swaps gain a few ms of RTT each. With one
+        stream, alpha: there the swaps cost little, and damping them cost one
+        publisher's p99 (docs/simulation.md)."""
+        c = self.config
+        if self.stream_trees <= 1:
+            return c.alpha
+        grown = c.alpha * c.swap_factor_growth**self.swaps_asked
+        return max(c.alpha, min(grown, c.swap_factor_max))
 
     def rtt_or_inf(self, peer: PeerId) -> float:
         """Our RTT to `peer`; an unmeasured peer sorts as the farthest."""
@@ -147,7 +177,8 @@ class Proximity:
             # Short of near links while full: the new one displaces a surplus random link.
             return best, self.surplus_rand_link()
         farthest = self.farthest_near()
-        if farthest is not None and self.nearer(best, best_rtt, *farthest):
+        if farthest is not None and self.nearer(best, best_rtt, *farthest, self.swap_factor()):
+            self.swaps_asked += 1
             return best, farthest[0]
         return None
 

@@ -109,6 +109,8 @@ class Topic:
             self.broadcast.on_timer(timer, now, out)
             return
         start = len(out)
+        # Optimisation weighs a swap by the trees it touches (proximity.swap_factor).
+        self.membership.proximity.stream_trees = len(self.broadcast.trees)
         self.membership.on_timer(timer, now, out)
         self._feed_neighbor_changes(out, start, now)
 

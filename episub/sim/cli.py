@@ -115,6 +115,12 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         default=d.race_lazy_hops,
         help="broadcast's lazy race: hops a lazy announcer must save (0: off, the default)",
     )
+    add(
+        "--swap-factor-growth",
+        type=_number(float, 1),
+        default=d.swap_factor_growth,
+        help="proximity, several senders: each swap makes the next dearer by this (1: off)",
+    )
     add("--join-rate", type=POSITIVE, help="joins per second (default N/20 within 100..500)")
     add(
         "--senders",
@@ -223,6 +229,7 @@ def params_from_args(args: argparse.Namespace) -> SimParams:
         near_parent_factor=args.near_parent_factor,
         stream_trees=args.stream_trees,
         race_lazy_hops=args.race_lazy_hops,
+        swap_factor_growth=args.swap_factor_growth,
     )
 
 

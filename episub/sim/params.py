@@ -77,6 +77,9 @@ class SimParams:
     stream_trees: int = BroadcastConfig().max_stream_trees
     # broadcast.py's lazy race (BroadcastConfig.race_lazy_hops); 0: off, the core's default.
     race_lazy_hops: int = 0
+    # proximity.py's dearer swaps (MembershipConfig.swap_factor_growth); 1: off, the core's
+    # default.
+    swap_factor_growth: float = 1.0
 
     def __post_init__(self) -> None:
         if self.scenario not in SCENARIOS:
@@ -91,6 +94,8 @@ class SimParams:
             )
         if self.stream_trees < 0:
             raise ValueError(f"stream_trees must be >= 0, not {self.stream_trees}")
+        if not self.swap_factor_growth >= 1.0:
+            raise ValueError(f"swap_factor_growth must be >= 1, not {self.swap_factor_growth}")
         if self.race_lazy_hops < 0:
             raise ValueError(f"race_lazy_hops must be >= 0, not {self.race_lazy_hops}")
         if self.nodes < 2:
@@ -183,6 +188,7 @@ class SimParams:
         return min(JOIN_RATE_MAX, max(JOIN_RATE_MIN, self.nodes * JOIN_RATE_PER_NODE))
 
 
-def membership_config(proximity: bool) -> MembershipConfig:
-    """The core's defaults with GoCast's proximity links on or off (plain HyParView)."""
-    return MembershipConfig(proximity=proximity)
+def membership_config(proximity: bool, swap_factor_growth: float = 1.0) -> MembershipConfig:
+    """The core's defaults with GoCast's proximity links on or off (plain HyParView), and
+    each swap dearer by `swap_factor_growth` (1: the default, off)."""
+    return MembershipConfig(proximity=proximity, swap_factor_growth=swap_factor_growth)

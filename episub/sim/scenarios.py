@@ -124,7 +124,7 @@ class ScenarioRun:
             from episub.proto.node import NodeState
 
             config = NodeConfig(
-                membership=membership_config(proximity),
+                membership=membership_config(proximity, params.swap_factor_growth),
                 broadcast=BroadcastConfig(
                     near_parent_factor=params.near_parent_factor,
                     max_stream_trees=params.stream_trees,
@@ -428,6 +428,8 @@ def run(
         header["near_parent_factor"] = params.near_parent_factor
     if params.race_lazy_hops:
         header["race_lazy_hops"] = params.race_lazy_hops
+    if params.swap_factor_growth != 1.0:
+        header["swap_factor_growth"] = params.swap_factor_growth
     if params.stream_trees != _broadcast.max_stream_trees:
         header["stream_trees"] = params.stream_trees
     if params.drop or params.delay or params.one_way_partition is not None:
