@@ -22,6 +22,7 @@ from episub.agent.lifetime import WATCH_INTERVAL, OwnerProcess
 from episub.agent.server import AgentServer
 from episub.agent.service import AgentLimits, AgentService
 from episub.allocator import ReleaseWatch, limit_heap_growth
+from episub.collector import collect_rarely
 from episub.net.link_delay import LinkDelay
 from episub.net.peer_id import format_address, parse_address
 from episub.node import Node
@@ -98,6 +99,7 @@ async def _serve(
     stop: Callable[[str], None],
 ) -> None:
     limit_heap_growth()  # before the node's tables grow (episub/allocator.py)
+    collect_rarely()  # full collections stall the node (episub/collector.py)
     node = Node(
         key=options.key,
         listen=options.listen,
