@@ -360,3 +360,47 @@ def test_a_peer_asking_past_its_work_budget_is_refused_then_dropped() -> None:
             await assert_still_serving(a, b)
 
     run(main)
+
+
+def test_a_read_full_of_requests_goes_to_the_core_a_steps_share_at_a_time() -> None:
+    """Twenty GETHELDs in one frame cost twenty pages of work: the core is handed at most
+    a step's share of them at once (runtime.STEP_REQUEST_WORK; before, all of a read in
+    one step, however long), the rest after the reader let other tasks run, and every
+    one is answered: the share defers requests, it refuses none."""
+    from episub.net.runtime import STEP_REQUEST_WORK
+    from episub.proto.messages import MAX_HELD_SPANS, Held
+
+    asked = 20
+
+    async def main() -> None:
+        async with honest_pair() as (a, _):
+            runtime = a._running()
+            handed = runtime.network._on_frames
+            per_step: list[int] = []
+
+            def count(items) -> int:  # type: ignore[no-untyped-def]
+                return sum(isinstance(m, GetHeld) for _, m in items)
+
+            def on_frames(conn, frames, resumed):  # type: ignore[no-untyped-def]
+                rest = handed(conn, frames, resumed)
+                taken = sum(count(frame) for frame in frames) - (count(rest) if rest else 0)
+                if taken:
+                    per_step.append(taken)
+                return rest
+
+            runtime.network._on_frames = on_frames  # connections made from here on use it
+            raw = await RawPeer.connect(a.address)
+            await hostile_peer.join_as_neighbour(raw, TOPIC)
+            await raw.send_items([(TOPIC, GetHeld(nonce=i)) for i in range(asked)])
+            nonces: list[int] = []
+            with trio.fail_after(WAIT):
+                while len(nonces) < asked:
+                    frame = await raw.reader.receive_frame()
+                    assert frame is not None, "the target closed the connection"
+                    nonces += [m.nonce for _, m in frame if isinstance(m, Held)]
+            assert sorted(nonces) == list(range(asked))
+            assert sum(per_step) == asked
+            assert max(per_step) <= STEP_REQUEST_WORK // MAX_HELD_SPANS, per_step
+            await raw.aclose()
+
+    run(main)
