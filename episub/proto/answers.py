@@ -34,6 +34,8 @@ from __future__ import annotations
 from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
+from typing import TypeVar
 
 from episub.proto import messages as m
 from episub.proto.cache import Cached
@@ -54,6 +56,8 @@ MAX_PENDING_SEQS = 2 * m.MAX_PULL_SPAN
 # Peers with answers waiting in one topic. Guess: far more than a node's neighbours and
 # the readers fetching from it at once; each costs at most MAX_PENDING_RANGES small rows.
 MAX_ASKERS = 128
+T = TypeVar("T")
+
 # Bytes a message costs a batch beyond its envelope: its id, hops and framing (a guess
 # on the high side, so that a batch's encoded size stays within answer_batch_bytes).
 _MESSAGE_OVERHEAD = 64
@@ -184,65 +188,38 @@ class AnswerCursors:
     ) -> None:
         """One batch from the front of `peer`'s cursor; the cursor goes once empty."""
         config = self.config
-        max_items, max_bytes = config.answer_batch_messages, config.answer_batch_bytes
         items = size = 0
         full = False
         self.counters.answer_batches += 1
         ranges = cursor.ranges
         while ranges and not full:
             r = ranges[0]
-            publisher, seq, last = r.publisher, r.next_seq, r.last_seq
+            publisher = r.publisher
             if r.pull:  # from the cache or the store
-                held_at = history(publisher)
-                raws: list[tuple[bytes, int]] = []
-                while seq <= last:
-                    held = held_at(seq)
-                    if held is None:
-                        items += 1  # a look-up that found nothing costs an item too
-                    else:
-                        raw, hops = held
-                        cost = len(raw) + _MESSAGE_OVERHEAD
-                        if items and size + cost > max_bytes:
-                            full = True
-                            break
-                        raws.append((raw, min(hops + 1, m.MAX_HOPS)))
-                        items += 1
-                        size += cost
-                    seq += 1
-                    if items >= max_items:
-                        full = True
-                        break
+                raws, seq, items, size, full = _take(
+                    history(publisher), _raw_of_pair, r, True, items, size, config
+                )
                 self._send_history(peer, publisher, raws, out)
             else:  # a GRAFT's places: live repair, from the cache only
-                found: list[Cached] = []
-                while seq <= last:
-                    cached = lookup(publisher, seq)
-                    if cached is not None:
-                        cost = len(cached.raw) + _MESSAGE_OVERHEAD
-                        if items and size + cost > max_bytes:
-                            full = True
-                            break
-                        found.append(cached)
-                        items += 1
-                        size += cost
-                    seq += 1
-                    if items >= max_items:
-                        full = True
-                        break
+                found, seq, items, size, full = _take(
+                    partial(lookup, publisher), _raw_of_cached, r, False, items, size, config
+                )
                 for cached in found:
                     gossip = cached.gossip(min(cached.hops + 1, m.MAX_HOPS))
                     out.append(Send(peer, self.topic, gossip, answer=True))
             cursor.seqs -= seq - r.next_seq
             r.next_seq = seq
-            if seq > last:
+            if seq > r.last_seq:
                 ranges.popleft()
         if not ranges:
             del self.cursors[peer]
 
     def _send_history(
-        self, peer: PeerId, publisher: PeerId, raws: list[tuple[bytes, int]], out: list[OutEvent]
+        self, peer: PeerId, publisher: PeerId, held: list[tuple[bytes, int]], out: list[OutEvent]
     ) -> None:
+        """A PULL's `held` (bytes, hops as held) sent on at one hop more."""
         topic = self.topic
+        raws = [(raw, min(hops + 1, m.MAX_HOPS)) for raw, hops in held]
         if isinstance(publisher, bytes):
             for pack in history_packs(publisher, raws, self.config.max_message_size):
                 out.append(Send(peer, topic, pack, answer=True))
@@ -252,3 +229,43 @@ class AnswerCursors:
             envelope.publisher = publisher
             gossip = m.Gossip(id=self.message_id(envelope.unsigned), envelope=envelope, hops=hops)
             out.append(Send(peer, topic, gossip, answer=True))
+
+
+def _take(
+    held_at: Callable[[int], T | None],
+    raw_of: Callable[[T], bytes],
+    r: _Range,
+    count_misses: bool,
+    items: int,
+    size: int,
+    config: BroadcastConfig,
+) -> tuple[list[T], int, int, int, bool]:
+    """What `held_at` holds of `r` from its next seq, within the batch's bounds (items and
+    bytes so far given; a miss costs an item where `count_misses`): (what was found, the
+    next seq, items, bytes, whether the batch is full)."""
+    max_items, max_bytes = config.answer_batch_messages, config.answer_batch_bytes
+    found: list[T] = []
+    seq, last = r.next_seq, r.last_seq
+    while seq <= last:
+        held = held_at(seq)
+        if held is not None:
+            cost = len(raw_of(held)) + _MESSAGE_OVERHEAD
+            if items and size + cost > max_bytes:
+                return found, seq, items, size, True
+            found.append(held)
+            items += 1
+            size += cost
+        elif count_misses:
+            items += 1  # a look-up that found nothing costs an item too
+        seq += 1
+        if items >= max_items:
+            return found, seq, items, size, True
+    return found, seq, items, size, False
+
+
+def _raw_of_pair(held: tuple[bytes, int]) -> bytes:
+    return held[0]
+
+
+def _raw_of_cached(held: Cached) -> bytes:
+    return held.raw
