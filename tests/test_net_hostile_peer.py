@@ -77,10 +77,7 @@ def test_pulls_repeated_without_reading_wait_merged_and_go_with_the_connection()
         async with honest_pair(max_message=100_000) as (a, b):
             raw = await RawPeer.connect(a.address, receive_buffer=4096)
             await hostile_peer.join_as_neighbour(raw, TOPIC)
-            for seq in range(48):
-                gossip = hostile_peer.forged_gossip(TOPIC, raw.id, seq, payload=b"x" * 100_000)
-                await raw.send_items([(TOPIC, gossip)])
-            await wait_until(lambda: a.stats()["retained_messages"] >= 48, what="48 held")
+            await publish_large(a, raw, 48)
             pull = (TOPIC, Pull(publisher=raw.id, first_seq=0, last_seq=47))
             for _ in range(10):
                 await raw.send_items([pull] * 10)
@@ -169,20 +166,10 @@ def test_a_pull_larger_than_a_batch_is_answered_whole_to_a_peer_that_reads() -> 
         async with honest_pair(max_message=100_000) as (a, _):
             raw = await RawPeer.connect(a.address)
             await hostile_peer.join_as_neighbour(raw, TOPIC)
-            for seq in range(48):
-                gossip = hostile_peer.forged_gossip(TOPIC, raw.id, seq, payload=b"x" * 100_000)
-                await raw.send_items([(TOPIC, gossip)])
-            await wait_until(lambda: a.stats()["retained_messages"] >= 48, what="48 held")
+            await publish_large(a, raw, 48)
             batches = a.stats()["answer_batches"]
             await raw.send_items([(TOPIC, Pull(publisher=raw.id, first_seq=0, last_seq=47))])
-            got: list[int] = []
-            with trio.fail_after(WAIT):
-                while len(got) < 48:
-                    frame = await raw.reader.receive_frame()
-                    assert frame is not None, "the target closed the connection"
-                    for _, message in frame:
-                        if isinstance(message, History) and message.publisher == raw.id:
-                            got += [Envelope.decode(e).seq for e in message.envelopes]
+            got = await history_seqs(raw, 48)
             assert got == list(range(48))
             assert a.stats()["answer_batches"] - batches >= 48
             await raw.aclose()
@@ -213,19 +200,9 @@ def test_the_step_that_reads_a_pull_makes_none_of_its_answers() -> None:
             runtime.network._on_frames = on_frames  # connections made from here on use it
             raw = await RawPeer.connect(a.address)
             await hostile_peer.join_as_neighbour(raw, TOPIC)
-            for seq in range(8):
-                gossip = hostile_peer.forged_gossip(TOPIC, raw.id, seq, payload=b"x" * 100_000)
-                await raw.send_items([(TOPIC, gossip)])
-            await wait_until(lambda: a.stats()["retained_messages"] >= 8, what="8 held")
+            await publish_large(a, raw, 8)
             await raw.send_items([(TOPIC, Pull(publisher=raw.id, first_seq=0, last_seq=7))])
-            got: list[int] = []
-            with trio.fail_after(WAIT):
-                while len(got) < 8:
-                    frame = await raw.reader.receive_frame()
-                    assert frame is not None, "the target closed the connection"
-                    for _, message in frame:
-                        if isinstance(message, History) and message.publisher == raw.id:
-                            got += [Envelope.decode(e).seq for e in message.envelopes]
+            got = await history_seqs(raw, 8)
             assert made_in_read == [0]
             assert got == list(range(8))
             await raw.aclose()
@@ -404,3 +381,24 @@ def test_a_read_full_of_requests_goes_to_the_core_a_steps_share_at_a_time() -> N
             await raw.aclose()
 
     run(main)
+
+
+async def publish_large(a: Node, raw: RawPeer, count: int) -> None:
+    """`raw` publishes seqs 0..count-1 of 100 KB under its own id; `a` holds them all."""
+    for seq in range(count):
+        gossip = hostile_peer.forged_gossip(TOPIC, raw.id, seq, payload=b"x" * 100_000)
+        await raw.send_items([(TOPIC, gossip)])
+    await wait_until(lambda: a.stats()["retained_messages"] >= count, what=f"{count} held")
+
+
+async def history_seqs(raw: RawPeer, count: int) -> list[int]:
+    """The seqs of `raw`'s own messages in the HISTORY answers it reads, until `count`."""
+    got: list[int] = []
+    with trio.fail_after(WAIT):
+        while len(got) < count:
+            frame = await raw.reader.receive_frame()
+            assert frame is not None, "the target closed the connection"
+            for _, message in frame:
+                if isinstance(message, History) and message.publisher == raw.id:
+                    got += [Envelope.decode(e).seq for e in message.envelopes]
+    return got
