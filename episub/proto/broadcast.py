@@ -101,7 +101,7 @@ from typing import Any, TypeAlias, assert_never
 from episub.proto import messages as m
 from episub.proto.announcements import Announcements
 from episub.proto.answers import AnswerCursors, HistoryReader
-from episub.proto.cache import Cached, MessageCache
+from episub.proto.cache import MessageCache
 from episub.proto.config import BroadcastConfig
 from episub.proto.envelope import IdHasher, Record
 from episub.proto.errors import MessageTooLarge, OwnStreamNamed, too_large
@@ -1090,11 +1090,8 @@ class Broadcast:
         out: list[OutEvent],
     ) -> None:
         """A PULL's or GRAFT's ranges, answered a batch at a time (answers.py)."""
-        if self.answers.ask(peer, pull, ranges, self._cached_at, self._history(now), out):
+        if self.answers.ask(peer, pull, ranges, self.messages.at_place, self._history(now), out):
             self._arm_answers(out)
-
-    def _cached_at(self, publisher: PeerId, seq: int) -> Cached | None:
-        return self.messages.at_place(publisher, seq)
 
     def _history(self, now: float) -> HistoryReader:
         """A PULL's places as of `now`: the cache's message at a place, else the store's,
@@ -1120,7 +1117,7 @@ class Broadcast:
 
     def answers_drained(self, peer: PeerId, now: float, out: list[OutEvent]) -> None:
         """`peer` has read the answers it was sent: its next batch, if any waits."""
-        self.answers.drained(peer, self._cached_at, self._history(now), out)
+        self.answers.drained(peer, self.messages.at_place, self._history(now), out)
 
     def forget_answers(self, peer: PeerId) -> None:
         """`peer`'s connection went: what it asked and was not sent is not made."""
@@ -1189,7 +1186,7 @@ class Broadcast:
             case BroadcastTimer.HEADS:
                 self._send_heads(now, out)
             case BroadcastTimer.ANSWERS:
-                if self.answers.retry(self._cached_at, self._history(now), out):
+                if self.answers.retry(self.messages.at_place, self._history(now), out):
                     self._arm_answers(out)
             case _:
                 assert_never(timer)

@@ -404,9 +404,10 @@ class RetentionStore(Generic[M]):
         return [] if stream is None else [seq for seq, _ in stream.rows_in(first_seq, last_seq)]
 
     def reader(self, topic: str, publisher: object, now: float) -> Callable[[int], M | None]:
-        """`entry`'s look-up for many seqs of one stream, the item only: what a PULL's
-        batch reads, a seq at a time, with the stream and columns found once. Each look-up
-        is counted in `work`. Valid while the store does not change (within one input)."""
+        """The item held at a seq of (topic, publisher) and younger than `max_age`, or
+        None: what a PULL's batch reads, a seq at a time, with the stream and columns found
+        once. Each look-up is counted in `work`. Valid while the store does not change
+        (within one input)."""
         stream = self._stream(topic, publisher)
         if stream is None:
 
