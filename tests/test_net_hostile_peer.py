@@ -383,6 +383,52 @@ def test_a_read_full_of_requests_goes_to_the_core_a_steps_share_at_a_time() -> N
     run(main)
 
 
+def test_a_read_of_many_small_frames_is_decoded_a_steps_share_at_a_time() -> None:
+    """4,000 PINGs in forty frames arrive in one read (one sealed record): decoding them
+    all is ~100 ms of protobuf on one core, so the reader hands over at most
+    DECODE_STEP_ITEMS of them (and the frame that passes it) per step, the rest after it
+    let other tasks run (before, every frame of a read in one step); every PING is
+    answered, in order."""
+    from episub.net.connection import DECODE_STEP_ITEMS
+    from episub.proto.messages import Ping, Pong
+    from episub.proto.wire import encode_frame
+
+    frames, per_frame = 40, 100
+
+    async def main() -> None:
+        async with honest_pair() as (a, _):
+            runtime = a._running()
+            handed = runtime.network._on_frames
+            per_step: list[int] = []
+
+            def on_frames(conn, got, resumed):  # type: ignore[no-untyped-def]
+                pings = sum(isinstance(m, Ping) for frame in got for _, m in frame)
+                if pings and not resumed:
+                    per_step.append(pings)
+                return handed(conn, got, resumed)
+
+            runtime.network._on_frames = on_frames  # connections made from here on use it
+            raw = await RawPeer.connect(a.address)
+            await hostile_peer.join_as_neighbour(raw, TOPIC)
+            data = b"".join(
+                encode_frame([(TOPIC, Ping(nonce=f * per_frame + i)) for i in range(per_frame)])
+                for f in range(frames)
+            )
+            await raw.send(data)  # one write: one sealed record, one read at the node
+            nonces: list[int] = []
+            with trio.fail_after(WAIT):
+                while len(nonces) < frames * per_frame:
+                    frame = await raw.reader.receive_frame()
+                    assert frame is not None, "the target closed the connection"
+                    nonces += [m.nonce for _, m in frame if isinstance(m, Pong)]
+            assert nonces == list(range(frames * per_frame))
+            assert sum(per_step) == frames * per_frame
+            assert max(per_step) < DECODE_STEP_ITEMS + per_frame, per_step
+            await raw.aclose()
+
+    run(main)
+
+
 async def publish_large(a: Node, raw: RawPeer, count: int) -> None:
     """`raw` publishes seqs 0..count-1 of 100 KB under its own id; `a` holds them all."""
     for seq in range(count):
