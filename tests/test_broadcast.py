@@ -75,6 +75,13 @@ def env(seq: int, payload: bytes = b"x") -> m.Envelope:
     return envelope(PUBLISHER, seq, payload)
 
 
+def fresh(seq: int) -> m.Envelope:
+    """Publisher 9's message `seq`, stamped later than any `now` the gap tests use: it
+    arrives with no age, so a PULL stands gap_retry_interval before it counts as
+    unanswered (ordering's `_answer_wait`)."""
+    return envelope(PUBLISHER, seq, timestamp_ms=10**6)
+
+
 def deliver(e: m.Envelope, hops: int) -> Deliver:
     return Deliver(TOPIC, mid(e), e, hops)
 
@@ -1010,8 +1017,8 @@ def test_first_message_of_a_publisher_sets_where_its_stream_starts():
 def hold_seq_2(*neighbours: int, **overrides: object) -> NodeState:
     """Publisher 9's seq 0 delivered and seq 2 held (the gap, seq 1, opens at now=1.0)."""
     node = node_with(*neighbours, **overrides)
-    node.handle(received(neighbours[0], gossip(env(0))), 1.0)
-    node.handle(received(neighbours[0], gossip(env(2))), 1.0)
+    node.handle(received(neighbours[0], gossip(fresh(0))), 1.0)
+    node.handle(received(neighbours[0], gossip(fresh(2))), 1.0)
     return node
 
 
@@ -1027,8 +1034,8 @@ def test_gap_older_than_gap_timeout_is_pulled_from_neighbours_in_turn():
 def test_pull_answer_fills_the_gap():
     node = hold_seq_2(1, 2)
     fire(node, "gap", 2.0)
-    out = node.handle(received(1, gossip(env(1), hops=2)), 2.125)
-    assert out[-2:] == [deliver(env(1), 2), deliver(env(2), 1)]
+    out = node.handle(received(1, gossip(fresh(1), hops=2)), 2.125)
+    assert out[-2:] == [deliver(fresh(1), 2), deliver(fresh(2), 1)]
     assert fire(node, "gap", 2.5) == []
 
 
@@ -1070,21 +1077,62 @@ def test_gap_becomes_data_lost_after_gap_max_attempts_and_held_messages_are_rele
     fire(node, "gap", 2.5)
     assert fire(node, "gap", 3.0) == [
         DataLost(TOPIC, PUBLISHER, 1, 1),
-        deliver(env(2), 1),
+        deliver(fresh(2), 1),
         GAP_TIMER,
     ]
     assert fire(node, "gap", 3.5) == []
     # A late copy of the lost message is not delivered out of order.
-    assert deliver(env(1), 1) not in node.handle(received(1, gossip(env(1))), 4.0)
+    assert deliver(fresh(1), 1) not in node.handle(received(1, gossip(fresh(1))), 4.0)
+
+
+def test_a_pull_stands_the_age_its_streams_messages_arrive_at_before_the_next():
+    """Messages that arrive 5 s after their stamp (an executor busy with its tasks, its
+    queues seconds deep) put the answer to a PULL seconds away: the next PULL, and the
+    DataLost after the last, wait 5 s each (before, a gap was given up after
+    gap_max_attempts x gap_retry_interval: a DataLost for what the neighbours held)."""
+    from episub.proto.ordering import MAX_ANSWER_WAIT
+
+    def aged(seq: int) -> m.Envelope:  # stamped at 95 s, received at 100 s
+        return envelope(PUBLISHER, seq, timestamp_ms=95_000)
+
+    node = node_with(1, 2, gap_max_attempts=2)
+    node.handle(received(1, gossip(aged(0))), 100.0)
+    node.handle(received(1, gossip(aged(2))), 100.0)
+    pull = m.Pull(publisher=PUBLISHER, first_seq=1, last_seq=1)
+    assert fire(node, "gap", 101.0) == [send(1, pull), GAP_TIMER]  # gap_timeout: asked
+    wait = 5.0
+    assert wait < MAX_ANSWER_WAIT
+    for now in (101.5, 103.0, 101.0 + wait - 0.5):
+        assert fire(node, "gap", now) == [GAP_TIMER]  # its answer may still come
+    assert fire(node, "gap", 101.0 + wait) == [send(2, pull), GAP_TIMER]
+    assert fire(node, "gap", 101.0 + 2 * wait - 0.5) == [GAP_TIMER]
+    assert fire(node, "gap", 101.0 + 2 * wait) == [
+        DataLost(TOPIC, PUBLISHER, 1, 1),
+        deliver(aged(2), 1),
+        GAP_TIMER,
+    ]
+
+
+def test_an_age_past_max_answer_wait_is_a_clocks_and_counts_for_nothing():
+    """Messages stamped decades before our clock (a publisher's clock far behind, or a
+    forged stamp) say nothing of queues: a PULL stands gap_retry_interval, as for
+    messages of no age, and a stamp cannot hold a gap open for long."""
+    node = node_with(1, gap_max_attempts=1)
+    node.handle(received(1, gossip(envelope(PUBLISHER, 0, timestamp_ms=0))), 10_000.0)
+    node.handle(received(1, gossip(envelope(PUBLISHER, 2, timestamp_ms=0))), 10_000.0)
+    pull = m.Pull(publisher=PUBLISHER, first_seq=1, last_seq=1)
+    assert fire(node, "gap", 10_001.0) == [send(1, pull), GAP_TIMER]
+    out = fire(node, "gap", 10_001.5)
+    assert DataLost(TOPIC, PUBLISHER, 1, 1) in out
 
 
 def test_gap_without_any_neighbour_to_pull_from_is_given_up():
     node = make_node(config=node_config(broadcast=broadcast_config()))
-    node.handle(received(7, gossip(env(0))), 1.0)  # a PULL answer or GRAFT from a non-neighbour
-    node.handle(received(7, gossip(env(2))), 1.0)
+    node.handle(received(7, gossip(fresh(0))), 1.0)  # a PULL answer or GRAFT from a non-neighbour
+    node.handle(received(7, gossip(fresh(2))), 1.0)
     assert fire(node, "gap", 2.0) == [
         DataLost(TOPIC, PUBLISHER, 1, 1),
-        deliver(env(2), 1),
+        deliver(fresh(2), 1),
         GAP_TIMER,
     ]
 
@@ -1097,23 +1145,23 @@ def test_the_issue_13_sequence_keeps_the_stream_and_pulls_only_valid_ranges():
     mistake: a forged far seq silenced every later real message of its publisher."""
     node = node_with(1, 2)
     for seq in range(6):
-        node.handle(received(1, gossip(env(seq))), 1.0)
-    node.handle(received(1, gossip(env(10))), 1.0)
-    out = node.handle(received(1, gossip(env(5_000_000))), 1.0)
+        node.handle(received(1, gossip(fresh(seq))), 1.0)
+    node.handle(received(1, gossip(fresh(10))), 1.0)
+    out = node.handle(received(1, gossip(fresh(5_000_000))), 1.0)
     assert deliveries(out) == [] and not [e for e in out if isinstance(e, DataLost)]
     assert fire(node, "gap", 1.5) == [GAP_TIMER]
     pull = m.Pull(publisher=PUBLISHER, first_seq=6, last_seq=9)
     assert fire(node, "gap", 2.0) == [send(1, pull), GAP_TIMER]
-    out = node.handle(received(2, gossip(env(6))), 2.1)
+    out = node.handle(received(2, gossip(fresh(6))), 2.1)
     for seq in (7, 8, 9):
-        out += node.handle(received(2, gossip(env(seq))), 2.1)
+        out += node.handle(received(2, gossip(fresh(seq))), 2.1)
     assert deliveries(out) == [6, 7, 8, 9, 10]
     # The stream keeps arriving in order: it is delivered, and never resynchronised to
     # the far message held beyond it.
     now, delivered = 2.1, []
     for seq in range(11, 20):
         now += 0.5
-        out = fire(node, "gap", now) + node.handle(received(1, gossip(env(seq))), now)
+        out = fire(node, "gap", now) + node.handle(received(1, gossip(fresh(seq))), now)
         assert not [e for e in out if isinstance(e, DataLost)] and sends(out, m.Pull) == []
         delivered += deliveries(out)
     assert delivered == list(range(11, 20))
@@ -1124,37 +1172,37 @@ def test_the_issue_13_sequence_keeps_the_stream_and_pulls_only_valid_ranges():
         for pull in sends(out, m.Pull):
             assert 20 <= pull.message.first_seq <= pull.message.last_seq < 5_000_000
     assert node.stats()["held_dropped"] == 1
-    assert deliveries(node.handle(received(1, gossip(env(20))), now + 6.5)) == [20]
+    assert deliveries(node.handle(received(1, gossip(fresh(20))), now + 6.5)) == [20]
 
 
 def test_a_gap_before_a_far_stream_that_goes_on_is_given_up_once_delivery_stalls():
     # A node that fell far behind: what lies between is beyond pulling reach, and the
     # stream beyond it goes on (two messages held there), so it resynchronises there.
     node = node_with(1, max_gap=4, gap_max_attempts=1)
-    node.handle(received(1, gossip(env(0))), 1.0)
-    node.handle(received(1, gossip(env(10))), 1.0)
-    assert deliveries(node.handle(received(1, gossip(env(11))), 1.0)) == []
+    node.handle(received(1, gossip(fresh(0))), 1.0)
+    node.handle(received(1, gossip(fresh(10))), 1.0)
+    assert deliveries(node.handle(received(1, gossip(fresh(11))), 1.0)) == []
     pull = m.Pull(publisher=PUBLISHER, first_seq=1, last_seq=9)
     assert fire(node, "gap", 2.0) == [send(1, pull), GAP_TIMER]
     assert fire(node, "gap", 2.5) == [
         DataLost(TOPIC, PUBLISHER, 1, 9),
-        deliver(env(10), 1),
-        deliver(env(11), 1),
+        deliver(fresh(10), 1),
+        deliver(fresh(11), 1),
         GAP_TIMER,
     ]
 
 
 def test_messages_delivered_in_order_restart_the_stall_clock():
     node = node_with(1, gap_max_attempts=1)
-    node.handle(received(1, gossip(env(0))), 1.0)
-    node.handle(received(1, gossip(env(3))), 1.0)  # gap: 1..2
-    node.handle(received(1, gossip(env(1))), 1.75)  # in order: the clock starts again
+    node.handle(received(1, gossip(fresh(0))), 1.0)
+    node.handle(received(1, gossip(fresh(3))), 1.0)  # gap: 1..2
+    node.handle(received(1, gossip(fresh(1))), 1.75)  # in order: the clock starts again
     assert fire(node, "gap", 2.0) == [GAP_TIMER]
     pull = m.Pull(publisher=PUBLISHER, first_seq=2, last_seq=2)
     assert fire(node, "gap", 2.75) == [send(1, pull), GAP_TIMER]
     assert fire(node, "gap", 3.25) == [
         DataLost(TOPIC, PUBLISHER, 2, 2),
-        deliver(env(3), 1),
+        deliver(fresh(3), 1),
         GAP_TIMER,
     ]
 
@@ -1323,17 +1371,17 @@ def test_held_messages_are_bounded_per_publisher():
     # Full: a newcomer beyond everything held finds no room; the gap is given up only
     # once delivery stalls, and what was dropped is reported lost with it.
     node = node_with(1, max_held_per_publisher=2, gap_max_attempts=1)
-    node.handle(received(1, gossip(env(0))), 1.0)
-    node.handle(received(1, gossip(env(3))), 1.0)
-    node.handle(received(1, gossip(env(4))), 1.0)
-    assert node.handle(received(1, gossip(env(5))), 1.0) == []
+    node.handle(received(1, gossip(fresh(0))), 1.0)
+    node.handle(received(1, gossip(fresh(3))), 1.0)
+    node.handle(received(1, gossip(fresh(4))), 1.0)
+    assert node.handle(received(1, gossip(fresh(5))), 1.0) == []
     assert sorted(broadcast(node).streams[PUBLISHER].held) == [3, 4]
     pull = m.Pull(publisher=PUBLISHER, first_seq=1, last_seq=2)
     assert fire(node, "gap", 2.0) == [send(1, pull), GAP_TIMER]
     assert fire(node, "gap", 2.5) == [
         DataLost(TOPIC, PUBLISHER, 1, 2),
-        deliver(env(3), 1),
-        deliver(env(4), 1),
+        deliver(fresh(3), 1),
+        deliver(fresh(4), 1),
         GAP_TIMER,
     ]
 

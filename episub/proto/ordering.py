@@ -26,21 +26,26 @@ Rules this machine keeps:
   the reach has covered (1, 1, 2, 4, ...), never more than `max_gap` below its first
   message nor more than `held` has room for; an answer stamped after the join is
   held, one stamped at or before it is history (Recovered) and the stream starts after
-  it; seq 0 ends the reach too. A step nobody answers within `gap_retry_interval` is
+  it; seq 0 ends the reach too. A step unanswered (as a gap's PULL, below) is
   asked of the next neighbour, each at most once and `gap_max_attempts` in all; then,
   or out of reach, the stream starts at the lowest seq held (`reach_backs_cut`), with no
   DataLost: nobody holding the seqs below is what messages from long before the join look
   like too. An answer within the reach is not forwarded (news to nobody downstream).
 - A message from before its stream's position is history: kept by broadcast, not
   delivered again (`behind_stream`).
-- A gap is pulled (PULL first..last) from the neighbours in turn, every
-  `gap_retry_interval` once it has stood `gap_timeout` with nothing delivered in order;
-  every message delivered in order starts that clock again. After `gap_max_attempts`
-  PULLs, or with no neighbour to ask, in-order delivery has stalled: a gap before a
-  message within pulling reach (`max_gap`) is given up and what it held back is
-  delivered. A gap before a message beyond reach is given up only if the stream beyond
-  goes on (two or more messages held there); a far message alone is dropped instead,
-  and the stream stays where it is.
+- A gap is pulled (PULL first..last) from the neighbours in turn once it has stood
+  `gap_timeout` with nothing delivered in order; every message delivered in order starts
+  that clock again. A PULL (and a reach's step) counts as unanswered after
+  `gap_retry_interval`, or after the age the stream's messages arrive at if that is
+  longer, up to `MAX_ANSWER_WAIT` (`_answer_wait`): on a node whose queues hold seconds
+  of traffic (an executor busy with its tasks, a slow link) the answer takes as long as
+  they do, and a gap given up before it comes is a DataLost for messages its neighbours
+  hold. After
+  `gap_max_attempts` unanswered PULLs, or with no neighbour to ask, in-order delivery has
+  stalled: a gap before a message within pulling reach (`max_gap`) is given up and what
+  it held back is delivered. A gap before a message beyond reach is given up only if the
+  stream beyond goes on (two or more messages held there); a far message alone is
+  dropped instead, and the stream stays where it is.
 - Held messages are bounded (`max_held_per_publisher`). When they are full, the farthest
   message goes, or the newcomer if it is the farthest; a full `held` gives up no gap
   (only a stall does).
@@ -75,6 +80,12 @@ from episub.proto.timers import BroadcastTimer
 # Spans of one publisher remembered as fetched: a reader's range and a catch-up's may be
 # fetched at once. Guess: a few fetches of one publisher at a time.
 MAX_FETCHED_SPANS = 4
+# The longest a PULL stands before it counts as unanswered (`_answer_wait`): messages
+# that arrive older than this tell of a clock (ours ahead of the publisher's, or a forged
+# stamp), not of queues, and count for nothing. Bounds how much a stamp can delay a
+# gap's DataLost: gap_max_attempts times this. Guess: queues a minute deep are a node
+# that has fallen behind for good.
+MAX_ANSWER_WAIT = 30.0
 
 
 @dataclass(slots=True)
@@ -92,6 +103,10 @@ class PublisherStream:
     reach_low: int | None = None
     reach_from: int = 0
     last_stamp_ms: int = 0  # the stamp of the last message delivered
+    # While a gap is open or the stream settles: how old (s, by its stamp) the last message
+    # that arrived was, and when the PULL asked last may be taken as unanswered.
+    lag: float = 0.0
+    pull_due: float = 0.0
 
 
 class OrderedDelivery:
@@ -245,6 +260,7 @@ class OrderedDelivery:
                 out.append(ScheduleTimer(c.stream_settle, token))
         # Re-inserted on every message: `streams` runs from least to most recently active.
         streams[publisher] = stream
+        stream.lag = now - envelope.timestamp_ms / 1000
         if stream.settling_until is not None:
             self._hold_while_settling(stream, seq, (mid, envelope, hops))
             return
@@ -425,7 +441,7 @@ class OrderedDelivery:
         out: list[OutEvent],
     ) -> None:
         assert stream.reach_low is not None  # a bug of ours otherwise
-        delay = self.config.gap_retry_interval
+        delay = self._answer_wait(stream)
         stream.settling_until = now + delay
         self.counters.pulls_sent += 1
         pull = m.Pull(publisher=publisher, first_seq=stream.reach_low, last_seq=stream.next_seq - 1)
@@ -510,6 +526,16 @@ class OrderedDelivery:
         stream.stalled_since = None
         stream.pull_attempts = 0
 
+    def _answer_wait(self, stream: PublisherStream) -> float:
+        """How long a PULL of the stream stands before it counts as unanswered: the retry
+        interval, or the age its messages arrive at if that is longer, up to
+        MAX_ANSWER_WAIT. A gap is given up after gap_max_attempts of these: several times
+        a round trip through queues as deep as the ones its messages came through. An
+        age past MAX_ANSWER_WAIT is a clock's or a forger's, not a queue's: not counted."""
+        retry = self.config.gap_retry_interval
+        lag = stream.lag
+        return lag if retry < lag <= MAX_ANSWER_WAIT else retry
+
     def _arm_gap_timer(self, out: list[OutEvent]) -> None:
         if not self._gap_armed:
             self._gap_armed = True
@@ -528,12 +554,13 @@ class OrderedDelivery:
             pending = True
             if stream.stalled_since is None:
                 stream.stalled_since = now
-            if now - stream.stalled_since < c.gap_timeout:
-                continue
+            if now - stream.stalled_since < c.gap_timeout or now < stream.pull_due:
+                continue  # the tree's repair, or the last PULL's answer, may still come
             first_held = min(stream.held)
             if stream.pull_attempts < c.gap_max_attempts and neighbors:
                 peer = neighbors[stream.pull_attempts % len(neighbors)]
                 stream.pull_attempts += 1
+                stream.pull_due = now + self._answer_wait(stream)
                 last = min(first_held - 1, stream.next_seq + m.MAX_PULL_SPAN - 1)
                 self.counters.pulls_sent += 1
                 pull = m.Pull(publisher=publisher, first_seq=stream.next_seq, last_seq=last)
