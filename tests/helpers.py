@@ -77,6 +77,8 @@ def membership_config(**overrides: object) -> MembershipConfig:
         "join_retry_interval": 3.0,
         "timer_jitter": 0.0,
         "alpha": 2.0,
+        "swap_factor_growth": 1.0,
+        "swap_factor_max": 4.0,
         "rtt_smoothing": 0.125,
         "rtt_variation_gain": 0.25,
         "left_memory": 60.0,

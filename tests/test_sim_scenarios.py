@@ -50,6 +50,27 @@ def test_multi_sender_delivers_everything_from_every_sender():
     assert len(r["senders"]) == 3
 
 
+def test_dearer_swaps_are_the_default_and_leave_one_senders_runs_as_at_alpha():
+    # Swaps get dearer only where a topic has several streams: one sender's report is
+    # the same with the default growth and with every swap at alpha (1), several senders'
+    # is not.
+    small = {"nodes": 60, "messages": 5, "warmup": 2, "settle": 5.0}
+    assert SimParams(scenario="steady").swap_factor_growth > 1.0
+    one = run(SimParams(scenario="steady", **small), timing=False)
+    assert run(SimParams(scenario="steady", swap_factor_growth=1.0, **small), timing=False) == {
+        **one,
+        "swap_factor_growth": 1.0,
+    }
+    several = run(SimParams(scenario="multi-sender", senders=4, **small), timing=False)
+    at_alpha = run(
+        SimParams(scenario="multi-sender", senders=4, swap_factor_growth=1.0, **small),
+        timing=False,
+    )
+    assert "swap_factor_growth" not in several
+    assert at_alpha["swap_factor_growth"] == 1.0
+    assert {**at_alpha, "swap_factor_growth": None} != {**several, "swap_factor_growth": None}
+
+
 def test_a_named_sender_publishes_alone_on_the_overlay_the_seed_draws():
     # benchmarks/sender_baseline.py runs each of multi-sender's senders alone: naming the
     # sender steady draws anyway must change nothing, and naming another only the sender.

@@ -14,8 +14,8 @@ Rules this machine keeps:
   Our near count, our farthest near neighbour and every swap below are about our own.
 - A peer is nearer than another, enough to change links for (a swap, an adoption), when
   its RTT is smaller by the factor alpha and by more than the two RTTs' variation.
-  With `swap_factor_growth` > 1 (off by default) and several publisher streams in the
-  topic, each swap we ask for multiplies the factor our next swap needs by it, up to
+  With several publisher streams in the topic (and `swap_factor_growth` > 1, as by
+  default), each swap we ask for multiplies the factor our next swap needs by it, up to
   `swap_factor_max`: a node's first swaps converge at alpha, later ones need a clearly
   nearer peer.
   Relabelling a standing link drops no link and keeps alpha only. An unknown RTT counts

@@ -77,9 +77,8 @@ class SimParams:
     stream_trees: int = BroadcastConfig().max_stream_trees
     # broadcast.py's lazy race (BroadcastConfig.race_lazy_hops); 0: off, the core's default.
     race_lazy_hops: int = 0
-    # proximity.py's dearer swaps (MembershipConfig.swap_factor_growth); 1: off, the core's
-    # default.
-    swap_factor_growth: float = 1.0
+    # proximity.py's dearer swaps (MembershipConfig.swap_factor_growth); 1: off.
+    swap_factor_growth: float = MembershipConfig().swap_factor_growth
 
     def __post_init__(self) -> None:
         if self.scenario not in SCENARIOS:
@@ -188,7 +187,9 @@ class SimParams:
         return min(JOIN_RATE_MAX, max(JOIN_RATE_MIN, self.nodes * JOIN_RATE_PER_NODE))
 
 
-def membership_config(proximity: bool, swap_factor_growth: float = 1.0) -> MembershipConfig:
+def membership_config(
+    proximity: bool, swap_factor_growth: float = MembershipConfig().swap_factor_growth
+) -> MembershipConfig:
     """The core's defaults with GoCast's proximity links on or off (plain HyParView), and
-    each swap dearer by `swap_factor_growth` (1: the default, off)."""
+    each swap dearer by `swap_factor_growth` (1: off)."""
     return MembershipConfig(proximity=proximity, swap_factor_growth=swap_factor_growth)

@@ -63,6 +63,7 @@ LEAVE_LINGER = 1.0  # guess: a leaver lingers 1 s after LeaveTopic, time to flus
 STEP = 1.0  # simulated seconds between progress updates
 DRAIN_STEP = 0.5  # simulated seconds between drain checks
 _broadcast = BroadcastConfig()
+_membership = MembershipConfig()
 # How long after the drain the run goes on before views are judged: one ping round (a
 # PONG saying "not a neighbour" is how a link left one-sided by a lost message is found
 # and ended), plus a NEIGHBOR request's timeout and a round trip, so nothing is still in
@@ -428,7 +429,7 @@ def run(
         header["near_parent_factor"] = params.near_parent_factor
     if params.race_lazy_hops:
         header["race_lazy_hops"] = params.race_lazy_hops
-    if params.swap_factor_growth != 1.0:
+    if params.swap_factor_growth != _membership.swap_factor_growth:
         header["swap_factor_growth"] = params.swap_factor_growth
     if params.stream_trees != _broadcast.max_stream_trees:
         header["stream_trees"] = params.stream_trees
