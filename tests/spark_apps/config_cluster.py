@@ -9,12 +9,15 @@ own OS process; prints its findings as JSON on stdout's last line.
    and says the retention and the signing `register` gave it.
 5. After the application: whether the key shows in Spark's event log (what the UI and the
    history server show), where job properties, cluster_config's among them, are written.
+6. The overlay once every node has neighbours with measured RTTs: one node per executor
+   plus the driver's (the test then checks that none of them outlives the application).
 
 Every node signs what it publishes (register(signed=True)), the external process too.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -211,6 +214,16 @@ def run(spark: SparkSession) -> dict[str, object]:
     out["driver_retention"] = [driver["retention_max_age_s"], driver["retention_max_messages"]]
     out["driver_signed"] = driver["signed"]
     out["driver_bad_signatures"] = driver["bad_signatures"]
+
+    # 6. The overlay, once every link has a measured RTT (pings run every second).
+    def settled() -> bool:
+        views = spark_connector.overlay(spark, deployment)
+        out["overlay"] = [dataclasses.asdict(v) for v in views]
+        return len(views) == 3 and all(
+            v.neighbors and all(n["rtt_ms"] is not None for n in v.neighbors) for v in views
+        )
+
+    wait(settled, "every node to have neighbours with measured RTTs")
     return out
 
 
