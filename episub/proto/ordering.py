@@ -40,10 +40,9 @@ Rules this machine keeps:
   longer, up to `MAX_ANSWER_WAIT` (`_answer_wait`): on a node whose queues hold seconds
   of traffic (an executor busy with its tasks, a slow link) the answer takes as long as
   they do, and a gap given up before it comes is a DataLost for messages its neighbours
-  hold. After
-  `gap_max_attempts` unanswered PULLs, or with no neighbour to ask, in-order delivery has
-  stalled: a gap before a message within pulling reach (`max_gap`) is given up and what
-  it held back is delivered. A gap before a message beyond reach is given up only if the
+  hold. After `gap_max_attempts` unanswered PULLs, or with no neighbour to ask, in-order
+  delivery has stalled: a gap before a message within pulling reach (`max_gap`) is given
+  up and what it held back is delivered. A gap before a message beyond reach is given up only if the
   stream beyond goes on (two or more messages held there); a far message alone is
   dropped instead, and the stream stays where it is.
 - Held messages are bounded (`max_held_per_publisher`). When they are full, the farthest
