@@ -68,18 +68,27 @@ class StreamHeads:
     def note(
         self, publisher: PeerId, seq: int, hops: int, sender: PeerId | None, now: float
     ) -> None:
-        """We took in `publisher`'s `seq` (from `sender`; None: our own publish)."""
+        """We took in `publisher`'s `seq` (from `sender`; None: our own publish). Called for
+        every message taken in: a pending head is updated in place (it is `pending`'s
+        alone until `take_due` hands it out), not made anew."""
         pending = self.pending
-        head = pending.pop(publisher, None)
-        if head is None or seq > head.seq:
-            head = Head(seq=seq, hops=hops, at=now)
+        head = pending.get(publisher)
+        if head is None:
+            pending[publisher] = head = Head(seq=seq, hops=hops, at=now)
             if sender is not None:
                 head.holders.append(sender)
-        else:
-            head.at = now  # an older place filled in: the stream is not quiet yet
-        pending[publisher] = head
-        if len(pending) > self.config.max_publishers:
-            pending.popitem(last=False)
+            if len(pending) > self.config.max_publishers:
+                pending.popitem(last=False)
+            return
+        pending.move_to_end(publisher)
+        head.at = now  # a newer place, or an older one filled in: not quiet yet
+        if seq > head.seq:
+            head.seq = seq
+            head.hops = hops
+            holders = head.holders
+            holders.clear()
+            if sender is not None:
+                holders.append(sender)
 
     def held_by(self, publisher: PeerId, seq: int, peer: PeerId) -> None:
         """`peer` holds `publisher` up to `seq`: our head, unless newer, is no news to it."""
