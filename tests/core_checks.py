@@ -205,7 +205,6 @@ def check_node(node: NodeState) -> None:
         ("streams", len(bc.streams), bcfg.max_publishers),
         ("stream trees", len(bc.trees), bcfg.max_stream_trees),
         ("fetches", len(bc.fetches), bcfg.max_fetches),
-        ("dropped ids", len(bc.ordering.dropped), bcfg.max_held_per_publisher),
         ("cached places", bc.messages.places(), len(bc.cache)),
         ("left", len(mem.left), mc.max_left_memory),
         ("dormant", len(mem.dormant), mc.dormant_size),

@@ -1386,6 +1386,29 @@ def test_held_messages_are_bounded_per_publisher():
     ]
 
 
+def test_messages_dropped_from_a_full_held_come_again_however_many_were_dropped():
+    """A burst overflows `held` (2 here) by more than it holds: 5..9 are dropped unheld,
+    seen all the same. Once the gap before them fills, their copies (a GRAFT's or PULL's
+    answer) are duplicates whose places the stream still wants: each is delivered, in
+    order (before, only the last max_held_per_publisher dropped ids were remembered, and
+    a receiver of the loopback burst stayed stuck with every later copy a duplicate)."""
+    node = node_with(1, 2, max_held_per_publisher=2)
+    node.handle(received(1, gossip(fresh(0))), 1.0)
+    for seq in range(3, 10):
+        node.handle(received(1, gossip(fresh(seq))), 1.0)
+    assert sorted(broadcast(node).streams[PUBLISHER].held) == [3, 4]
+    assert node.stats()["held_dropped"] == 5
+    out = node.handle(received(2, gossip(fresh(1))), 1.1)
+    out += node.handle(received(2, gossip(fresh(2))), 1.1)
+    assert deliveries(out) == [1, 2, 3, 4]
+    out = []
+    for seq in range(5, 10):  # copies of what was dropped: duplicates by id
+        out += node.handle(received(2, gossip(fresh(seq))), 1.2)
+    assert deliveries(out) == [5, 6, 7, 8, 9]
+    # A copy of what was delivered is a duplicate and nothing more.
+    assert deliveries(node.handle(received(1, gossip(fresh(6))), 1.3)) == []
+
+
 def test_a_full_publisher_table_forgets_its_least_recently_active_idle_stream():
     node = node_with(1, max_publishers=2)
     node.handle(received(1, gossip(env(0))), 1.0)

@@ -685,7 +685,8 @@ class Broadcast:
         mid = msg.id
         self.counters.duplicates_received += 1
         self._note_holder(mid, peer)
-        if mid in self.ordering.dropped and self._take_again(msg, now, out):
+        place = self.messages.place_of(mid)
+        if place is not None and self.ordering.wants(*place) and self._take_again(msg, now, out):
             return
         publisher = self._publisher_of(msg)
         if publisher is None:
@@ -706,18 +707,17 @@ class Broadcast:
             return None
 
     def _take_again(self, msg: m.Gossip, now: float, out: list[OutEvent]) -> bool:
-        """Deliver a copy of a message ordering dropped unheld (its held table was full):
-        the stream may need it now. Checked as a first copy is (a duplicate's envelope is
-        otherwise never decoded); not forwarded: it was, when first seen."""
+        """Deliver a copy of a message whose place its stream still wants (ordering
+        dropped it unheld: its held table was full). Checked as a first copy is (a
+        duplicate's envelope is otherwise never decoded); not forwarded: it was, when
+        first seen."""
         mid = msg.id
         try:
             again = msg.envelope
         except ValueError:
             return False
-        if (
-            self._message_id(again.unsigned) != mid
-            or (self.signer is not None and check_message(mid, again) is not None)
-            or not self.ordering.take_again(mid)
+        if self._message_id(again.unsigned) != mid or (
+            self.signer is not None and check_message(mid, again) is not None
         ):
             return False
         self.ordering.deliver(mid, again, msg.hops, now, out)

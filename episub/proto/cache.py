@@ -240,6 +240,14 @@ class MessageCache:
         serial = self.cached_row(mid)
         return None if serial < 0 else self._row_places[serial - self._cache_base].publisher
 
+    def place_of(self, mid: MessageId) -> tuple[PeerId, int] | None:
+        """(publisher, seq) of `mid`'s cached message, if cached."""
+        serial = self.cached_row(mid)
+        if serial < 0:
+            return None
+        i = serial - self._cache_base
+        return self._row_places[i].publisher, self._seqs[i]
+
     def holds_place(self, publisher: PeerId, seq: int) -> bool:
         """Is a message cached at (publisher, seq)?"""
         return self._places.row(publisher, seq) is not None

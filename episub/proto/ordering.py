@@ -122,13 +122,6 @@ class OrderedDelivery:
         counters: BroadcastCounters,
     ) -> None:
         self.topic = topic
-        # Ids of messages dropped unheld, oldest first (bounded by max_held_per_publisher):
-        # a later copy of one (a PULL answer when the stream gets there) is handed here
-        # again though broadcast has seen it (`take_again`); otherwise an honest message
-        # dropped from a full `held` could only ever be reported lost. Not by leaving
-        # broadcast's seen set: a first copy is forwarded, and a message every node drops
-        # would circulate among them without end.
-        self.dropped: OrderedDict[MessageId, None] = OrderedDict()
         self.config = config
         self._timer_prefix = timer_prefix
         self.counters = counters
@@ -321,13 +314,18 @@ class OrderedDelivery:
 
     def _drop(self, mid: MessageId) -> None:
         self.counters.held_dropped += 1
-        self.dropped[mid] = None
-        if len(self.dropped) > self.config.max_held_per_publisher:
-            self.dropped.popitem(last=False)
 
-    def take_again(self, mid: MessageId) -> bool:
-        """Was this message dropped here unheld? Then a copy of it is handed over again."""
-        return self.dropped.pop(mid, 0) is None
+    def wants(self, publisher: PeerId, seq: int) -> bool:
+        """Does the stream still need (publisher, seq): not delivered, given up or held?
+        A message dropped unheld (a full `held`) is seen by broadcast, so its later copies
+        (a PULL's or GRAFT's answer when the stream gets there) come as duplicates: one
+        whose place is wanted is handed over again. By place, not by remembered ids: a
+        burst that overflows `held` by more than it can remember would otherwise leave
+        its dropped messages unrecoverable, every copy of them a duplicate. Not by leaving
+        broadcast's seen set either: a first copy is forwarded, and a message every node
+        drops would circulate among them without end."""
+        stream = self.streams.get(publisher)
+        return stream is not None and seq >= stream.next_seq and seq not in stream.held
 
     def _evict_idle_stream(self) -> bool:
         """Forget the least recently active stream that holds nothing, to make room for a
