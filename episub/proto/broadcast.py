@@ -685,26 +685,21 @@ class Broadcast:
         mid = msg.id
         self.counters.duplicates_received += 1
         self._note_holder(mid, peer)
+        # Its place: from the cache, which holds the first copy (a duplicate's bytes are
+        # not decoded), else from its envelope when that decodes.
         place = self.messages.place_of(mid)
-        if place is not None and self.ordering.wants(*place) and self._take_again(msg, now, out):
-            return
-        publisher = self._publisher_of(msg)
-        if publisher is None:
-            return  # neither cached nor decodable: no stream to prune it for
+        if place is None:
+            try:
+                publisher = msg.envelope.publisher
+            except ValueError:
+                return  # neither cached nor decodable: no stream to prune it for
+        else:
+            publisher = place[0]
+            if self.ordering.wants(*place) and self._take_again(msg, now, out):
+                return
         tree = self.trees.get(publisher)
         if not self._asked_for(tree, peer, mid, now):
             self._prune_redundant(publisher, tree, peer, now, out)
-
-    def _publisher_of(self, msg: m.Gossip) -> PeerId | None:
-        """A duplicate's stream: from the cache, which holds the first copy (a duplicate's
-        bytes are not decoded), else from its envelope when that decodes."""
-        publisher = self.messages.publisher_of(msg.id)
-        if publisher is not None:
-            return publisher
-        try:
-            return msg.envelope.publisher
-        except ValueError:
-            return None
 
     def _take_again(self, msg: m.Gossip, now: float, out: list[OutEvent]) -> bool:
         """Deliver a copy of a message whose place its stream still wants (ordering

@@ -235,11 +235,6 @@ class MessageCache:
         publisher = self._row_places[i].publisher
         return Cached(mid, raw, self._hops[i], at, self._sizes[i], publisher, self._senders[i])
 
-    def publisher_of(self, mid: MessageId) -> PeerId | None:
-        """The publisher of `mid`'s cached message, if cached."""
-        serial = self.cached_row(mid)
-        return None if serial < 0 else self._row_places[serial - self._cache_base].publisher
-
     def place_of(self, mid: MessageId) -> tuple[PeerId, int] | None:
         """(publisher, seq) of `mid`'s cached message, if cached."""
         serial = self.cached_row(mid)

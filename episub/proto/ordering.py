@@ -42,9 +42,9 @@ Rules this machine keeps:
   they do, and a gap given up before it comes is a DataLost for messages its neighbours
   hold. After `gap_max_attempts` unanswered PULLs, or with no neighbour to ask, in-order
   delivery has stalled: a gap before a message within pulling reach (`max_gap`) is given
-  up and what it held back is delivered. A gap before a message beyond reach is given up only if the
-  stream beyond goes on (two or more messages held there); a far message alone is
-  dropped instead, and the stream stays where it is.
+  up and what it held back is delivered. A gap before a message beyond reach is given up
+  only if the stream beyond goes on (two or more messages held there); a far message
+  alone is dropped instead, and the stream stays where it is.
 - Held messages are bounded (`max_held_per_publisher`). When they are full, the farthest
   message goes, or the newcomer if it is the farthest; a full `held` gives up no gap
   (only a stall does).
@@ -263,7 +263,7 @@ class OrderedDelivery:
             and len(stream.held) >= c.max_held_per_publisher
             and not self._make_room(stream, seq)
         ):
-            self._drop(mid)
+            self._drop()
             return
         # Every message goes through `held`: releasing delivers it, and what it unblocks,
         # when it is the next in sequence; otherwise it waits for the gap before it.
@@ -288,9 +288,10 @@ class OrderedDelivery:
         if len(held) >= self.config.max_held_per_publisher:
             highest = max(held)
             if seq > highest:
-                self._drop(entry[0])
+                self._drop()
                 return
-            self._drop(held.pop(highest)[0])
+            del held[highest]
+            self._drop()
         held[seq] = entry
         stream.next_seq = min(stream.next_seq, seq)
 
@@ -309,10 +310,12 @@ class OrderedDelivery:
         farthest = max(held)
         if seq > farthest:
             return False
-        self._drop(held.pop(farthest)[0])
+        del held[farthest]
+        self._drop()
         return True
 
-    def _drop(self, mid: MessageId) -> None:
+    def _drop(self) -> None:
+        """A message goes unheld (`held` is full): counted; its place stays wanted."""
         self.counters.held_dropped += 1
 
     def wants(self, publisher: PeerId, seq: int) -> bool:
@@ -570,8 +573,8 @@ class OrderedDelivery:
             else:
                 # One message far beyond reach that nothing followed (a forged far seq
                 # looks like this): dropped; the stream stays where it is.
-                for mid, _, _ in stream.held.values():
-                    self._drop(mid)
+                for _ in stream.held:
+                    self._drop()
                 stream.held.clear()
                 stream.stalled_since = None
                 stream.pull_attempts = 0
