@@ -35,6 +35,7 @@ from episub.proto.events import (
     Send,
 )
 from episub.proto.node import NodeState
+from episub.proto.trees import Trees
 from tests.helpers import (
     ME,
     NEAR,
@@ -834,6 +835,17 @@ def test_past_max_stream_trees_the_least_recently_seen_stream_starts_again_from_
     # (its first duplicate prunes it once more), and the least recent tree, OTHER's, goes.
     assert forwarded_to(node.handle(received(1, gossip(env(2), hops=2)), 1.4)) == [2, 3]
     assert list(trees.by_stream) == [7, PUBLISHER]
+
+
+def test_stream_trees_are_dropped_least_recently_used_first_however_streams_alternate():
+    trees = Trees(cap=2)
+    a, b = trees.get(b"a"), trees.get(b"b")
+    assert trees.get(b"a") is a  # a run of a's messages after b's: a is the most recent
+    assert trees.get(b"a") is a
+    trees.get(b"c")  # past the cap: b, the least recently used, goes
+    assert list(trees.by_stream) == [b"a", b"c"]
+    assert trees.get(b"b") is not b  # made again from the links' sets
+    assert list(trees.by_stream) == [b"c", b"b"]
 
 
 def test_max_stream_trees_0_is_one_tree_for_every_stream():

@@ -20,6 +20,9 @@ A plain data structure: no clock, no I/O.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from episub.proto import messages as m
 from episub.proto.messages import MessageId, PeerId
 
@@ -82,34 +85,58 @@ class Announcements:
         before = self._queued_before.get(peer)
         return self.queue if before is None else self.queue[before:]
 
-    def unheld(
-        self, peer: PeerId, queue: list[Queued], skip: tuple[m.StreamRange, ...] = ()
-    ) -> list[tuple[PeerId, int, int]]:
-        """(publisher, seq, hops) of the queued messages `peer` is not known to hold (nor
-        to have announced to us, nor named in `skip`)."""
-        holders = self._holders
+    def runs_for(
+        self,
+        peer: PeerId,
+        announced: Callable[[PeerId], bool] | None = None,
+        skip: tuple[m.StreamRange, ...] = (),
+        limit: int = 1 << 62,
+    ) -> tuple[int, list[list[m.StreamRange]]]:
+        """What `peer` is to be announced, as runs: the messages queued since its link came
+        up, of the publishers `announced` says yes to (None: all), that `peer` is not known
+        to hold (nor to have announced to us, nor named in `skip`). Consecutive seqs of
+        one publisher at one hop count make one range, ranges in the order of their first
+        place; a new batch of ranges starts every `limit` places (one IHAVE's worth of
+        ids). Returns (places, batches). One pass over the queue: the IHAVE flush runs it
+        for every lazy neighbour."""
+        holders_get = self._holders.get
         noted: list[m.StreamRange] = self._announced.get(peer, [])
         if skip:
             noted = [*noted, *skip]
-        if not noted:
-            return [
-                (publisher, seq, hops)
-                for mid, publisher, seq, hops in queue
-                if peer not in holders.get(mid, ())
-            ]
         spans: dict[PeerId, list[tuple[int, int]]] = {}
         for publisher, first, last, _ in noted:
             spans.setdefault(publisher, []).append((first, last))
-        unheld = []
-        for mid, publisher, seq, hops in queue:
-            if peer in holders.get(mid, ()):
+        verdicts: dict[PeerId, bool] = {}
+        batches: list[list[list[Any]]] = []
+        runs: list[list[Any]] = []  # [publisher, first, last, hops]
+        open_runs: dict[PeerId, list[Any]] = {}
+        places = room = 0
+        for mid, publisher, seq, hops in self.queued_for(peer):
+            if announced is not None:
+                verdict = verdicts.get(publisher)
+                if verdict is None:
+                    verdict = verdicts[publisher] = announced(publisher)
+                if not verdict:
+                    continue
+            holders = holders_get(mid)
+            if holders and peer in holders:
                 continue
-            for first, last in spans.get(publisher, ()):
-                if first <= seq <= last:
-                    break
-            else:
-                unheld.append((publisher, seq, hops))
-        return unheld
+            if spans and any(first <= seq <= last for first, last in spans.get(publisher, ())):
+                continue
+            if not room:
+                runs = []
+                batches.append(runs)
+                open_runs = {}
+                room = limit
+            room -= 1
+            places += 1
+            run = open_runs.get(publisher)
+            if run is not None and seq == run[2] + 1 and hops == run[3]:
+                run[2] = seq
+                continue
+            run = open_runs[publisher] = [publisher, seq, seq, hops]
+            runs.append(run)
+        return places, [[(p, first, last, h) for p, first, last, h in b] for b in batches]
 
     def clear(self) -> None:
         """The flush announced what was queued: start the next interval empty."""

@@ -493,25 +493,29 @@ class Broadcast:
         # next flush goes to lazy peers only: announce it now, or it falls through the gap
         # (seen in the simulator after a partition: a node lost its eager parent, grafted
         # its lazy peers, and a message that had just passed them never reached it).
-        announcements = self.announcements
-        queue = announcements.queued_for(peer)
-        if None not in made:
-            streams = set(made)
-            queue = [item for item in queue if item[1] in streams]
-        self._send_ihave(peer, announcements.unheld(peer, queue, skip), out)
+        streams = None if None in made else set(made).__contains__
+        self._send_ihave(peer, streams, out, skip)
 
     def _send_ihave(
-        self, peer: PeerId, places: list[tuple[PeerId, int, int]], out: list[OutEvent]
+        self,
+        peer: PeerId,
+        announced: Callable[[PeerId], bool] | None,
+        out: list[OutEvent],
+        skip: tuple[m.StreamRange, ...] = (),
     ) -> None:
-        """Announce `places` (publisher, seq, hops) to `peer` as runs, in IHAVEs of at most
+        """Announce to `peer` what is queued for it of the publishers `announced` says yes
+        to (None: all; `Announcements.runs_for`), as runs, in IHAVEs of at most
         max_ihave_ids messages and MAX_RANGES_PER_MESSAGE ranges."""
+        places, batches = self.announcements.runs_for(
+            peer, announced, skip, self.config.max_ihave_ids
+        )
         if not places:
             return
-        limit = self.config.max_ihave_ids
-        self.counters.ihave_ids_sent += len(places)
-        for start in range(0, len(places), limit):
-            for ranges in _chunks(_runs(places[start : start + limit])):
-                out.append(Send(peer, self.topic, m.IHave(ranges=ranges)))
+        self.counters.ihave_ids_sent += places
+        topic = self.topic
+        for runs in batches:
+            for ranges in _chunks(runs):
+                out.append(Send(peer, topic, m.IHave(ranges=ranges)))
 
     def _is_neighbor(self, peer: PeerId) -> bool:
         shared = self.trees.shared
@@ -1256,13 +1260,13 @@ class Broadcast:
         peek = self.trees.peek
         shared = self.trees.shared
         latest = self._latest_tree()
-        announcements = self.announcements
         for peer in dict.fromkeys([*latest.lazy, *shared.eager, *shared.lazy]):
-            queue = [
-                item for item in announcements.queued_for(peer) if peer not in peek(item[1]).eager
-            ]
-            self._send_ihave(peer, announcements.unheld(peer, queue), out)
-        announcements.clear()
+
+            def lazy_here(publisher: PeerId, peer: PeerId = peer) -> bool:
+                return peer not in peek(publisher).eager
+
+            self._send_ihave(peer, lazy_here, out)
+        self.announcements.clear()
 
     def _due(self, at: float, place: Place, entry: Missing) -> None:
         """Queue `entry`'s next GRAFT at `at` (never before any queued one: `at` is now +

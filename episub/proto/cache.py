@@ -24,6 +24,7 @@ at most `cache_max_messages` messages and `cache_max_bytes` of application data
 
 from __future__ import annotations
 
+import math
 from array import array
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -82,6 +83,9 @@ class MessageCache:
         self._senders: list[PeerId | None] = []  # a row's first sender (a shared reference)
         self._cache_base = self._cache_head = 0
         self._cached = 0  # messages cached (rows from _cache_head whose raw is not None)
+        # No sooner than this is the oldest row past a ttl (inf: nothing held): a remember
+        # before then, within the count and byte bounds, has nothing to expire.
+        self._ttl_due = math.inf
         self.cache_bytes = 0
         self._places = Places(topic)  # (publisher, seq) -> cached row
         self.seen = self._index  # `mid in seen`, `len(seen)`, iteration (oldest first)
@@ -114,7 +118,16 @@ class MessageCache:
         stream.put(envelope.seq, serial)
         self._cached += 1
         self.cache_bytes += size
-        self.expire(now)
+        c = self.config
+        if (
+            now >= self._ttl_due
+            or self._cached > c.cache_max_messages
+            or self.cache_bytes > c.cache_max_bytes
+            or self._index.count > c.seen_max
+        ):
+            self.expire(now)
+        elif self._ttl_due == math.inf:
+            self._ttl_due = now + min(c.cache_ttl, c.seen_ttl)
 
     def _forget(self, serial: int) -> None:
         if serial >= self._cache_head:
@@ -165,6 +178,12 @@ class MessageCache:
             or self._cache_head - self._cache_base >= _COMPACT_AT
         ):
             self._compact()
+        due = math.inf
+        if self._cached:
+            due = at[self._cache_head - self._seen_base] + c.cache_ttl
+        if index.count:
+            due = min(due, at[self._seen_head - self._seen_base] + c.seen_ttl)
+        self._ttl_due = due
 
     def _compact(self) -> None:
         """Give back the spent rows before the heads, once they are an eighth of a table:

@@ -56,6 +56,9 @@ class StreamHeads:
     def __init__(self, config: BroadcastConfig) -> None:
         self.config = config
         self.pending: OrderedDict[PeerId, Head] = OrderedDict()
+        # The publisher `note` last moved to the end of `pending` (None: none yet): a
+        # stream's messages come in runs, and its head needs no moving within one.
+        self._latest: PeerId | None = None
         # neighbour -> when its link came up (a head older than that is not sent to it).
         self.linked_at: dict[PeerId, float] = {}
 
@@ -75,20 +78,24 @@ class StreamHeads:
         head = pending.get(publisher)
         if head is None:
             pending[publisher] = head = Head(seq=seq, hops=hops, at=now)
+            self._latest = publisher
             if sender is not None:
                 head.holders.append(sender)
             if len(pending) > self.config.max_publishers:
                 pending.popitem(last=False)
             return
-        pending.move_to_end(publisher)
+        if publisher != self._latest:
+            pending.move_to_end(publisher)
+            self._latest = publisher
         head.at = now  # a newer place, or an older one filled in: not quiet yet
         if seq > head.seq:
             head.seq = seq
             head.hops = hops
             holders = head.holders
-            holders.clear()
-            if sender is not None:
-                holders.append(sender)
+            if sender is None:
+                holders.clear()
+            elif len(holders) != 1 or holders[0] != sender:
+                holders[:] = (sender,)
 
     def held_by(self, publisher: PeerId, seq: int, peer: PeerId) -> None:
         """`peer` holds `publisher` up to `seq`: our head, unless newer, is no news to it."""

@@ -42,6 +42,7 @@ the stored item.
 
 from __future__ import annotations
 
+import math
 from array import array
 from bisect import bisect_right, insort
 from collections.abc import Callable
@@ -202,6 +203,9 @@ class RetentionStore(Generic[M]):
         self._base = 0  # serial of the row at index 0
         self._head = 0  # serial of the oldest row that may be live
         self._live = 0
+        # When the oldest live row passes max_age (inf: none held): an add before then,
+        # within the count and byte bounds, has nothing to expire (rows come in time order).
+        self._age_due = math.inf
         self.bytes = 0
         self.evicted = 0
         self.replaced = 0  # held messages another message took the place of (see add_item)
@@ -265,7 +269,16 @@ class RetentionStore(Generic[M]):
         stream.put(seq, serial)
         self._live += 1
         self.bytes += size
-        self.expire(now)
+        c = self.config
+        if (
+            held is not None
+            or now >= self._age_due
+            or self._live > c.max_messages
+            or self.bytes > c.max_bytes
+        ):
+            self.expire(now)
+        elif self._live == 1:
+            self._age_due = now + c.max_age
         return True
 
     def _spend(self, i: int, taken: bool = False) -> None:
@@ -308,6 +321,7 @@ class RetentionStore(Generic[M]):
             self._head = end
         if self._head - base >= _COMPACT_AT or end - base > 2 * self._live + _COMPACT_AT:
             self._compact()
+        self._age_due = self._added[self._head - self._base] + c.max_age if self._live else math.inf
 
     def _compact(self) -> None:
         """Give back spent rows: those before the head once they are an eighth of the

@@ -150,7 +150,7 @@ class Tree:
 class Trees:
     """The delivery trees of one topic: `shared` and at most `cap` streams' own."""
 
-    __slots__ = ("by_stream", "cap", "shared")
+    __slots__ = ("_latest", "by_stream", "cap", "shared")
 
     def __init__(self, cap: int) -> None:
         if cap < 0:
@@ -159,6 +159,9 @@ class Trees:
         self.shared = Tree({}, {})
         # publisher -> its tree, least recently used first.
         self.by_stream: OrderedDict[PeerId, Tree] = OrderedDict()
+        # The last key of `by_stream` when it was last ordered here (None: none yet): a
+        # stream's messages come in runs, and the run's tree needs no reordering.
+        self._latest: PeerId | None = None
 
     def get(self, publisher: PeerId) -> Tree:
         """`publisher`'s tree, made from `shared` if it has none (dropping the least
@@ -171,8 +174,10 @@ class Trees:
             tree = by_stream[publisher] = self.shared.copy_sets()
             if len(by_stream) > self.cap:
                 by_stream.popitem(last=False)
-        else:
+            self._latest = publisher
+        elif publisher != self._latest:
             by_stream.move_to_end(publisher)
+            self._latest = publisher
         return tree
 
     def peek(self, publisher: PeerId) -> Tree:
