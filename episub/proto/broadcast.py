@@ -133,6 +133,7 @@ IHAVE_EARLY = 0.25
 _IHAVE = BroadcastTimer.IHAVE
 _HEADS = BroadcastTimer.HEADS
 _MISSING = BroadcastTimer.MISSING
+_NOBODY: frozenset[PeerId] = frozenset()  # a message no announcer holds
 
 # How long after our copy an IHAVE may come, in flush periods, for its sender to be raced
 # (`_race_lazy_announcer`). Tuned at 300 nodes, 8 senders, seed 1: a whole period (any copy
@@ -659,31 +660,35 @@ class Broadcast:
             if self.ordering.fetched(envelope):
                 self.missing.pop(place, None)
                 return
-        missing = self.missing.pop(place, None)
-        publisher = envelope.publisher
+        missing = self.missing.pop(place, None) if self.missing else None
+        publisher, seq = place
+        hops = msg.hops
         tree = self.trees.get(publisher)
-        neighbor = self._is_neighbor(peer)
+        shared = self.trees.shared
+        neighbor = peer in shared.eager or peer in shared.lazy
         if neighbor:
             if peer in tree.lazy:
                 self._lazy_sender_first(publisher, tree, peer, now, out)
             tree.fed_first(peer, now)
-        holders: frozenset[PeerId] = frozenset()
+        holders: frozenset[PeerId] = _NOBODY
         if missing is not None:
             # Announcers hold it: a push there is a duplicate, answered by a PRUNE.
             holders = frozenset(p for p, _ in missing.announcers)
             self._expect_answers(mid, peer, missing)
-        forward = msg.forwarded(msg.hops + 1)
+        forward = None  # made for the first eager peer to push to (a leaf has none)
         topic = self.topic
         for eager_peer in tree.eager:
             if eager_peer != peer and eager_peer not in holders:
+                if forward is None:
+                    forward = msg.forwarded(hops + 1)
                 out.append(Send(eager_peer, topic, forward))
         if missing is not None and neighbor:
             # After the push, as Plumtree does: the announcer we graft must not get this copy.
-            self._maybe_optimize(publisher, tree, peer, msg.hops, missing.announcers, now, out)
-        self._note_head(envelope.publisher, envelope.seq, msg.hops, peer, now, out)
-        self._queue_ihave(mid, envelope.publisher, envelope.seq, msg.hops, peer, out)
-        if envelope.publisher != self.me:
-            self.ordering.deliver(mid, envelope, msg.hops, now, out)
+            self._maybe_optimize(publisher, tree, peer, hops, missing.announcers, now, out)
+        self._note_head(publisher, seq, hops, peer, now, out)
+        self._queue_ihave(mid, publisher, seq, hops, peer, out)
+        if publisher != self.me:
+            self.ordering.deliver(mid, envelope, hops, now, out)
 
     def _on_duplicate(self, peer: PeerId, msg: m.Gossip, now: float, out: list[OutEvent]) -> None:
         mid = msg.id

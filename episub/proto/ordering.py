@@ -160,11 +160,14 @@ class OrderedDelivery:
             # No stream of it here yet: an answer to our own fetch is history (a reader
             # filling a range), not the first live message of a stream to forward.
             return self.fetched(envelope)
-        if envelope.seq in stream.held or _within_reach(stream, envelope.seq):
+        seq = envelope.seq
+        if seq >= stream.next_seq:
+            return False  # ahead of the stream: held or not, never history
+        if seq in stream.held or _within_reach(stream, seq):
             return False
         if stream.settling_until is not None:
-            return envelope.seq < stream.next_seq and self.fetched(envelope)
-        return envelope.seq < stream.next_seq
+            return self.fetched(envelope)
+        return True
 
     def within_reach(self, envelope: Envelope) -> bool:
         """Is this message one its stream's reach back asked for and does not hold yet?
