@@ -77,3 +77,11 @@ def test_runs_come_in_batches_of_the_limit_and_only_for_the_publishers_asked() -
     assert batches == [[(P, 0, 1, 1)], [(P, 2, 3, 1)], [(P, 4, 4, 1), (b"other", 7, 7, 2)]]
     count, batches = announcements.runs_for(A, (b"other").__eq__)
     assert (count, batches) == (1, [[(b"other", 7, 7, 2)]])
+
+
+def test_overlapping_noted_ranges_keep_out_every_place_they_cover_and_no_other() -> None:
+    announcements = Announcements()
+    _queued(12, announcements)
+    for first, last in ((5, 6), (1, 2), (2, 3), (9, 9), (7, 7)):
+        announcements.note_announced(A, (P, first, last, 1))
+    assert [seq for _, seq, _ in _places(announcements, A)] == [0, 4, 8, 10, 11]

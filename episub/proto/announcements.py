@@ -20,6 +20,7 @@ A plain data structure: no clock, no I/O.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Callable
 from typing import Any
 
@@ -103,9 +104,7 @@ class Announcements:
         noted: list[m.StreamRange] = self._announced.get(peer, [])
         if skip:
             noted = [*noted, *skip]
-        spans: dict[PeerId, list[tuple[int, int]]] = {}
-        for publisher, first, last, _ in noted:
-            spans.setdefault(publisher, []).append((first, last))
+        spans = _merged_spans(noted)
         verdicts: dict[PeerId, bool] = {}
         batches: list[list[list[Any]]] = []
         runs: list[list[Any]] = []  # [publisher, first, last, hops]
@@ -121,8 +120,13 @@ class Announcements:
             holders = holders_get(mid)
             if holders and peer in holders:
                 continue
-            if spans and any(first <= seq <= last for first, last in spans.get(publisher, ())):
-                continue
+            if spans:
+                starts_ends = spans.get(publisher)
+                if starts_ends is not None:
+                    starts, ends = starts_ends
+                    i = bisect_right(starts, seq) - 1
+                    if i >= 0 and seq <= ends[i]:
+                        continue
             if not room:
                 runs = []
                 batches.append(runs)
@@ -144,3 +148,25 @@ class Announcements:
         self._queued_before = {}
         self._holders = {}
         self._announced = {}
+
+
+def _merged_spans(
+    ranges: list[m.StreamRange],
+) -> dict[PeerId, tuple[list[int], list[int]]]:
+    """`ranges` as each publisher's disjoint seq spans, in order: (starts, ends), so that a
+    seq is looked up by bisection, not against every range."""
+    by_publisher: dict[PeerId, list[tuple[int, int]]] = {}
+    for publisher, first, last, _ in ranges:
+        by_publisher.setdefault(publisher, []).append((first, last))
+    merged: dict[PeerId, tuple[list[int], list[int]]] = {}
+    for publisher, spans in by_publisher.items():
+        starts: list[int] = []
+        ends: list[int] = []
+        for first, last in sorted(spans):
+            if ends and first <= ends[-1] + 1:
+                ends[-1] = max(ends[-1], last)
+            else:
+                starts.append(first)
+                ends.append(last)
+        merged[publisher] = (starts, ends)
+    return merged
