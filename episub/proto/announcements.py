@@ -39,7 +39,7 @@ Queued = tuple[MessageId, PeerId, int, int]  # (id, publisher, seq, hops)
 class Announcements:
     """The announcements waiting for one topic's next IHAVE flush."""
 
-    __slots__ = ("_announced", "_holders", "_queued_before", "queue")
+    __slots__ = ("_announced", "_blocks", "_holders", "_queued_before", "queue")
 
     def __init__(self) -> None:
         # What we received or published since the last flush, in that order.
@@ -51,6 +51,8 @@ class Announcements:
         self._holders: dict[MessageId, list[PeerId]] = {}
         # neighbour -> ranges it announced to us (MAX_NOTED_RANGES): not announced back.
         self._announced: dict[PeerId, list[m.StreamRange]] = {}
+        # `queue` in blocks (`_blocks_of`), made when first asked for since it last changed.
+        self._blocks: list[_Block] | None = None
 
     def add(
         self, mid: MessageId, publisher: PeerId, seq: int, hops: int, sender: PeerId | None
@@ -58,6 +60,7 @@ class Announcements:
         """Queue `mid` (from `sender`, None: our own) for the next flush."""
         self.queue.append((mid, publisher, seq, hops))
         self._holders[mid] = [] if sender is None else [sender]
+        self._blocks = None
 
     def link_up(self, peer: PeerId) -> None:
         """`peer`'s link came up: what is queued now is not news to announce to it."""
@@ -74,6 +77,7 @@ class Announcements:
         holders = self._holders.get(mid)
         if holders is not None and peer not in holders:
             holders.append(peer)
+            self._blocks = None
 
     def note_announced(self, peer: PeerId, announced: m.StreamRange) -> None:
         """`peer` announced `announced` to us: not announced back to it this flush."""
@@ -98,48 +102,58 @@ class Announcements:
         to hold (nor to have announced to us, nor named in `skip`). Consecutive seqs of
         one publisher at one hop count make one range, ranges in the order of their first
         place; a new batch of ranges starts every `limit` places (one IHAVE's worth of
-        ids). Returns (places, batches). One pass over the queue: the IHAVE flush runs it
-        for every lazy neighbour."""
-        holders_get = self._holders.get
+        ids). Returns (places, batches).
+
+        The IHAVE flush asks this of every lazy neighbour: the queue is cut into blocks
+        once (`_blocks_of`), and each neighbour costs a step per block, not per message."""
+        blocks = self._blocks
+        if blocks is None:
+            blocks = self._blocks = _blocks_of(self.queue, self._holders)
+        before = self._queued_before.get(peer, 0)
         noted: list[m.StreamRange] = self._announced.get(peer, [])
         if skip:
             noted = [*noted, *skip]
-        spans = _merged_spans(noted)
+        spans = _merged_spans(noted) if noted else None
         verdicts: dict[PeerId, bool] = {}
         batches: list[list[list[Any]]] = []
         runs: list[list[Any]] = []  # [publisher, first, last, hops]
         open_runs: dict[PeerId, list[Any]] = {}
         places = room = 0
-        for mid, publisher, seq, hops in self.queued_for(peer):
+        for publisher, first, last, hops, holders, end in blocks:
+            if end <= before:
+                continue
             if announced is not None:
                 verdict = verdicts.get(publisher)
                 if verdict is None:
                     verdict = verdicts[publisher] = announced(publisher)
                 if not verdict:
                     continue
-            holders = holders_get(mid)
             if holders and peer in holders:
                 continue
-            if spans:
+            if end - (last - first + 1) < before:  # the link came up within this block
+                first = last - (end - before) + 1
+            pieces = [(first, last)]
+            if spans is not None:
                 starts_ends = spans.get(publisher)
                 if starts_ends is not None:
-                    starts, ends = starts_ends
-                    i = bisect_right(starts, seq) - 1
-                    if i >= 0 and seq <= ends[i]:
-                        continue
-            if not room:
-                runs = []
-                batches.append(runs)
-                open_runs = {}
-                room = limit
-            room -= 1
-            places += 1
-            run = open_runs.get(publisher)
-            if run is not None and seq == run[2] + 1 and hops == run[3]:
-                run[2] = seq
-                continue
-            run = open_runs[publisher] = [publisher, seq, seq, hops]
-            runs.append(run)
+                    pieces = _outside(first, last, *starts_ends)
+            for low, high in pieces:
+                while low <= high:
+                    if not room:
+                        runs = []
+                        batches.append(runs)
+                        open_runs = {}
+                        room = limit
+                    upto = min(high, low + room - 1)
+                    room -= upto - low + 1
+                    places += upto - low + 1
+                    run = open_runs.get(publisher)
+                    if run is not None and low == run[2] + 1 and hops == run[3]:
+                        run[2] = upto
+                    else:
+                        run = open_runs[publisher] = [publisher, low, upto, hops]
+                        runs.append(run)
+                    low = upto + 1
         return places, [[(p, first, last, h) for p, first, last, h in b] for b in batches]
 
     def clear(self) -> None:
@@ -148,6 +162,52 @@ class Announcements:
         self._queued_before = {}
         self._holders = {}
         self._announced = {}
+        self._blocks = None
+
+
+# A run of the queue: (publisher, first seq, last seq, hops, holders, the queue index
+# after its last message). Its messages are consecutive in the queue and in seq, of one
+# publisher at one hop count, and known to be held by the same neighbours.
+_Block = tuple[PeerId, int, int, int, list[PeerId], int]
+
+
+def _blocks_of(queue: list[Queued], holders: dict[MessageId, list[PeerId]]) -> list[_Block]:
+    """`queue` as blocks (`_Block`), in order: a burst's messages from one sender make one."""
+    blocks: list[_Block] = []
+    publisher: PeerId | None = None
+    first = last = hops = -1
+    held_by: list[PeerId] = []
+    for i, (mid, p, seq, h) in enumerate(queue):
+        by = holders.get(mid, [])
+        if p == publisher and seq == last + 1 and h == hops and by == held_by:
+            last = seq
+            continue
+        if publisher is not None:
+            blocks.append((publisher, first, last, hops, held_by, i))
+        publisher, first, last, hops, held_by = p, seq, seq, h, by
+    if publisher is not None:
+        blocks.append((publisher, first, last, hops, held_by, len(queue)))
+    return blocks
+
+
+def _outside(first: int, last: int, starts: list[int], ends: list[int]) -> list[tuple[int, int]]:
+    """The pieces of first..last outside the disjoint spans (starts, ends), in order."""
+    pieces = []
+    i = max(bisect_right(starts, first) - 1, 0)
+    low = first
+    while low <= last and i < len(starts):
+        if ends[i] < low:
+            i += 1
+            continue
+        if starts[i] > last:
+            break
+        if starts[i] > low:
+            pieces.append((low, starts[i] - 1))
+        low = ends[i] + 1
+        i += 1
+    if low <= last:
+        pieces.append((low, last))
+    return pieces
 
 
 def _merged_spans(
