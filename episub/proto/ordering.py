@@ -261,6 +261,15 @@ class OrderedDelivery:
             return
         if seq < stream.next_seq or seq in stream.held:
             return  # delivered already, or from before we joined
+        if seq == stream.next_seq and not stream.held:
+            # The next in sequence, nothing held (a new stream's first message; a write of
+            # a configuration topic, each a stream of its own): what releasing would do.
+            stream.next_seq = seq + 1
+            stream.last_stamp_ms = envelope.timestamp_ms
+            stream.stalled_since = None
+            stream.pull_attempts = 0
+            self._emit(mid, envelope, hops, out)
+            return
         if (
             seq > stream.next_seq
             and len(stream.held) >= c.max_held_per_publisher
