@@ -45,6 +45,7 @@ def test_a_config_topic_takes_the_config_broadcast_changes_and_keeps_every_other
     assert topic_cfg.broadcast.max_message_size == 4096  # the node's own setting stays
     assert topic_cfg.broadcast.hub_parent
     assert topic_cfg.broadcast.heads_quiet == 4.0
+    assert topic_cfg.broadcast.max_stream_trees == 0
     assert_only_changed(
         topic_cfg.broadcast,
         cfg.broadcast,
@@ -55,6 +56,7 @@ def test_a_config_topic_takes_the_config_broadcast_changes_and_keeps_every_other
             "graft_timeout",
             "hub_parent",
             "heads_quiet",
+            "max_stream_trees",
         ),
     )
 

@@ -244,6 +244,7 @@ CONFIG_TOPIC_BROADCAST: tuple[tuple[str, Any], ...] = (
     ("graft_timeout", 0.5),  # an IHAVE names a loss (all copies come from the hub): half a period
     ("hub_parent", True),  # the star of CONFIG_TOPIC_MEMBERSHIP's hub links
     ("heads_quiet", 4.0),  # guess: after IHAVE repair (~2 s) had its turn
+    ("max_stream_trees", 0),  # a write is a stream of one message: one tree serves them all
 )
 
 # ... and its overlay: random links that stay put, the writer one hop from every reader.
