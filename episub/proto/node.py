@@ -185,9 +185,18 @@ class NodeState:
         now: float,
         out: list[OutEvent] | None = None,
     ) -> list[OutEvent]:
-        """`handle(ReceivedMany(peer, items), now, out)`: the items of the frames of one
-        read from `peer`, as one input."""
-        return self.handle(ReceivedMany(peer, items), now, out)
+        """`handle(ReceivedMany(peer, items), now, out)`, the runtime's every read (the
+        items of its frames from `peer`, as one input), without the event to match."""
+        if out is None:
+            out = []
+        start = len(out)
+        try:
+            on_received = self._on_received
+            for topic, message in items:
+                on_received(peer, topic, message, now, out)
+        finally:
+            self._outputs_done(out, start, now)
+        return out
 
     # -- commands -----------------------------------------------------------------------
 
