@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from episub.proto.cache import MessageCache
@@ -277,6 +277,12 @@ cache_configs = st.builds(
 
 
 @settings(max_examples=300, deadline=None)
+@example(  # a row cached after the cache emptied: its ttl comes before seen's
+    BroadcastConfig(
+        cache_max_messages=2, cache_max_bytes=2, cache_ttl=1.0, seen_max=3, seen_ttl=2.0
+    ),
+    [(0, 3, 0.0), (0, 1, 0.0), (0, 1, 1.0)],
+)
 @given(
     cache_configs,
     st.lists(

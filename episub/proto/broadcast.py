@@ -601,8 +601,7 @@ class Broadcast:
         topic = self.topic
         for peer in self.trees.get(envelope.publisher).eager:
             out.append(Send(peer, topic, gossip))
-        self._note_head(envelope.publisher, envelope.seq, 0, None, now, out)
-        self._queue_ihave(mid, envelope.publisher, envelope.seq, 0, None, out)
+        self._took_in(mid, envelope.publisher, envelope.seq, 0, None, now, out)
         return mid
 
     # -- messages -----------------------------------------------------------------------
@@ -685,8 +684,7 @@ class Broadcast:
         if missing is not None and neighbor:
             # After the push, as Plumtree does: the announcer we graft must not get this copy.
             self._maybe_optimize(publisher, tree, peer, hops, missing.announcers, now, out)
-        self._note_head(publisher, seq, hops, peer, now, out)
-        self._queue_ihave(mid, publisher, seq, hops, peer, out)
+        self._took_in(mid, publisher, seq, hops, peer, now, out)
         if publisher != self.me:
             self.ordering.deliver(mid, envelope, hops, now, out)
 
@@ -1195,22 +1193,9 @@ class Broadcast:
             case _:
                 assert_never(timer)
 
-    def _queue_ihave(
+    def _took_in(
         self,
         mid: MessageId,
-        publisher: PeerId,
-        seq: int,
-        hops: int,
-        exclude: PeerId | None,
-        out: list[OutEvent],
-    ) -> None:
-        self.announcements.add(mid, publisher, seq, hops, exclude)
-        if _IHAVE not in self._armed:
-            interval = self.ihave_period
-            self._arm(_IHAVE, interval, out, early=interval * IHAVE_EARLY)
-
-    def _note_head(
-        self,
         publisher: PeerId,
         seq: int,
         hops: int,
@@ -1218,9 +1203,16 @@ class Broadcast:
         now: float,
         out: list[OutEvent],
     ) -> None:
+        """A message we published or took in first (from `sender`; None: our own): its
+        stream's head moves, and it waits for the IHAVE flush (not announced to `sender`)."""
         self.heads.note(publisher, seq, hops, sender, now)
-        if _HEADS not in self._armed:
+        self.announcements.add(mid, publisher, seq, hops, sender)
+        armed = self._armed
+        if _HEADS not in armed:
             self._arm(_HEADS, self.config.heads_quiet, out, upkeep=True)
+        if _IHAVE not in armed:
+            interval = self.ihave_period
+            self._arm(_IHAVE, interval, out, early=interval * IHAVE_EARLY)
 
     def _arm(
         self,

@@ -111,7 +111,10 @@ class MessageCache:
         self._hops.append(hops)
         size = envelope.size
         self._sizes.append(size)
-        stream = self._places.stream(envelope.publisher)
+        places = self._places
+        stream = places.streams.get(envelope.publisher)
+        if stream is None:
+            stream = places.stream(envelope.publisher)
         self._row_places.append(stream)
         self._seqs.append(envelope.seq)
         self._senders.append(sender)
@@ -126,8 +129,11 @@ class MessageCache:
             or self._index.count > c.seen_max
         ):
             self.expire(now)
-        elif self._ttl_due == math.inf:
-            self._ttl_due = now + min(c.cache_ttl, c.seen_ttl)
+        else:  # a row alone in the cache or in seen is its oldest: its ttl is the next due
+            if self._cached == 1:
+                self._ttl_due = min(self._ttl_due, now + c.cache_ttl)
+            if self._index.count == 1:
+                self._ttl_due = min(self._ttl_due, now + c.seen_ttl)
 
     def _forget(self, serial: int) -> None:
         if serial >= self._cache_head:
