@@ -315,9 +315,12 @@ class Envelope:
         span = (pos, pos)
         tag = raw[pos] if pos < end else -1
         if tag == _SEQ:
-            seq = raw[pos + 1]  # a one-byte varint in line: the usual case
+            seq = raw[pos + 1]  # a one- or two-byte varint in line: the usual cases
             if seq < 0x80:
                 pos += 2
+            elif 0 < (high := raw[pos + 2]) < 0x80:  # (a high byte 0 is not minimal)
+                seq = (seq & 0x7F) | (high << 7)
+                pos += 3
             else:
                 seq, pos = read_varint(raw, pos + 1)
             if not 0 < seq <= MAX_SEQ:
@@ -330,9 +333,12 @@ class Envelope:
             tag = raw[pos] if pos < end else -1
         app_size = 0
         if tag == _PAYLOAD:
-            size = raw[pos + 1]  # a one-byte varint in line: the usual case
+            size = raw[pos + 1]  # a one- or two-byte varint in line: the usual cases
             if size < 0x80:
                 pos += 2
+            elif 0 < (high := raw[pos + 2]) < 0x80:
+                size = (size & 0x7F) | (high << 7)
+                pos += 3
             else:
                 size, pos = read_varint(raw, pos + 1)
             if not size or pos + size > end:
