@@ -531,24 +531,27 @@ _topic_names: dict[bytes, str] = {}  # topic bytes read -> the checked name, for
 def _gossip_item(topic: str, message: Gossip) -> bytes:
     raw = message.raw
     hops = message.hops
-    gossip_len = 34 + 1 + len(varint(len(raw))) + len(raw) + (1 + len(varint(hops)) if hops else 0)
+    raw_len = varint(len(raw))  # each varint made once: this runs per message sent
+    hops_field = b"\x18" + varint(hops) if hops else b""
+    gossip_len = 34 + 1 + len(raw_len) + len(raw) + len(hops_field)
+    gossip_len_field = varint(gossip_len)
     topic_field = _topic_fields[topic]
-    item_len = len(topic_field) + 1 + len(varint(gossip_len)) + gossip_len
-    parts = [
-        b"\x0a",
-        varint(item_len),
-        topic_field,
-        b"\x12",
-        varint(gossip_len),
-        _GOSSIP_ID_FIELD,
-        message.id,
-        b"\x12",
-        varint(len(raw)),
-        raw,
-    ]
-    if hops:
-        parts.append(b"\x18" + varint(hops))
-    return b"".join(parts)
+    item_len = len(topic_field) + 1 + len(gossip_len_field) + gossip_len
+    return b"".join(
+        (
+            b"\x0a",
+            varint(item_len),
+            topic_field,
+            b"\x12",
+            gossip_len_field,
+            _GOSSIP_ID_FIELD,
+            message.id,
+            b"\x12",
+            raw_len,
+            raw,
+            hops_field,
+        )
+    )
 
 
 # HISTORY items (PULL answers: up to a 1 MB message each) are written by hand too: through
