@@ -5,6 +5,7 @@ blocking client (and so Spark's Python workers) imports this, never the node run
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, TypeAlias
 
@@ -134,6 +135,16 @@ class LagBuffer:
         self._items.append(item)
         self._held += 1
 
+    def put_many(self, items: Sequence[Item]) -> None:
+        """`put` each of `items`, in order: all at once when they fit and none was dropped
+        since the last item (then `put` would queue each as it is)."""
+        if not self._lag and self._held + len(items) <= self.capacity:
+            self._items.extend(items)
+            self._held += len(items)
+            return
+        for item in items:
+            self.put(item)
+
     def add_lag(self, count: int) -> None:
         """Items dropped before they reached this buffer, reported at the same place."""
         self._lag += count
@@ -149,6 +160,23 @@ class LagBuffer:
             lag, self._lag = self._lag, 0
             return Lagged(lag)
         return None
+
+    def take_many(self, limit: int | None = None) -> list[Item]:
+        """What `take` gives call after call until None, at most `limit` items: the whole
+        buffer at once when it fits (every item taken leaves nothing held)."""
+        items = self._items
+        if limit is not None and limit <= len(items):
+            out: list[Item] = []
+            while len(out) < limit and (item := self.take()) is not None:
+                out.append(item)
+            return out
+        out = list(items)
+        items.clear()
+        self._held = 0
+        if self._lag:
+            out.append(Lagged(self._lag))
+            self._lag = 0
+        return out
 
     def clear(self) -> None:
         self._items.clear()
