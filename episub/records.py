@@ -21,6 +21,7 @@ __all__ = [
     "NeighborLink",
     "Receipt",
     "format_publisher",
+    "make_delivery",
     "parse_publisher",
 ]
 
@@ -76,6 +77,48 @@ class Delivery:
         """Application bytes (value, key, headers): what size limits count."""
         size = len(self.value) + (len(self.key) if self.key is not None else 0)
         return size + sum(len(name) + len(value) for name, value in self.headers)
+
+
+# Delivery's slots, set straight: its frozen __init__ sets each field through
+# object.__setattr__, ~2 us for the eight on a slow core, once per message delivered.
+_new_object = object.__new__
+(
+    _SET_TOPIC,
+    _SET_PUBLISHER,
+    _SET_SEQ,
+    _SET_TIMESTAMP,
+    _SET_KEY,
+    _SET_VALUE,
+    _SET_HEADERS,
+    _SET_ID,
+) = (
+    getattr(Delivery, name).__set__
+    for name in ("topic", "publisher", "seq", "timestamp_ms", "key", "value", "headers", "id")
+)
+
+
+def make_delivery(
+    topic: str,
+    publisher: bytes,
+    seq: int,
+    timestamp_ms: int,
+    key: bytes | None,
+    value: bytes,
+    headers: tuple[tuple[str, bytes], ...],
+    id: bytes,
+) -> Delivery:
+    """`Delivery(topic=topic, ...)`, the same value, made in a third of the time: for the
+    node's delivery of each message (retained.delivery_of)."""
+    delivery: Delivery = _new_object(Delivery)
+    _SET_TOPIC(delivery, topic)
+    _SET_PUBLISHER(delivery, publisher)
+    _SET_SEQ(delivery, seq)
+    _SET_TIMESTAMP(delivery, timestamp_ms)
+    _SET_KEY(delivery, key)
+    _SET_VALUE(delivery, value)
+    _SET_HEADERS(delivery, headers)
+    _SET_ID(delivery, id)
+    return delivery
 
 
 @dataclass(frozen=True, slots=True)

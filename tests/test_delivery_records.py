@@ -1,11 +1,16 @@
-"""The subscriber's bounded buffer: many items in or out at once are what one at a time gives."""
+"""What the node delivers: made as the dataclass makes it; held by the subscriber's bounded
+buffer, where many items in or out at once are what one at a time gives."""
 
 from __future__ import annotations
 
+import pickle
+from dataclasses import FrozenInstanceError, fields
+
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from episub.records import Item, LagBuffer, Lagged, Lost
+from episub.records import Delivery, Item, LagBuffer, Lagged, Lost, make_delivery
 
 # An operation: ("put", n) puts n new items, ("lag", n) adds n lost upstream, ("take", limit)
 # takes up to `limit` items (None: all).
@@ -63,3 +68,24 @@ def test_take_many_gives_the_lag_after_the_items_before_it() -> None:
     buffer.put_many([Lost(b"p", 0, 0), Lost(b"p", 1, 1), Lost(b"p", 2, 2)])  # the third dropped
     assert buffer.take_many(1) == [Lost(b"p", 0, 0)]
     assert buffer.take_many() == [Lost(b"p", 1, 1), Lagged(1)]
+
+
+def test_make_delivery_is_the_dataclass_made_with_every_field() -> None:
+    # A field added to Delivery and not to make_delivery fails here (an unexpected keyword).
+    values = {
+        "topic": "t",
+        "publisher": b"p",
+        "seq": 3,
+        "timestamp_ms": 4,
+        "key": b"k",
+        "value": b"v",
+        "headers": (("h", b"x"),),
+        "id": b"i" * 32,
+    }
+    assert [f.name for f in fields(Delivery)] == list(values)
+    made = make_delivery(**values)  # type: ignore[arg-type]
+    assert made == Delivery(**values)  # type: ignore[arg-type]
+    assert hash(made) == hash(Delivery(**values))  # type: ignore[arg-type]
+    assert pickle.loads(pickle.dumps(made)) == made
+    with pytest.raises(FrozenInstanceError):
+        made.seq = 5  # type: ignore[misc]
