@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from episub.proto import episub_pb2 as pb
+from episub.proto.envelope import Signature, message_id
 from episub.proto.messages import (
     MAX_HEADERS,
     MAX_HELD_SPANS,
@@ -747,6 +748,15 @@ def test_an_envelopes_bytes_are_protobufs_and_decode_back_to_it(envelope: Envelo
 def test_an_envelope_in_any_other_layout_is_refused(raw: bytes) -> None:
     with pytest.raises(ValueError):
         Envelope.decode(raw)
+
+
+def test_an_envelopes_id_is_over_its_bytes_before_the_signature() -> None:
+    envelope = Envelope(publisher=ALICE, seq=1, timestamp_ms=2, payload=b"x")
+    signed = envelope.signed(Signature(signer=b"k" * 32, value=b"s" * 64))
+    assert bytes(envelope.unsigned) == bytes(signed.unsigned) == envelope.raw != signed.raw
+    decoded = Envelope.decode(signed.raw)
+    assert bytes(decoded.unsigned) == envelope.raw
+    assert message_id("t", decoded) == message_id("t", envelope)
 
 
 @pytest.mark.parametrize("value", [127, 128, 255, 16383, 16384])
