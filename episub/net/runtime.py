@@ -59,6 +59,7 @@ from collections import deque
 from collections.abc import Callable, Hashable
 from dataclasses import replace
 from functools import partial
+from operator import itemgetter
 from random import Random
 from typing import Any
 
@@ -164,6 +165,8 @@ _REQUEST_COSTS: dict[type, Callable[[Any], int]] = {
     m.GetView: lambda _: _LIST_COST,
     m.GetTopics: lambda _: _LIST_COST,
 }
+_REQUEST_TYPES = frozenset(_REQUEST_COSTS)
+_message_of = itemgetter(1)  # of a (topic, message) item
 
 
 class CoreError(RuntimeError):
@@ -495,6 +498,8 @@ class Runtime:
         its link change: it comes in without ranges), up to STEP_REQUEST_WORK of requests
         admitted: from the request past that on, the items wait for a later step (the
         second value). None when the peer is dropped."""
+        if _REQUEST_TYPES.isdisjoint(map(type, map(_message_of, items))):
+            return items, None  # no request (most reads): looked over in C, not item by item
         refused: list[int] = []
         rest: FrameItems | None = None
         step = 0
