@@ -5,6 +5,7 @@ blocking client (and so Spark's Python workers) imports this, never the node run
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, TypeAlias
 
@@ -20,6 +21,7 @@ __all__ = [
     "NeighborLink",
     "Receipt",
     "format_publisher",
+    "make_delivery",
     "parse_publisher",
 ]
 
@@ -75,6 +77,48 @@ class Delivery:
         """Application bytes (value, key, headers): what size limits count."""
         size = len(self.value) + (len(self.key) if self.key is not None else 0)
         return size + sum(len(name) + len(value) for name, value in self.headers)
+
+
+# Delivery's slots, set straight: its frozen __init__ sets each field through
+# object.__setattr__, ~2 us for the eight on a slow core, once per message delivered.
+_new_object = object.__new__
+(
+    _SET_TOPIC,
+    _SET_PUBLISHER,
+    _SET_SEQ,
+    _SET_TIMESTAMP,
+    _SET_KEY,
+    _SET_VALUE,
+    _SET_HEADERS,
+    _SET_ID,
+) = (
+    getattr(Delivery, name).__set__
+    for name in ("topic", "publisher", "seq", "timestamp_ms", "key", "value", "headers", "id")
+)
+
+
+def make_delivery(
+    topic: str,
+    publisher: bytes,
+    seq: int,
+    timestamp_ms: int,
+    key: bytes | None,
+    value: bytes,
+    headers: tuple[tuple[str, bytes], ...],
+    id: bytes,
+) -> Delivery:
+    """`Delivery(topic=topic, ...)`, the same value, made in a third of the time: for the
+    node's delivery of each message (retained.delivery_of)."""
+    delivery: Delivery = _new_object(Delivery)
+    _SET_TOPIC(delivery, topic)
+    _SET_PUBLISHER(delivery, publisher)
+    _SET_SEQ(delivery, seq)
+    _SET_TIMESTAMP(delivery, timestamp_ms)
+    _SET_KEY(delivery, key)
+    _SET_VALUE(delivery, value)
+    _SET_HEADERS(delivery, headers)
+    _SET_ID(delivery, id)
+    return delivery
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,6 +178,16 @@ class LagBuffer:
         self._items.append(item)
         self._held += 1
 
+    def put_many(self, items: Sequence[Item]) -> None:
+        """`put` each of `items`, in order: all at once when they fit and none was dropped
+        since the last item (then `put` would queue each as it is)."""
+        if not self._lag and self._held + len(items) <= self.capacity:
+            self._items.extend(items)
+            self._held += len(items)
+            return
+        for item in items:
+            self.put(item)
+
     def add_lag(self, count: int) -> None:
         """Items dropped before they reached this buffer, reported at the same place."""
         self._lag += count
@@ -149,6 +203,23 @@ class LagBuffer:
             lag, self._lag = self._lag, 0
             return Lagged(lag)
         return None
+
+    def take_many(self, limit: int | None = None) -> list[Item]:
+        """What `take` gives call after call until None, at most `limit` items: the whole
+        buffer at once when it fits (every item taken leaves nothing held)."""
+        items = self._items
+        if limit is not None and limit <= len(items):
+            out: list[Item] = []
+            while len(out) < limit and (item := self.take()) is not None:
+                out.append(item)
+            return out
+        out = list(items)
+        items.clear()
+        self._held = 0
+        if self._lag:
+            out.append(Lagged(self._lag))
+            self._lag = 0
+        return out
 
     def clear(self) -> None:
         self._items.clear()

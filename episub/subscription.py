@@ -76,9 +76,7 @@ class Subscription:
         """`offer` each of `items`, in order, waking the subscriber once."""
         if self._closed:
             return
-        put = self._buffer.put
-        for item in items:
-            put(item)
+        self._buffer.put_many(items)
         self._wake()
 
     @property
@@ -119,14 +117,7 @@ class Subscription:
         if max_items is not None and max_items < 1:
             raise ValueError(f"max_items must be >= 1, not {max_items!r}")
         first = await self.receive()
-        batch = [first]
-        take = self._buffer.take
-        while max_items is None or len(batch) < max_items:
-            item = take()
-            if item is None:
-                break
-            batch.append(item)
-        return batch
+        return [first, *self._buffer.take_many(None if max_items is None else max_items - 1)]
 
     def __aiter__(self) -> Subscription:
         return self

@@ -9,6 +9,8 @@ from functools import partial
 import pytest
 import trio
 import trio.testing
+from hypothesis import given
+from hypothesis import strategies as st
 
 from episub.net.framing import (
     FRAME_OVERHEAD,
@@ -72,6 +74,29 @@ def test_take_frame_keeps_to_the_decoders_item_limit() -> None:
     queue = deque([encode_item("t", Prune())] * 10)
     _, count = take_frame(queue, max_items=4)
     assert count == 4
+
+
+@given(
+    sizes=st.lists(st.integers(1, 300), min_size=1, max_size=40),
+    budget=st.integers(1, 2000),
+    max_items=st.integers(1, 50),
+)
+def test_take_frame_takes_the_items_in_line_while_the_body_stays_within_budget(
+    sizes: list[int], budget: int, max_items: int
+) -> None:
+    # The rule, one item at a time: the first always, then each next one while the frame
+    # has fewer than max_items and the body stays within budget.
+    items = [bytes([i % 256]) * size for i, size in enumerate(sizes)]
+    expected = 1
+    body = sizes[0]
+    while expected < min(len(sizes), max_items) and body + sizes[expected] <= budget:
+        body += sizes[expected]
+        expected += 1
+    queue = deque(items)
+    frame, count = take_frame(queue, budget=budget, max_items=max_items)
+    assert count == expected
+    assert frame == frame_from_items(items[:expected])
+    assert list(queue) == items[expected:]
 
 
 def test_the_frame_limit_is_a_maximal_message_plus_the_overhead() -> None:

@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from episub.proto import episub_pb2 as pb
+from episub.proto.envelope import Signature, message_id
 from episub.proto.messages import (
     MAX_HEADERS,
     MAX_HELD_SPANS,
@@ -747,6 +748,51 @@ def test_an_envelopes_bytes_are_protobufs_and_decode_back_to_it(envelope: Envelo
 def test_an_envelope_in_any_other_layout_is_refused(raw: bytes) -> None:
     with pytest.raises(ValueError):
         Envelope.decode(raw)
+
+
+def test_an_envelopes_id_is_over_its_bytes_before_the_signature() -> None:
+    envelope = Envelope(publisher=ALICE, seq=1, timestamp_ms=2, payload=b"x")
+    signed = envelope.signed(Signature(signer=b"k" * 32, value=b"s" * 64))
+    assert bytes(envelope.unsigned) == bytes(signed.unsigned) == envelope.raw != signed.raw
+    decoded = Envelope.decode(signed.raw)
+    assert bytes(decoded.unsigned) == envelope.raw
+    assert message_id("t", decoded) == message_id("t", envelope)
+
+
+@pytest.mark.parametrize("value", [127, 128, 255, 16383, 16384])
+def test_lengths_and_seqs_of_one_two_and_three_varint_bytes_read_back(value: int) -> None:
+    envelope = Envelope(publisher=ALICE, seq=value, timestamp_ms=value, payload=b"p" * value)
+    assert Envelope.decode(envelope.raw) == envelope
+    gossip = Gossip(id=ID1, envelope=envelope, hops=1)
+    assert decode_all(encode_frame([("t", gossip)])) == [[("t", gossip)]]
+
+
+def _padded(n: int) -> bytes:
+    """`n` (< 128) as a two-byte varint that is not minimal (protobuf reads it; we do not)."""
+    return bytes((n | 0x80, 0))
+
+
+def test_a_gossip_item_with_a_length_padded_by_a_zero_byte_is_refused() -> None:
+    raw = Envelope(publisher=ALICE, seq=1, timestamp_ms=1, payload=b"x" * 10).raw
+
+    def frame_of(item_length: bytes, gossip_length: bytes, raw_length: bytes) -> bytes:
+        gossip = b"\x0a\x20" + ID1 + b"\x12" + raw_length + raw
+        item = b"\x0a\x01t\x12" + gossip_length + gossip  # Item{topic, gossip}
+        return frame_from_items([b"\x0a" + item_length + item])
+
+    gossip_size = 2 + len(ID1) + 1 + 1 + len(raw)
+    item_size = 3 + 1 + 1 + gossip_size
+    sizes = (bytes((item_size,)), bytes((gossip_size,)), bytes((len(raw),)))
+    assert decode_all(frame_of(*sizes))[0][0][1].raw == raw  # minimal: read
+    assert_refused(frame_of(_padded(item_size), *sizes[1:]), "not minimal")
+    assert_refused(frame_of(bytes((item_size + 1,)), _padded(gossip_size), sizes[2]), "not minimal")
+    assert_refused(
+        frame_of(bytes((item_size + 1,)), bytes((gossip_size + 1,)), _padded(len(raw))),
+        "not minimal",
+    )
+    payload = raw.index(b"\x22\x0axxxxxxxxxx")  # the envelope's payload length, padded
+    with pytest.raises(ValueError, match="not minimal"):
+        Envelope.decode(raw[: payload + 1] + _padded(10) + raw[payload + 2 :])
 
 
 @given(envelope=ENVELOPES, hops=st.integers(0, MAX_HOPS))

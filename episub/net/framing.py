@@ -12,7 +12,9 @@ messages costs one seal and one write.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections import deque
+from itertools import accumulate, islice
 
 from episub.proto.framing import LENGTH_PREFIX
 from episub.proto.wire import MAX_ITEMS_PER_FRAME, frame_from_items
@@ -78,10 +80,16 @@ def take_frame(
     """
     if not queue:
         raise ValueError("take_frame needs at least one queued item")
-    items = [queue.popleft()]
-    size = len(items[0])
-    while queue and len(items) < max_items and size + len(queue[0]) <= budget:
-        item = queue.popleft()
-        items.append(item)
-        size += len(item)
+    first = queue.popleft()
+    more = 0  # items after the first that fit: the running sizes of those next, in C
+    if queue:
+        sizes = list(accumulate(map(len, islice(queue, max_items - 1))))
+        more = bisect_right(sizes, budget - len(first))  # sizes only grow: a prefix fits
+    if more == len(queue):
+        items = [first, *queue]
+        queue.clear()
+    else:
+        items = [first, *islice(queue, more)]
+        for _ in range(more):
+            queue.popleft()
     return frame_from_items(items), len(items)

@@ -277,18 +277,23 @@ class Network:
         peer = self.peers.get(peer_id)
         if peer is None:
             peer = self.peers[peer_id] = Peer(peer_id)
-        if len(peer.queue) >= self._queue_cap or (
-            peer.queued_bytes + len(item) > self._queue_max_bytes
-        ):
+        queue = peer.queue
+        queued = len(queue)
+        queued_bytes = peer.queued_bytes + len(item)
+        if queued >= self._queue_cap or queued_bytes > self._queue_max_bytes:
             self._overflow(peer)
             return
-        peer.queue.append(item)
-        peer.queued_bytes += len(item)
-        if self._over_half(peer):
+        queue.append(item)
+        peer.queued_bytes = queued_bytes
+        conn = peer.conn
+        if not self._crowd_suspect and (  # _over_half(peer), in line: this runs per item
+            queued_bytes > self._half_bytes
+            or queued + 1 + (0 if conn is None else conn.in_flight) > self._half_items
+        ):
             self._crowd_suspect = True
         peer.close_requested = False
         self._unflushed[peer_id] = peer
-        if peer.conn is None and peer.dial_scope is None:
+        if conn is None and peer.dial_scope is None:
             self._start_dial(peer)
 
     def flush(self, *, gather: bool = False) -> None:

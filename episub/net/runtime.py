@@ -59,6 +59,7 @@ from collections import deque
 from collections.abc import Callable, Hashable
 from dataclasses import replace
 from functools import partial
+from operator import itemgetter
 from random import Random
 from typing import Any
 
@@ -164,6 +165,8 @@ _REQUEST_COSTS: dict[type, Callable[[Any], int]] = {
     m.GetView: lambda _: _LIST_COST,
     m.GetTopics: lambda _: _LIST_COST,
 }
+_REQUEST_TYPES = frozenset(_REQUEST_COSTS)
+_message_of = itemgetter(1)  # of a (topic, message) item
 
 
 class CoreError(RuntimeError):
@@ -385,9 +388,30 @@ class Runtime:
         one input's together, in order."""
         encoded: dict[tuple[str | None, int], bytes] = {}  # one encoding per message object
         events: list[AppEvent] = []
+        send = self.network.send
+        me = self.me
+        # A message pushed to several peers comes as Sends one after the other: the last
+        # one's encoding is reused without a key made and looked up.
+        last_message: object = None
+        last_topic: str | None = None
+        last_item = b""
         for out in outputs:
             if type(out) is Send:  # most outputs are: by identity, ahead of the match
-                self._send(out, encoded)
+                if out.answer or out.peer == me:
+                    self._send_aside(out)
+                    continue
+                message = out.message
+                topic = out.topic
+                if message is not last_message or topic != last_topic:
+                    cache_key = (topic, id(message))
+                    item = encoded.get(cache_key)
+                    if item is None:
+                        item = self._encode(topic, message, out.peer)
+                        if item is None:
+                            continue
+                        encoded[cache_key] = item
+                    last_message, last_topic, last_item = message, topic, item
+                send(out.peer, last_item)
                 continue
             match out:
                 case Deliver():  # the next most: a relay's delivery of what it forwards
@@ -416,22 +440,14 @@ class Runtime:
             out.reason,
         )
 
-    def _send(self, out: Send, encoded: dict[tuple[str | None, int], bytes]) -> None:
+    def _send_aside(self, out: Send) -> None:
+        """A Send that is not queued as it is (`_carry_out` queues the rest): one to
+        ourselves, dropped, or an answer, which waits in the peer's lane."""
         if out.peer == self.me:
             self.counters.dropped["to_self"] += 1
             log.error("the core sent %s to ourselves; dropped", type(out.message).__name__)
             return
-        if out.answer:
-            self._answer(out)
-            return
-        cache_key = (out.topic, id(out.message))
-        item = encoded.get(cache_key)
-        if item is None:
-            item = self._encode(out.topic, out.message, out.peer)
-            if item is None:
-                return
-            encoded[cache_key] = item
-        self.network.send(out.peer, item)
+        self._answer(out)
 
     def _answer(self, out: Send) -> None:
         """An answer waits in the peer's lane as the message the core gave (the cache's or
@@ -482,6 +498,8 @@ class Runtime:
         its link change: it comes in without ranges), up to STEP_REQUEST_WORK of requests
         admitted: from the request past that on, the items wait for a later step (the
         second value). None when the peer is dropped."""
+        if _REQUEST_TYPES.isdisjoint(map(type, map(_message_of, items))):
+            return items, None  # no request (most reads): looked over in C, not item by item
         refused: list[int] = []
         rest: FrameItems | None = None
         step = 0

@@ -422,6 +422,8 @@ class Node:
         listeners = self._fanout.listeners
         receipts = self._receipts
         batches: dict[str, list[Delivery | Lost]] = {}
+        batch_topic: str | None = None  # the topic whose batch is at hand: runs of one topic
+        batch: list[Delivery | Lost] = []
         for event in events:
             match event:
                 case Deliver() | Published() | Recovered():  # per message: kept inline
@@ -440,7 +442,10 @@ class Node:
                         and (topic in subscriptions or topic in listeners)
                         and not publisher.startswith(CONTROL_PREFIX)
                     ):
-                        batches.setdefault(topic, []).append(delivery_of(topic, mid, envelope))
+                        if topic != batch_topic:
+                            batch = batches.setdefault(topic, [])
+                            batch_topic = topic
+                        batch.append(delivery_of(topic, mid, envelope))
                 case AlreadyPublished():
                     if receipts is not None:
                         receipts.note(event)

@@ -7,21 +7,21 @@ from __future__ import annotations
 
 from episub.proto.envelope import Envelope
 from episub.proto.store import RetentionStore
-from episub.records import Delivery
+from episub.records import Delivery, make_delivery
 
 __all__ = ["delivery_of", "missing", "retained", "retained_envelopes"]
 
 
 def delivery_of(topic: str, message_id: bytes, envelope: Envelope) -> Delivery:
-    return Delivery(
-        topic=topic,
-        publisher=envelope.publisher,  # type: ignore[arg-type]
-        seq=envelope.seq,
-        timestamp_ms=envelope.timestamp_ms,
-        key=envelope.key,
-        value=envelope.payload,
-        headers=envelope.headers,
-        id=message_id,
+    return make_delivery(
+        topic,
+        envelope.publisher,  # type: ignore[arg-type]
+        envelope.seq,
+        envelope.timestamp_ms,
+        envelope.key,
+        envelope.payload,
+        envelope.headers,
+        message_id,
     )
 
 

@@ -92,7 +92,7 @@ class AnswerCursors:
         topic: str,
         config: BroadcastConfig,
         counters: BroadcastCounters,
-        message_id: Callable[[memoryview], MessageId],
+        message_id: Callable[[bytes | memoryview], MessageId],
     ) -> None:
         self.topic = topic
         self.message_id = message_id  # of an envelope's unsigned bytes (envelope.IdHasher)

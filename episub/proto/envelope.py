@@ -262,9 +262,12 @@ class Envelope:
         self._unsigned_end = unsigned_end
 
     @property
-    def unsigned(self) -> memoryview:
-        """The bytes before the signature: what the message id is over."""
-        return memoryview(self.raw)[: self._unsigned_end]
+    def unsigned(self) -> bytes | memoryview:
+        """The bytes before the signature: what the message id is over. `raw` itself when
+        there is no signature (most messages): blake3 reads bytes faster than a view."""
+        raw = self.raw
+        end = self._unsigned_end
+        return raw if end == len(raw) else memoryview(raw)[:end]
 
     def signed(self, signature: Signature) -> Envelope:
         """This envelope with `signature` (signing.py), in place of any it had."""
@@ -315,9 +318,12 @@ class Envelope:
         span = (pos, pos)
         tag = raw[pos] if pos < end else -1
         if tag == _SEQ:
-            seq = raw[pos + 1]  # a one-byte varint in line: the usual case
+            seq = raw[pos + 1]  # a one- or two-byte varint in line: the usual cases
             if seq < 0x80:
                 pos += 2
+            elif 0 < (high := raw[pos + 2]) < 0x80:  # (a high byte 0 is not minimal)
+                seq = (seq & 0x7F) | (high << 7)
+                pos += 3
             else:
                 seq, pos = read_varint(raw, pos + 1)
             if not 0 < seq <= MAX_SEQ:
@@ -330,9 +336,12 @@ class Envelope:
             tag = raw[pos] if pos < end else -1
         app_size = 0
         if tag == _PAYLOAD:
-            size = raw[pos + 1]  # a one-byte varint in line: the usual case
+            size = raw[pos + 1]  # a one- or two-byte varint in line: the usual cases
             if size < 0x80:
                 pos += 2
+            elif 0 < (high := raw[pos + 2]) < 0x80:
+                size = (size & 0x7F) | (high << 7)
+                pos += 3
             else:
                 size, pos = read_varint(raw, pos + 1)
             if not size or pos + size > end:

@@ -531,24 +531,27 @@ _topic_names: dict[bytes, str] = {}  # topic bytes read -> the checked name, for
 def _gossip_item(topic: str, message: Gossip) -> bytes:
     raw = message.raw
     hops = message.hops
-    gossip_len = 34 + 1 + len(varint(len(raw))) + len(raw) + (1 + len(varint(hops)) if hops else 0)
+    raw_len = varint(len(raw))  # each varint made once: this runs per message sent
+    hops_field = b"\x18" + varint(hops) if hops else b""
+    gossip_len = 34 + 1 + len(raw_len) + len(raw) + len(hops_field)
+    gossip_len_field = varint(gossip_len)
     topic_field = _topic_fields[topic]
-    item_len = len(topic_field) + 1 + len(varint(gossip_len)) + gossip_len
-    parts = [
-        b"\x0a",
-        varint(item_len),
-        topic_field,
-        b"\x12",
-        varint(gossip_len),
-        _GOSSIP_ID_FIELD,
-        message.id,
-        b"\x12",
-        varint(len(raw)),
-        raw,
-    ]
-    if hops:
-        parts.append(b"\x18" + varint(hops))
-    return b"".join(parts)
+    item_len = len(topic_field) + 1 + len(gossip_len_field) + gossip_len
+    return b"".join(
+        (
+            b"\x0a",
+            varint(item_len),
+            topic_field,
+            b"\x12",
+            gossip_len_field,
+            _GOSSIP_ID_FIELD,
+            message.id,
+            b"\x12",
+            raw_len,
+            raw,
+            hops_field,
+        )
+    )
 
 
 # HISTORY items (PULL answers: up to a 1 MB message each) are written by hand too: through
@@ -598,14 +601,22 @@ def _read_fast(body: bytes, pos: int, end: int) -> tuple[str, PeerMessage] | Non
     """The GOSSIP item at body[pos:end] in its canonical layout, else None."""
     if body[pos] != 0x0A:
         return None
-    topic, pos = _read_topic(body, pos + 1, end)
+    size = body[pos + 1]  # a short name seen before, in line: the usual case
+    stop = pos + 2 + size
+    topic = _topic_names.get(body[pos + 2 : stop]) if size < 0x80 and stop <= end else None
+    if topic is None:  # a long name, a new one or one cut short: read and checked in full
+        topic, stop = _read_topic(body, pos + 1, end)
+    pos = stop
     if pos >= end:
         return None
     if body[pos] != 0x12:
         return None
-    size = body[pos + 1]  # a one-byte varint in line: the usual case
+    size = body[pos + 1]  # a one- or two-byte varint in line: the usual cases
     if size < 0x80:
         pos += 2
+    elif 0 < (high := body[pos + 2]) < 0x80:  # (a high byte 0 is not minimal: read_varint)
+        size = (size & 0x7F) | (high << 7)
+        pos += 3
     else:
         size, pos = read_varint(body, pos + 1)
     if pos + size != end or body[pos : pos + 2] != _GOSSIP_ID_FIELD:
@@ -614,9 +625,12 @@ def _read_fast(body: bytes, pos: int, end: int) -> tuple[str, PeerMessage] | Non
     pos += 34
     if pos >= end or body[pos] != 0x12 or len(message_id) != MESSAGE_ID_SIZE:
         return None
-    size = body[pos + 1]  # a one-byte varint in line: the usual case
+    size = body[pos + 1]  # a one- or two-byte varint in line: the usual cases
     if size < 0x80:
         pos += 2
+    elif 0 < (high := body[pos + 2]) < 0x80:
+        size = (size & 0x7F) | (high << 7)
+        pos += 3
     else:
         size, pos = read_varint(body, pos + 1)
     raw = body[pos : pos + size]
@@ -727,9 +741,12 @@ class FrameDecoder:
             while pos < end:
                 if body[pos] != 0x0A:
                     return self._decode_pb(body)  # not the items field: protobuf sorts it out
-                size = body[pos + 1]  # a one-byte varint in line: the usual case
+                size = body[pos + 1]  # a one- or two-byte varint in line: the usual cases
                 if size < 0x80:
                     pos += 2
+                elif 0 < (high := body[pos + 2]) < 0x80:  # (a high byte 0: read_varint's error)
+                    size = (size & 0x7F) | (high << 7)
+                    pos += 3
                 else:
                     size, pos = read_varint(body, pos + 1)
                 stop = pos + size
