@@ -230,7 +230,7 @@ def test_a_command_given_while_the_core_is_fed_is_fed_after_it_never_inside_it()
             raw = await RawPeer.connect(node.address)
             inside = False
             fed: list[str] = []
-            handle = runtime.state.handle
+            handle, handle_received = runtime.state.handle, runtime.state.handle_received
 
             def watched(event: InEvent, now: float, out: list[OutEvent] | None = None) -> object:
                 nonlocal inside
@@ -242,11 +242,22 @@ def test_a_command_given_while_the_core_is_fed_is_fed_after_it_never_inside_it()
                     inside = False
                     fed.append(type(event).__name__)
 
+            def watched_read(peer: bytes, items: object, now: float, out: object) -> object:
+                nonlocal inside  # the core's way in for a read (ReceivedMany)
+                assert not inside, "the core was re-entered"
+                inside = True
+                try:
+                    return handle_received(peer, items, now, out)  # type: ignore[arg-type]
+                finally:
+                    inside = False
+                    fed.append("ReceivedMany")
+
             def on_events(events: list[object]) -> None:
                 if any(isinstance(e, ViewReport) for e in events):
                     runtime.input(AskTopics(raw.id))  # from inside the dispatcher
 
             runtime.state.handle = watched  # type: ignore[method-assign]
+            runtime.state.handle_received = watched_read  # type: ignore[method-assign]
             runtime._on_events = on_events
             await raw.send_items([("x", View(entries=(), passive_count=0))])
             frame = await raw.reader.receive_frame()

@@ -345,7 +345,10 @@ class Runtime:
         outputs: list[OutEvent] = []
         failure: Exception | None = None
         try:
-            self.state.handle(event, now, outputs)
+            if type(event) is ReceivedMany:  # a read: most inputs, and no match needed
+                self.state.handle_received(event.peer, event.items, now, outputs)
+            else:
+                self.state.handle(event, now, outputs)
         except Exception as exc:
             failure = exc
             if not (command and isinstance(exc, LocalProtocolError)):  # else the caller's misuse

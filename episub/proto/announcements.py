@@ -136,7 +136,11 @@ class Announcements:
             if spans is not None:
                 starts_ends = spans.get(publisher)
                 if starts_ends is not None:
-                    pieces = _outside(first, last, *starts_ends)
+                    starts, ends = starts_ends
+                    i = bisect_right(starts, first) - 1
+                    if i >= 0 and last <= ends[i]:
+                        continue  # inside one range it announced (a block of one, often)
+                    pieces = _outside(first, last, starts, ends)
             for low, high in pieces:
                 while low <= high:
                     if not room:

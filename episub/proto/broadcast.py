@@ -1258,6 +1258,10 @@ class Broadcast:
         shared = self.trees.shared
         latest = self._latest_tree()
         for peer in dict.fromkeys([*latest.lazy, *shared.eager, *shared.lazy]):
+            if not self.trees.by_stream:  # one tree for every stream: one answer for all
+                if peer not in shared.eager:
+                    self._send_ihave(peer, None, out)
+                continue
 
             def lazy_here(publisher: PeerId, peer: PeerId = peer) -> bool:
                 return peer not in peek(publisher).eager
