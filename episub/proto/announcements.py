@@ -14,6 +14,8 @@ Rules this queue keeps:
   (`note_announced`, at most MAX_NOTED_RANGES ranges a neighbour).
 - The flush empties it all (`clear`): every table here holds what one flush interval
   brought, and a neighbour's noted ranges at most MAX_NOTED_RANGES.
+- What a neighbour is announced costs a step per run of the queue, not per message: the
+  queue is cut into runs once a flush (`runs_for`), whatever the number of neighbours.
 
 A plain data structure: no clock, no I/O.
 """
@@ -84,11 +86,6 @@ class Announcements:
         noted = self._announced.setdefault(peer, [])
         if len(noted) < MAX_NOTED_RANGES:
             noted.append(announced)
-
-    def queued_for(self, peer: PeerId) -> list[Queued]:
-        """What `peer` may be announced: what was queued since its link came up."""
-        before = self._queued_before.get(peer)
-        return self.queue if before is None else self.queue[before:]
 
     def runs_for(
         self,
