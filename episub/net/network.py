@@ -285,15 +285,11 @@ class Network:
             return
         queue.append(item)
         peer.queued_bytes = queued_bytes
-        conn = peer.conn
-        if not self._crowd_suspect and (  # _over_half(peer), in line: this runs per item
-            queued_bytes > self._half_bytes
-            or queued + 1 + (0 if conn is None else conn.in_flight) > self._half_items
-        ):
+        if not self._crowd_suspect and self._over_half(peer):  # once suspect, no need
             self._crowd_suspect = True
         peer.close_requested = False
         self._unflushed[peer_id] = peer
-        if conn is None and peer.dial_scope is None:
+        if peer.conn is None and peer.dial_scope is None:
             self._start_dial(peer)
 
     def flush(self, *, gather: bool = False) -> None:

@@ -663,8 +663,7 @@ class Broadcast:
         publisher, seq = place
         hops = msg.hops
         tree = self.trees.get(publisher)
-        shared = self.trees.shared
-        neighbor = peer in shared.eager or peer in shared.lazy
+        neighbor = self._is_neighbor(peer)
         if neighbor:
             if peer in tree.lazy:
                 self._lazy_sender_first(publisher, tree, peer, now, out)

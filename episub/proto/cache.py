@@ -111,10 +111,7 @@ class MessageCache:
         self._hops.append(hops)
         size = envelope.size
         self._sizes.append(size)
-        places = self._places
-        stream = places.streams.get(envelope.publisher)
-        if stream is None:
-            stream = places.stream(envelope.publisher)
+        stream = self._places.stream(envelope.publisher)
         self._row_places.append(stream)
         self._seqs.append(envelope.seq)
         self._senders.append(sender)

@@ -126,8 +126,7 @@ class NodeState:
             case Received(peer=peer, topic=topic, message=message):
                 self._on_received(peer, topic, message, now, out)
             case ReceivedMany(peer=peer, items=items):
-                for topic, message in items:
-                    self._on_received(peer, topic, message, now, out)
+                self._on_read(peer, items, now, out)
             case TimerFired(token=token):
                 self._on_timer(token, now, out)
             case ConnectionLost(peer=peer):
@@ -191,12 +190,21 @@ class NodeState:
             out = []
         start = len(out)
         try:
-            on_received = self._on_received
-            for topic, message in items:
-                on_received(peer, topic, message, now, out)
+            self._on_read(peer, items, now, out)
         finally:
             self._outputs_done(out, start, now)
         return out
+
+    def _on_read(
+        self,
+        peer: PeerId,
+        items: list[tuple[str | None, m.PeerMessage]],
+        now: float,
+        out: list[OutEvent],
+    ) -> None:
+        on_received = self._on_received
+        for topic, message in items:
+            on_received(peer, topic, message, now, out)
 
     # -- commands -----------------------------------------------------------------------
 

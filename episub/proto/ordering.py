@@ -225,13 +225,13 @@ class OrderedDelivery:
         publisher = envelope.publisher
         seq = envelope.seq
         stream = streams.pop(publisher, None)
-        if (
-            stream is not None
-            and seq == stream.next_seq
-            and not stream.held
-            and stream.settling_until is None
-        ):
-            # The next in sequence, nothing held: what nearly every message is.
+        if stream is None:
+            stream = self._open_stream(envelope, now, out)
+            if stream is None:
+                return
+        if seq == stream.next_seq and not stream.held and stream.settling_until is None:
+            # The next in sequence, nothing held: what nearly every message is (a new
+            # stream's first one too: a configuration write is a stream of its own).
             streams[publisher] = stream
             stream.next_seq = seq + 1
             stream.last_stamp_ms = envelope.timestamp_ms
@@ -239,20 +239,6 @@ class OrderedDelivery:
             out.append(Deliver(self.topic, mid, envelope, hops))
             return
         c = self.config
-        if stream is None:
-            if len(self.streams) >= c.max_publishers and not self._evict_idle_stream():
-                out.append(PeerMisbehaved(envelope.publisher, "too many publishers on this topic"))
-                return
-            # The first message we see of a publisher opens its stream; where the stream
-            # starts is fixed only after `stream_settle`, so an earlier message that the
-            # first one overtook is still delivered, in order. Nothing comes before seq 0.
-            settles = c.stream_settle > 0 and envelope.seq > 0
-            stream = PublisherStream(
-                next_seq=envelope.seq, settling_until=now + c.stream_settle if settles else None
-            )
-            if settles:
-                token = (*self._timer_prefix, BroadcastTimer.SETTLE)
-                out.append(ScheduleTimer(c.stream_settle, token))
         # Re-inserted on every message: `streams` runs from least to most recently active.
         streams[publisher] = stream
         stream.lag = now - envelope.timestamp_ms / 1000
@@ -261,15 +247,6 @@ class OrderedDelivery:
             return
         if seq < stream.next_seq or seq in stream.held:
             return  # delivered already, or from before we joined
-        if seq == stream.next_seq and not stream.held:
-            # The next in sequence, nothing held (a new stream's first message; a write of
-            # a configuration topic, each a stream of its own): what releasing would do.
-            stream.next_seq = seq + 1
-            stream.last_stamp_ms = envelope.timestamp_ms
-            stream.stalled_since = None
-            stream.pull_attempts = 0
-            self._emit(mid, envelope, hops, out)
-            return
         if (
             seq > stream.next_seq
             and len(stream.held) >= c.max_held_per_publisher
@@ -288,6 +265,25 @@ class OrderedDelivery:
             stream.stalled_since = now
             stream.pull_attempts = 0
             self._arm_gap_timer(out)
+
+    def _open_stream(
+        self, envelope: Envelope, now: float, out: list[OutEvent]
+    ) -> PublisherStream | None:
+        """The stream the first message we see of a publisher opens; None when the topic
+        holds max_publishers streams and none is idle enough to forget. Where it starts is
+        fixed only after `stream_settle`, so an earlier message that the first one
+        overtook is still delivered, in order. Nothing comes before seq 0."""
+        c = self.config
+        if len(self.streams) >= c.max_publishers and not self._evict_idle_stream():
+            out.append(PeerMisbehaved(envelope.publisher, "too many publishers on this topic"))
+            return None
+        settles = c.stream_settle > 0 and envelope.seq > 0
+        if settles:
+            token = (*self._timer_prefix, BroadcastTimer.SETTLE)
+            out.append(ScheduleTimer(c.stream_settle, token))
+        return PublisherStream(
+            next_seq=envelope.seq, settling_until=now + c.stream_settle if settles else None
+        )
 
     def _hold_while_settling(
         self, stream: PublisherStream, seq: int, entry: tuple[MessageId, Envelope, int]

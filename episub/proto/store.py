@@ -249,9 +249,7 @@ class RetentionStore(Generic[M]):
         places = self._topics.get(topic)
         if places is None:
             places = self._topics[topic] = Places(topic, ordered=True)
-        stream = places.streams.get(publisher)
-        if stream is None:
-            stream = places.stream(publisher)
+        stream = places.stream(publisher)
         held = stream.get(seq)
         if held is not None:
             i = held - self._base
