@@ -78,7 +78,8 @@ def prepare(updates: int) -> tuple[NodeState, bytes, list[bytes], int, float]:
     queue: deque = deque()
     now = time.time()
     passed(writer.handle(JoinTopic(TOPIC), now), writer_id, queue)
-    passed(reader.handle(JoinTopic(TOPIC, (writer_id,)), now), reader_id, queue)
+    # Joined as ConfigReplica joins: not retained (a replica catches up by snapshot).
+    passed(reader.handle(JoinTopic(TOPIC, (writer_id,), retain=False), now), reader_id, queue)
     settle(nodes, queue, now)
     sealer = RecordSealer(KEY)
     sealed: list[bytes] = []
