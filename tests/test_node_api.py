@@ -291,6 +291,26 @@ def test_neighbors_show_addresses_kinds_roles_and_rtts_after_pings() -> None:
     run(main)
 
 
+def test_link_change_is_set_when_a_neighbour_comes_and_when_it_goes() -> None:
+    async def main() -> None:
+        async with Node(key=KEY, config=fast_config()) as a:
+            await a.join(TOPIC)
+            came = a.link_change(TOPIC)
+            assert a.link_change(TOPIC) is came and not came.is_set()  # one until a change
+            async with Node(key=KEY, config=fast_config()) as b:
+                await b.join(TOPIC, bootstrap=[a.address])
+                with trio.fail_after(10):
+                    await came.wait()
+                went = a.link_change(TOPIC)
+                assert went is not came and not went.is_set()
+                assert [n.peer_id for n in a.neighbors(TOPIC)] == [b.id]
+            with trio.fail_after(10):
+                await went.wait()  # b said goodbye as it closed
+            assert a.neighbors(TOPIC) == []
+
+    run(main)
+
+
 def test_retained_serves_delivered_and_own_messages_by_range() -> None:
     async def main() -> None:
         async with AsyncExitStack() as stack:

@@ -98,7 +98,6 @@ GAP_GRACE = 4.0  # guess: about twice that repair
 # a snapshot per node asked.
 REPAIR_PAUSE = 0.5  # guess
 REPAIR_PAUSE_MAX = 8.0  # guess: a healed partition is noticed within this much
-NEIGHBOUR_POLL = 0.5  # s between looks at the topic's links (a relink after a partition)
 MAX_HOLDERS = 64  # nodes remembered with the version they reported; as MAX_REQUESTERS
 MAX_LOST_NEIGHBOURS = 64  # links remembered after they went, to see them come back
 # Nodes asked in one round at most (the bootstrap nodes kept): a round costs a sync request
@@ -319,11 +318,13 @@ class ConfigReplica:
     async def _link_watcher(self) -> None:
         """Ask for a catch-up when the replica links to the overlay again after it had no
         neighbour, or to a node it had lost: writes made while it was cut off announce
-        themselves to nobody once they are done."""
+        themselves to nobody once they are done. Woken by the node at each link change."""
+        changed = self.node.link_change(self.topic)  # taken before the links are read
         links = dict.fromkeys(n.peer_id for n in self.node.neighbors(self.topic))
         lost: dict[bytes, None] = {}
         while True:
-            await trio.sleep(NEIGHBOUR_POLL)
+            await changed.wait()
+            changed = self.node.link_change(self.topic)
             now = dict.fromkeys(n.peer_id for n in self.node.neighbors(self.topic))
             for peer in links:
                 if peer not in now:

@@ -158,6 +158,9 @@ class Node:
         self._catch_up = CatchUp(self, self._config.broadcast.gap_timeout)
         # The receipts of the publish being fed to the core, collected from its events.
         self._receipts: Receipts | None = None
+        # topic -> the event its next link change sets (`link_change`): made when asked
+        # for, set and let go at the change, so at most one a topic.
+        self._link_changes: dict[str, trio.Event] = {}
 
     # -- lifetime ---------------------------------------------------------------------------
 
@@ -455,6 +458,7 @@ class Node:
                 case NeighborUp(topic=topic, peer=peer):
                     self._bootstraps.neighbor_up(topic, peer)
                     self._catch_up.link_up(topic, peer, self._nursery)
+                    self._links_changed(topic)
                 case Isolated(topic=topic):
                     self._bootstraps.isolated(topic, self._running, self._nursery)
                 case ViewReport():
@@ -465,8 +469,8 @@ class Node:
                     self._queries.on_topics(event)
                 case HeldQueried(topic=topic, peer=peer):
                     self._catch_up.asked(topic, peer, self._nursery)
-                case NeighborDown():
-                    pass  # the core re-links on its own; a link that went asks nothing of us
+                case NeighborDown(topic=topic):
+                    self._links_changed(topic)  # the core re-links on its own
                 case _:
                     assert_never(event)
         if batches:
@@ -477,6 +481,20 @@ class Node:
     def neighbors(self, topic: str) -> list[NeighborLink]:
         """The topic's active view: near links first, then random ones, by peer id."""
         return neighbors(self._running().state, topic)
+
+    def link_change(self, topic: str) -> trio.Event:
+        """An event set when a neighbour of `topic` next comes or goes. Take it, then read
+        `neighbors`: a change after the read sets it, so a watcher misses none and wakes
+        only for changes (no polling)."""
+        event = self._link_changes.get(topic)
+        if event is None:
+            event = self._link_changes[topic] = trio.Event()
+        return event
+
+    def _links_changed(self, topic: str) -> None:
+        event = self._link_changes.pop(topic, None)
+        if event is not None:
+            event.set()
 
     def contacts(self, topic: str) -> list[bytes]:
         """The ids of the nodes `topic` was joined through (those of its bootstrap
