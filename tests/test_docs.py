@@ -49,11 +49,11 @@ def test_every_page_is_in_the_navigation():
 
 def test_the_quickstart_python_examples_run() -> None:
     """The quickstart's Python blocks, run as they stand: two nodes on loopback, one
-    message, read by a subscriber, then by a listener."""
+    message, read by a subscriber, then by a listener; then a link change awaited."""
     text = (DOCS / "quickstart.md").read_text()
-    subscribe, listen = re.findall(r"```python\n(.*?)```", text, re.S)
+    subscribe, listen, links = re.findall(r"```python\n(.*?)```", text, re.S)
     outputs = []
-    for block in (subscribe, listen):
+    for block in (subscribe, listen, links):
         done = subprocess.run(
             [sys.executable, "-c", block], capture_output=True, text=True, timeout=120
         )
@@ -61,6 +61,7 @@ def test_the_quickstart_python_examples_run() -> None:
         outputs.append(done.stdout.strip())
     assert outputs[0].endswith(" 0 b'hello'"), outputs[0]
     assert outputs[1] == "{b'eur': b'42'}", outputs[1]
+    assert outputs[2] == "[]\nTrue", outputs[2]
 
 
 def test_the_home_page_opens_with_when_to_use_it_install_and_a_first_job() -> None:
