@@ -85,7 +85,8 @@ class World:
 
     def sync_request(self, asker: int, responder: int) -> None:
         """`asker` publishes a sync request (every replica it reaches notes its version);
-        `responder` answers with its snapshot, in full when the asker is below it."""
+        `responder` answers with its snapshot, in full when the asker is below it, published
+        on the topic: every replica it reaches takes it in, not only the asker."""
         asking = self.replicas[asker].version
         for other in range(REPLICAS):
             if other != asker and self.linked(asker, other):
@@ -93,7 +94,9 @@ class World:
         if self.linked(asker, responder):
             held = self.replicas[responder]
             entries = held.entries() if asking < held.version else {}
-            self.send(responder, Message(asker, "snapshot", held.version, entries))
+            for other in range(REPLICAS):
+                if other != responder:
+                    self.send(responder, Message(other, "snapshot", held.version, entries))
 
     def expected(self, version: int) -> dict[str, Entry]:
         """The entries of writes 1..version: what a replica at `version` must hold."""

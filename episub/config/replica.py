@@ -33,7 +33,9 @@ Rules this replica keeps:
   had lost (a healed partition: a write made meanwhile announces itself to nobody, but
   the nodes on the other side ask the relinked one, and so tell it).
 - A sync request names one node; that node publishes its snapshot with its version, which
-  every replica behind it merges (the same highest-stamp rule as updates). A replica that
+  every replica behind it merges (the same highest-stamp rule as updates). When every
+  requester holds that version already, the snapshot carries no entries, and a replica
+  behind it takes from it only that the version exists (state.py, merge_snapshot). A replica that
   has not caught up itself answers at once that it is not ready (no entries), so the
   asker moves on instead of waiting SYNC_TIMEOUT; it answers at most one snapshot per
   SNAPSHOT_INTERVAL (requests arriving meanwhile are answered together by the next one),

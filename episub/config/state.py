@@ -198,9 +198,12 @@ class ConfigState:
     def merge_snapshot(self, version: int, entries: Mapping[str, Entry]) -> list[str]:
         """A peer's whole state as of its `version`: merged if that is above ours, the
         version moved up to it, and pending updates it unblocks applied; else ignored
-        (everything in it is held here already). Returns the keys whose entry changed."""
+        (everything in it is held here already). Returns the keys whose entry changed.
+        A snapshot without entries answered replicas that held its version already (its
+        sender leaves the entries out then), and reaches every replica of the topic: it
+        says that the version exists, not what it holds, so it moves `top` only."""
         self.note_version(version)
-        if version <= self.version:
+        if version <= self.version or not entries:
             return []
         changed = self._merge(entries.items())
         self.version = version
