@@ -35,11 +35,11 @@ Rules this replica keeps:
 - A sync request names one node; that node publishes its snapshot with its version, which
   every replica behind it merges (the same highest-stamp rule as updates). When every
   requester holds that version already, the snapshot carries no entries, and a replica
-  behind it takes from it only that the version exists (state.py, merge_snapshot). A replica that
-  has not caught up itself answers at once that it is not ready (no entries), so the
-  asker moves on instead of waiting SYNC_TIMEOUT; it answers at most one snapshot per
-  SNAPSHOT_INTERVAL (requests arriving meanwhile are answered together by the next one),
-  so a peer naming it in a loop costs one bounded message per interval.
+  behind it takes from it only that the version exists (state.py, merge_snapshot). A
+  replica that has not caught up itself answers at once that it is not ready (no
+  entries), so the asker moves on instead of waiting SYNC_TIMEOUT; it answers at most one
+  snapshot per SNAPSHOT_INTERVAL (requests arriving meanwhile are answered together by the
+  next one), so a peer naming it in a loop costs one bounded message per interval.
 """
 
 from __future__ import annotations
