@@ -232,8 +232,23 @@ def driver_client(deployment: Deployment) -> AgentClient:
         return _running_agent(
             deployment.driver_socket, "the driver's", "the planners of this session's queries"
         )
+    checked = (deployment.driver_socket, deployment.signed)
+    if checked in _driver_agents_checked:
+        # This process has checked the agent there already (its signing setting; started
+        # it if need be): a connection that succeeds reaches it, and one that fails means
+        # it went away, which `_ensure_driver` mends. Checking it again per call cost a
+        # cfg.set an inspect() round trip, most of the set's time.
+        with contextlib.suppress(AgentUnavailable):
+            return AgentClient(deployment.driver_socket, timeout=AGENT_TIMEOUT)
+        _driver_agents_checked.discard(checked)
     _ensure_driver(deployment)
-    return AgentClient(deployment.driver_socket, timeout=AGENT_TIMEOUT)
+    client = AgentClient(deployment.driver_socket, timeout=AGENT_TIMEOUT)
+    _driver_agents_checked.add(checked)
+    return client
+
+
+# (driver socket, signed) of the driver agents this process has checked (driver_client).
+_driver_agents_checked: set[tuple[str, bool]] = set()
 
 
 def _ensure_driver(deployment: Deployment) -> AgentInfo:

@@ -117,6 +117,26 @@ def test_a_driver_agent_started_again_listens_on_its_old_address(processes: Proc
     assert again.address == address
 
 
+def test_a_driver_client_checks_the_agent_once_per_process(processes: Processes) -> None:
+    """A checked agent is reached with one connection: no inspect() per call (a cfg.set
+    paid one, most of its time), and a killed agent is still started again."""
+    deployment = deployment_in(processes.dir)
+    with driver_client(deployment) as client:
+        before = client.inspect().stats["agent_requests"]
+    for _ in range(3):
+        with driver_client(deployment):
+            pass
+    with driver_client(deployment) as client:
+        info = client.inspect()
+    # the first client's inspect, then this one's: nothing in between
+    assert info.stats["agent_requests"] == before + 1
+    kill_agent(processes, deployment.driver_socket)
+    with driver_client(deployment) as client:
+        again = client.inspect()
+    processes.pids.append(again.pid)
+    assert again.pid != info.pid
+
+
 def test_an_executor_agent_lives_in_its_own_hosts_temporary_directory(
     processes: Processes, executor_dir: Path
 ) -> None:
