@@ -236,8 +236,8 @@ def driver_client(deployment: Deployment) -> AgentClient:
     if checked in _driver_agents_checked:
         # This process has checked the agent there already (its signing setting; started
         # it if need be): a connection that succeeds reaches it, and one that fails means
-        # it went away, which `_ensure_driver` mends. Checking it again per call cost a
-        # cfg.set an inspect() round trip, most of the set's time.
+        # it went away, which `_ensure_driver` mends. Checking it again per call cost each
+        # cfg.set an inspect() round trip, about half of its time.
         with contextlib.suppress(AgentUnavailable):
             return AgentClient(deployment.driver_socket, timeout=AGENT_TIMEOUT)
         _driver_agents_checked.discard(checked)
