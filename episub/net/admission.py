@@ -3,7 +3,7 @@
 Before its handshake a connection is a stranger's: it holds a slot (a task, a socket, a
 few hundred bytes) for at most the handshake timeout. A client without the key that opens
 connections and never finishes them kept all 64 slots full with ~11 connections a second,
-and every honest joiner was refused (issue 13). The rules:
+and every honest joiner was refused. The rules:
 
 - **A newcomer is never refused for lack of room.** When every slot is taken, the oldest
   handshake of the source holding the most slots is cut to make room (the SYN cache's

@@ -1,7 +1,7 @@
 """Log lines a stranger or a peer can cause, at most one per kind per interval, with a count.
 
 A client without the key can fail handshakes as fast as it can connect; each failure
-logged a ~200-byte WARNING, 600 KB in 12 s (issue 13). A member can likewise misbehave,
+logged a ~200-byte WARNING, 600 KB in 12 s. A member can likewise misbehave,
 or trip a core error, on every frame (episub/net/runtime.py). `LogLimiter` lets the first line
 of a kind through, then at most one per `interval`; the next line that goes out says how
 many of its kind were suppressed since the last one. Counters (node.stats()) still count

@@ -519,7 +519,7 @@ class Membership:
         remember (dormant peers, near candidates, the peers pushed out of the passive view
         or the near candidates for room, a sample of the RTT table); the first answer
         leads to JOINs, as at a fresh join. Without this, two survivors of a 95% crash kept
-        an empty active view for good (issue 13, item 7); without the peers pushed out,
+        an empty active view for good; without the peers pushed out,
         one survivor of seed 4 knew no live peer, and no live peer knew it."""
         c = self.config
         self.recovery.attempts += 1
@@ -597,7 +597,7 @@ class Membership:
             return
         # A JOIN is news that the peer is joining now, later than any LEAVE of its we heard:
         # a node that left a topic and joined again 2 s later had its JOINs dropped for a
-        # minute (issue 13, item 6).
+        # minute.
         self.left.pop(joiner, None)
         others = [p for p in self.active if p != sender and p != joiner]
         if self._takes_in(sender, joiner):
@@ -719,7 +719,7 @@ class Membership:
             return
         if req.rtt is not None:
             # The peer's word, until we measure it ourselves (RttTable.claim): refused or
-            # not, it must not stick as a measurement (issue 13, item 5).
+            # not, it must not stick as a measurement.
             self.rtts.claim(peer, req.rtt)
         crossed = self.pending.pop(peer, None)  # we asked each other at once: one link
         kind = self._judge_request(peer, req, crossed is not None)

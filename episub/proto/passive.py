@@ -29,8 +29,7 @@ Rules this machine keeps:
   `near_candidates`, the oldest dropped first.
 - A near candidate or passive peer pushed out to make room is kept in `forgotten` (at
   most FORGOTTEN_SIZE, the oldest dropped first), for recovery only: after a crash of
-  most of the overlay the survivors a node once heard of may be all it has to ask
-  (issue 13, acceptance 5).
+  most of the overlay the survivors a node once heard of may be all it has to ask.
 
 Rules from the draft and HyParView:
 - SHUFFLE: every shuffle_interval, ourselves plus k_a active and k_p passive peers go on
@@ -206,7 +205,7 @@ class PassiveView:
     def on_shuffle_reply(self, peer: PeerId, reply: m.ShuffleReply, out: list[OutEvent]) -> None:
         """The answer to our last SHUFFLE, once: room is made with the peers we sent in it.
         A reply that echoes no SHUFFLE of ours is dropped: unmatched, any peer could push
-        a passive view's worth of entries at will (issue 13, item 8)."""
+        a passive view's worth of entries at will."""
         if self.shuffle_nonce is None or reply.nonce != self.shuffle_nonce:
             if reply.nonce in self.given_up_shuffles:  # a SHUFFLE of ours, replaced
                 del self.given_up_shuffles[reply.nonce]

@@ -88,7 +88,7 @@ class RttTable:
         """The peer's own word for its RTT to us (a NEIGHBOR request's): kept only while
         we have no sample of ours, and replaced outright by our first one. As a sample, a
         claimed 0.0 stuck, since a lower sample is taken at once and a higher one moves the
-        value by 1/8 (issue 13, item 5)."""
+        value by 1/8."""
         if peer in self._srtt or len(self._claimed) >= MAX_CLAIMS:
             return
         self._srtt[peer] = rtt

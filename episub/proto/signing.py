@@ -1,8 +1,8 @@
 """Signed publishing (opt-in): an Ed25519 identity per node, its publisher id bound to it.
 
 The deployment key makes a node a member; it does not stop one member from speaking for
-another (issue 13: a forged GOSSIP under another node's publisher id silenced that
-publisher at every subscriber). With signing on:
+another (a forged GOSSIP under another node's publisher id silenced that publisher at
+every subscriber). With signing on:
 
 - **Identity.** Each node run draws an Ed25519 key pair (`Signer.generate`), kept in
   memory only; like the peer id, it is new on every start, since a restarted node's
