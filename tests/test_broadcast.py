@@ -1495,6 +1495,24 @@ def test_a_rival_with_a_later_stamp_is_dropped_and_its_sender_gets_the_held_mess
     assert node.stats()["rivals_refused"] == 1
 
 
+def test_a_rival_that_wins_a_held_place_is_the_message_delivered_there():
+    """A rival that wins a place whose message waits for a gap is what the application
+    gets there, as every node keeps it (not the first-come message that lost)."""
+    node = node_with(1, 2)
+    node.handle(received(1, gossip(envelope(b"s", 0, b"row", timestamp_ms=1000))), 1.0)
+    late = envelope(b"s", 2, b"row", timestamp_ms=3000)
+    early = envelope(b"s", 2, b"row", timestamp_ms=2000)
+    node.handle(received(1, gossip(late)), 1.0)
+    node.handle(received(2, gossip(early)), 1.0)
+    assert node.stats()["rivals_won"] == 1
+    one = envelope(b"s", 1, b"row", timestamp_ms=1500)
+    out = node.handle(received(1, gossip(one)), 1.1)
+    assert [e for e in out if isinstance(e, Deliver)] == [
+        Deliver(TOPIC, mid(one), one, 1),
+        Deliver(TOPIC, mid(early), early, 1),
+    ]
+
+
 def test_a_rival_with_an_earlier_stamp_takes_the_place_everywhere_it_goes_without_redelivery():
     node = node_with(1, 2)
     late = envelope(b"s", 0, b"row", timestamp_ms=2000)

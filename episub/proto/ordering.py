@@ -45,6 +45,9 @@ Rules this machine keeps:
   up and what it held back is delivered. A gap before a message beyond reach is given up
   only if the stream beyond goes on (two or more messages held there); a far message
   alone is dropped instead, and the stream stays where it is.
+- One message waits at a place: a second message for a held place takes it only if it
+  wins by the store's rule (store.wins), so the one delivered is the one every node
+  keeps there.
 - Held messages are bounded (`max_held_per_publisher`). When they are full, the farthest
   message goes, or the newcomer if it is the farthest; a full `held` gives up no gap
   (only a stall does).
@@ -73,6 +76,7 @@ from episub.proto.events import (
     Send,
 )
 from episub.proto.messages import Envelope, MessageId, PeerId
+from episub.proto.store import wins
 from episub.proto.tables import BroadcastCounters
 from episub.proto.timers import BroadcastTimer
 
@@ -245,8 +249,11 @@ class OrderedDelivery:
         if stream.settling_until is not None:
             self._hold_while_settling(stream, seq, (mid, envelope, hops))
             return
-        if seq < stream.next_seq or seq in stream.held:
+        if seq < stream.next_seq:
             return  # delivered already, or from before we joined
+        if seq in stream.held:
+            _keep_winner(stream.held, seq, (mid, envelope, hops))
+            return
         if (
             seq > stream.next_seq
             and len(stream.held) >= c.max_held_per_publisher
@@ -292,6 +299,7 @@ class OrderedDelivery:
         full, the lowest ones stay."""
         held = stream.held
         if seq in held:
+            _keep_winner(held, seq, entry)
             return
         if len(held) >= self.config.max_held_per_publisher:
             highest = max(held)
@@ -597,3 +605,17 @@ def _within_reach(stream: PublisherStream, seq: int) -> bool:
         and stream.reach_low <= seq < stream.reach_from
         and seq not in stream.held
     )
+
+
+def _keep_winner(
+    held: dict[int, tuple[MessageId, Envelope, int]],
+    seq: int,
+    entry: tuple[MessageId, Envelope, int],
+) -> None:
+    """A second message for a held place (a sink row written again with another stamp):
+    the one the store's rule prefers waits there (store.wins), the message every node
+    delivers and keeps at that place."""
+    mid, envelope, _ = entry
+    held_mid, held_envelope, _ = held[seq]
+    if mid != held_mid and wins(envelope.timestamp_ms, mid, held_envelope.timestamp_ms, held_mid):
+        held[seq] = entry
