@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 import trio
 
+from episub.agent import AgentClient
 from episub.net.network import SEND_QUEUE_MAX_BYTES
 from episub.proto.envelope import message_id
 from episub.proto.messages import Envelope, GetHeld, Gossip, Pull
@@ -155,17 +156,20 @@ async def pull_sequence(
 
 
 def honest_round(
-    overlay: Overlay, subs: dict[str, object], first: int, pace: float = 0.0
+    overlay: Overlay, subs: dict[str, object], pace: float = 0.0
 ) -> dict[str, list[int]]:
     """Publish HONEST messages at a (ten at a time, `pace` seconds apart: spread over an
-    attack); the seqs b's and c's subscribers got of them."""
-    published = []
-    for start in range(first, first + HONEST, 10):
-        published += publish(overlay.socket("a"), start, 10)  # type: ignore[attr-defined]
-        time.sleep(pace)  # spreads the load over the attack; no synchronisation
-    publisher, last = published[0].publisher, published[-1].seq
+    attack), a's only ones: seqs 0..HONEST-1 of its own stream; the seqs b's and c's
+    subscribers got of them. They read from before the first publish, so what else still
+    reaches them (the seeds spreading on to c) is read as it comes, not left to fill
+    their queues."""
+    with AgentClient(overlay.socket("a")) as client:
+        publisher = client.inspect().node_id
     with ThreadPoolExecutor(len(subs)) as pool:
-        futures = {n: pool.submit(receive_seqs, s, publisher, last) for n, s in subs.items()}
+        futures = {n: pool.submit(receive_seqs, s, publisher, HONEST - 1) for n, s in subs.items()}
+        for start in range(0, HONEST, 10):
+            publish(overlay.socket("a"), start, 10)  # type: ignore[attr-defined]
+            time.sleep(pace)  # spreads the load over the attack; no synchronisation
         return {n: f.result() for n, f in futures.items()}
 
 
@@ -188,7 +192,7 @@ def test_the_pull_amplification_sequence_keeps_the_target_within_its_memory_boun
     bound = int(1.1 * (start + RetentionConfig().max_bytes + 3 * SEND_QUEUE_MAX_BYTES))
     with InspectProbe(overlay.socket("b")) as probe:
         seeded = trio.run(pull_sequence, overlay)
-        received = honest_round(overlay, subs, 0)
+        received = honest_round(overlay, subs)
     peak = rss_bytes(pid, "VmHWM")
     print(probe.report("b during the PULL sequence"))
     mb = {k: f"{v / 1e6:.0f} MB" for k, v in (("before", start), ("peak", peak), ("bound", bound))}
@@ -271,7 +275,7 @@ def test_a_getheld_storm_over_20000_publishers_starves_nothing_of_the_target(
 
     before = cpu_in_a_second()
     with InspectProbe(overlay.socket("b")) as probe, ThreadPoolExecutor(1) as pool:
-        honest = pool.submit(honest_round, overlay, subs, 0, 0.05)
+        honest = pool.submit(honest_round, overlay, subs, 0.05)
         trio.run(storm)
         after = [cpu_in_a_second(), cpu_in_a_second()]
         received = honest.result()
