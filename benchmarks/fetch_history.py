@@ -1,15 +1,14 @@
 """What a fetched one-row message costs the two nodes it passes: CPU a row, both together.
 
-    .venv/bin/python benchmarks/fetch_history.py --rows 100000 --serve-from retention \
+    .venv/bin/python benchmarks/fetch_history.py --rows 100000 \
         --out benchmarks/results/fetch_history.json
 
 Two nodes in one trio process, linked over real TCP on 127.0.0.1: the holder publishes
 --rows messages of --size bytes, one row each, and then the reader, joined without
-history, fetches them all (Node.fetch_range: PULLs answered by HISTORY packs). The
-holder answers from its broadcast cache (--serve-from cache) or, as a node that published
-long ago does, from retention (--serve-from retention: its cache keeps nothing). Timed is
-the fetch alone: the process's CPU time over rows (both nodes: the holder packs and sends,
-the reader checks each envelope, hashes its id and keeps it in retention) and rows over
+history, fetches them all (Node.fetch_range: PULLs answered by HISTORY packs from the
+holder's message store). Timed is the fetch alone: the process's CPU time over rows (both
+nodes: the holder packs and sends, the reader checks each envelope, hashes its id and
+keeps it in its store) and rows over
 wall time. Best of --repeat fetches, each by a fresh reader. --profile FILE writes the
 last fetch's cProfile stats (a profiled run's figures are not figures).
 
@@ -20,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import cProfile
-import dataclasses
 import json
 import time
 from contextlib import AsyncExitStack
@@ -67,10 +65,6 @@ async def fetch_once(args: argparse.Namespace, holder: Node, profile: bool) -> d
 
 async def run(args: argparse.Namespace) -> dict[str, object]:
     config = NodeConfig()
-    if args.serve_from == "retention":
-        config = dataclasses.replace(
-            config, broadcast=dataclasses.replace(config.broadcast, cache_max_messages=0)
-        )
     retention = RetentionConfig(max_messages=args.rows, max_bytes=args.rows * (args.size + 200))
     pad = b"x" * args.size
     async with AsyncExitStack() as stack:
@@ -86,7 +80,6 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
     return {
         "rows": args.rows,
         "size": args.size,
-        "serve_from": args.serve_from,
         "cpu_us_per_row": round(min(r["cpu_us_per_row"] for r in runs), 1),
         "rows_per_s": round(max(r["rows_per_s"] for r in runs)),
     }
@@ -96,7 +89,6 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=100_000)
     parser.add_argument("--size", type=int, default=100, help="value bytes")
-    parser.add_argument("--serve-from", choices=("cache", "retention"), default="retention")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--profile", default="", help="cProfile stats of the last fetch")
     parser.add_argument("--out", default="")

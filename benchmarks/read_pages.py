@@ -37,7 +37,7 @@ from episub.agent.wire import (
 )
 from episub.node.retained import retained, retained_envelopes
 from episub.proto.envelope import Envelope
-from episub.proto.store import RetentionConfig, RetentionStore
+from episub.proto.store import MessageStore, RetentionConfig
 from episub.records import Delivery
 
 
@@ -46,26 +46,24 @@ def page(rows: int, size: int) -> list[Delivery]:
         Delivery(
             topic="t", publisher=b"127.0.0.1:7000/0123456789abcdef", seq=seq,
             timestamp_ms=1_700_000_000_000 + seq, key=None,
-            value=(b"%d " % seq + b"x" * size)[:size], headers=(), id=bytes(32),
+            value=(b"%d " % seq + b"x" * size)[:size], headers=(), id=seq.to_bytes(32, "big"),
         )
         for seq in range(rows)
     ]  # fmt: skip
 
 
-def retention_page(messages: list[Delivery]) -> tuple[RetentionStore[bytes], bytes]:
-    """A node's retention holding `messages` as a node stores them (envelope bytes)."""
+def retention_page(messages: list[Delivery]) -> tuple[MessageStore, bytes]:
+    """A node's store holding `messages` as a node stores them (envelope bytes)."""
     publisher = messages[0].publisher
-    store: RetentionStore[bytes] = RetentionStore(
+    store = MessageStore(
         RetentionConfig(max_messages=len(messages), max_bytes=1 << 40, max_age=3600.0)
     )
+    places = store.places("t")
     for m in messages:
         envelope = Envelope(
             publisher=publisher, seq=m.seq, timestamp_ms=m.timestamp_ms, payload=m.value
         )
-        store.add_item(
-            envelope.raw, topic="t", publisher=publisher, seq=m.seq,
-            timestamp_ms=m.timestamp_ms, size=envelope.size, id=m.id, now=0.0,
-        )  # fmt: skip
+        store.add(places, m.id, envelope, 1, 0.0)
     return store, publisher
 
 

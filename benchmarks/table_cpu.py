@@ -1,16 +1,15 @@
-"""CPU per message of a node's message tables: the broadcast cache (seen ids and cached
-envelope bytes, episub/proto/cache.py) and the message store (episub/proto/store.py), as
-a node feeds them a delivered message, with their default bounds and full (steady state: each
-message in evicts the oldest).
+"""CPU per message of a node's message store (seen ids, held envelope bytes and places,
+episub/proto/store.py), as a node's broadcast feeds it a first copy, with its default
+bounds and full (steady state: each message in evicts the oldest).
 
     .venv/bin/python benchmarks/table_cpu.py [--messages 200000] [--size 1024] [--out F]
 
 Envelopes and ids are made first (not timed); then the messages go through
-`MessageCache.remember` and `RetentionStore.add_item` as in the node, each id looked up
+`MessageStore.add` as in the node, each id looked up
 in `seen` --copies times as broadcast does for every copy that arrives (the first before
 it is remembered, the duplicates after), --rounds times
 over fresh tables, and the best round's process time per message is printed (the
-others are noise from a shared machine). No I/O: what the two tables cost, nothing else.
+others are noise from a shared machine). No I/O: what the store costs, nothing else.
 """
 
 from __future__ import annotations
@@ -26,10 +25,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from episub.proto.cache import MessageCache  # noqa: E402
-from episub.proto.config import BroadcastConfig  # noqa: E402
 from episub.proto.envelope import Envelope  # noqa: E402
-from episub.proto.store import RetentionConfig, RetentionStore  # noqa: E402
+from episub.proto.store import MessageStore, RetentionConfig  # noqa: E402
 
 TOPIC = "t"
 
@@ -48,9 +45,8 @@ def _messages(count: int, size: int) -> list[tuple[bytes, Envelope]]:
 
 
 def one_round(messages: list[tuple[bytes, Envelope]], copies: int) -> float:
-    cache = MessageCache(BroadcastConfig())
-    store = RetentionStore[bytes](RetentionConfig())
-    remember, retain, seen = cache.remember, store.add_item, cache.seen
+    store = MessageStore(RetentionConfig())
+    add, seen, places = store.add, store.seen, store.places(TOPIC)
     sender = b"s" * 32
     duplicates = range(copies - 1)
     started = time.process_time()
@@ -58,10 +54,7 @@ def one_round(messages: list[tuple[bytes, Envelope]], copies: int) -> float:
         now = i * 1e-4  # 10,000 messages a second: no bound by age is reached
         if copies and mid in seen:
             raise AssertionError("a new id was seen")
-        remember(mid, envelope, 1, now, sender)
-        retain(envelope.raw, topic=TOPIC, publisher=envelope.publisher, seq=envelope.seq,
-               timestamp_ms=envelope.timestamp_ms, size=envelope.size, id=mid,
-               now=now)  # fmt: skip
+        add(places, mid, envelope, 1, now, sender)
         for _ in duplicates:
             if mid not in seen:
                 raise AssertionError("a remembered id was not seen")
@@ -88,7 +81,7 @@ def main(argv: list[str] | None = None) -> None:
         "loadavg": os.getloadavg(),
     }
     best, load = result["best_us_per_message"], result["loadavg"][0]
-    print(f"cache + retention: {best} us CPU a message (best of {args.rounds}: "
+    print(f"message store: {best} us CPU a message (best of {args.rounds}: "
           f"{result['us_per_message']}), load {load:.1f}")  # fmt: skip
     if args.out:
         Path(args.out).write_text(json.dumps(result, indent=1) + "\n")

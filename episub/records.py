@@ -126,7 +126,7 @@ class Receipt:
     """Where a publish went: the message id, and its place (publisher, seq).
 
     duplicate: the place was taken already and nothing was published; `id` is then the
-    message that holds it, when this node still caches it (else None). `id` is None too
+    message that holds it, when this node still holds it (else None). `id` is None too
     for a named-stream publish held behind an earlier place that has not arrived yet."""
 
     id: bytes | None

@@ -40,6 +40,7 @@ from episub.proto.membership import Membership
 from episub.proto.messages import LinkKind, PeerId
 from episub.proto.node import NodeState
 from episub.proto.signing import Signer
+from episub.proto.store import RetentionConfig
 
 TOPIC = "t"
 ME = 0
@@ -109,11 +110,6 @@ def broadcast_config(**overrides: object) -> BroadcastConfig:
         "lazy_start": True,
         "hub_parent": False,
         "ihave_spread": 0.0,
-        "cache_ttl": 120.0,
-        "cache_max_messages": 1000,
-        "cache_max_bytes": 1 << 20,
-        "seen_ttl": 600.0,
-        "seen_max": 10_000,
         "max_missing": 1000,
         "max_announcers": 8,
         "max_ihave_ids": 1024,
@@ -235,6 +231,7 @@ def make_node(
     topic: str = TOPIC,
     now: float = 0.0,
     signer: Signer | None = None,
+    retention: RetentionConfig | None = None,
 ) -> NodeState:
     """A node joined to `topic` with these neighbours, built by real messages (see above).
 
@@ -244,7 +241,7 @@ def make_node(
     All set-up outputs are discarded; the node's timers are not fired.
     """
     cfg = config if config is not None else node_config()
-    node = NodeState(me, cfg, random.Random(seed), signer=signer)
+    node = NodeState(me, cfg, random.Random(seed), signer=signer, retention=retention)
     node.handle(JoinTopic(topic), now)
     if not isinstance(active, Mapping):
         active = dict.fromkeys(active, RAND)

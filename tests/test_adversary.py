@@ -40,6 +40,7 @@ from episub.proto import messages as m
 from episub.proto.config import BroadcastConfig, NodeConfig
 from episub.proto.envelope import message_id
 from episub.proto.events import InEvent, JoinTopic, Publish, Received
+from episub.proto.store import RetentionConfig
 from episub.sim.engine import Simulator
 from episub.sim.latency import make_latency
 from episub.sim.metrics import WARMUP, payload_for
@@ -64,8 +65,6 @@ QUIESCENCE = 10.0  # seconds after its last message: gaps pulled or given up
 CONFIG = NodeConfig(
     membership=SMALL_MEMBERSHIP,
     broadcast=BroadcastConfig(
-        cache_max_messages=64,
-        seen_max=128,
         max_missing=3,
         max_announcers=2,
         max_held_per_publisher=4,
@@ -76,6 +75,7 @@ CONFIG = NodeConfig(
         near_parent_factor=4.0,
     ),
 )
+STORE = RetentionConfig(max_messages=64, seen_max=128)
 
 
 class Silent:
@@ -129,7 +129,7 @@ class Adversary(RuleBasedStateMachine):
     def _node(self, peer: int, rng: Any) -> Any:
         if peer == HOSTILE:
             return Silent()
-        return CheckedNode(peer, rng, self.checks, CONFIG)
+        return CheckedNode(peer, rng, self.checks, CONFIG, STORE)
 
     def _publish(self) -> None:
         if not self.publishing:
@@ -358,7 +358,7 @@ class HubAdversary(Adversary):
     def _node(self, peer: int, rng: Any) -> Any:
         if peer == HOSTILE:
             return Silent()
-        return CheckedNode(peer, rng, self.checks, HUB_CONFIG)
+        return CheckedNode(peer, rng, self.checks, HUB_CONFIG, STORE)
 
 
 HubAdversary.TestCase.settings = settings(

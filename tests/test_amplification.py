@@ -1,6 +1,6 @@
 """Amplification: what one message from a peer makes a node do, for every request kind.
 
-A node is loaded to its configured bounds (its cache full of messages of max_message_size
+A node is loaded to its configured bounds (its store full of messages of max_message_size
 from four publishers, its passive view full), then sent each kind of request at its worst
 (the widest span or the most ranges a message may carry). For each, the core's outputs
 are measured (tests/core_checks.py `answer_cost`): bytes sent per byte received, messages
@@ -8,10 +8,10 @@ sent back to the asker and look-ups made in the core's message store for it, inc
 what the request's timer does next (an IHAVE or HEADS is GRAFTed graft_timeout later),
 and checked against the bounds stated in core_checks.py (`check_answer`). Then the same
 request comes 50 times from 50 ids and every table stays within its bound (`check_node`),
-with the payload bytes the node keeps (cache and held messages) within cache_max_bytes.
+with the payload bytes its store holds within its max_bytes (held messages pinned beside).
 With -s, the first test prints a row of docs/reliability.md's table per request.
 
-PULL and GRAFT over cached ranges are answered a batch at a time (episub/proto/answers.py):
+PULL and GRAFT over held ranges are answered a batch at a time (episub/proto/answers.py):
 answered whole, a 23-byte PULL would make 2 MB of GOSSIP at once.
 """
 
@@ -23,6 +23,7 @@ from episub.proto import messages as m
 from episub.proto.config import MembershipConfig
 from episub.proto.events import Received
 from episub.proto.node import NodeState
+from episub.proto.store import RetentionConfig
 from tests.core_checks import AnswerCost, answer_cost, check_answer, check_node
 from tests.helpers import (
     TOPIC,
@@ -49,8 +50,6 @@ CONFIG = node_config(
     membership=MembershipConfig(),  # A = 7, passive 42: the draft's
     broadcast=broadcast_config(
         max_message_size=16 * 1024,
-        cache_max_messages=len(PUBLISHERS) * CACHED,
-        cache_max_bytes=len(PUBLISHERS) * CACHED * 16 * 1024,
         max_missing=256,
         max_publishers=16,
         max_held_per_publisher=16,
@@ -58,14 +57,18 @@ CONFIG = node_config(
 )
 
 
+STORE = RetentionConfig(
+    max_messages=len(PUBLISHERS) * CACHED, max_bytes=len(PUBLISHERS) * CACHED * 16 * 1024
+)
+
+
 def loaded_node() -> NodeState:
-    node = make_node(me=ME, active=NEIGHBOURS, passive=PASSIVE, config=CONFIG)
+    node = make_node(me=ME, active=NEIGHBOURS, passive=PASSIVE, config=CONFIG, retention=STORE)
     for seq in range(CACHED):
         for publisher in PUBLISHERS:
             message = envelope(publisher, seq, bytes([seq % 256]) * PAYLOAD)
             node.handle(Received(FEEDER, TOPIC, gossip(message)), 1.0)
-    b = broadcast(node)
-    assert len(b.cache) == len(PUBLISHERS) * CACHED
+    assert len(node.store) == len(PUBLISHERS) * CACHED
     return node
 
 
@@ -170,10 +173,5 @@ def test_fifty_requests_leave_the_node_within_its_bounds(
         sender = asker if asker in NEIGHBOURS else b"%02d" % i + asker[2:]
         node.handle(Received(sender, topic, message), 2.0 + i * 0.01)
         check_node(node)
-    held = sum(
-        len(envelope.payload)
-        for stream in b.streams.values()
-        for mid, envelope, _ in stream.held.values()
-        if mid not in b.cache
-    )
-    assert b.cache_bytes + held <= CONFIG.broadcast.cache_max_bytes
+    assert node.store.bytes <= STORE.max_bytes
+    assert node.store.pinned <= sum(len(stream.held) for stream in b.streams.values())

@@ -19,6 +19,7 @@ from episub.proto.events import (
     Send,
 )
 from episub.proto.node import NodeState
+from episub.proto.store import RetentionConfig
 from tests.core_checks import answer_cost, check_answer
 from tests.helpers import (
     TOPIC,
@@ -38,17 +39,12 @@ PUBLISHER = b"publisher"
 CACHED = 64
 PAYLOAD = 16_000
 
-CONFIG = node_config(
-    broadcast=broadcast_config(
-        max_message_size=16 * 1024,
-        cache_max_messages=4 * CACHED,
-        cache_max_bytes=4 * CACHED * 16 * 1024,
-    ),
-)
+CONFIG = node_config(broadcast=broadcast_config(max_message_size=16 * 1024))
+STORE = RetentionConfig(max_messages=4 * CACHED, max_bytes=4 * CACHED * 16 * 1024)
 
 
-def loaded_node(config=CONFIG) -> NodeState:  # type: ignore[no-untyped-def]
-    node = make_node(me=ME, active=(FEEDER, ASKER), config=config)
+def loaded_node(config=CONFIG, retention=STORE) -> NodeState:  # type: ignore[no-untyped-def]
+    node = make_node(me=ME, active=(FEEDER, ASKER), config=config, retention=retention)
     for seq in range(CACHED):
         message = envelope(PUBLISHER, seq, bytes([seq]) * PAYLOAD)
         node.handle(Received(FEEDER, TOPIC, gossip(message)), 1.0)
@@ -142,22 +138,18 @@ def test_the_store_is_looked_up_a_batch_of_seqs_at_a_time_as_the_asker_drains() 
     assert batches == m.MAX_PULL_SPAN // config.answer_batch_messages
 
 
-def test_seqs_the_cache_let_go_are_answered_from_the_store_at_one_hop() -> None:
-    small_cache = node_config(
-        broadcast=broadcast_config(
-            max_message_size=16 * 1024, cache_max_messages=8, cache_max_bytes=1 << 30
-        )
-    )
-    node = loaded_node(small_cache)
-    assert len(broadcast(node).cache) == 8 and len(node.store) == CACHED
+def test_a_pull_past_the_store_s_bounds_gets_what_it_holds_one_hop_further() -> None:
+    small = RetentionConfig(max_messages=8, max_bytes=1 << 30)
+    node = loaded_node(retention=small)
+    assert len(node.store) == 8
     pull = m.Pull(publisher=PUBLISHER, first_seq=0, last_seq=CACHED - 1)
     outs = node.handle(Received(ASKER, TOPIC, pull), 2.0)
     got = seqs_sent(outs)
     hops = [h for o in outs if type(o) is Send for h in o.message.hops]  # type: ignore[union-attr]
-    assert got and set(hops) == {1}  # the store's, sent on at one hop
+    assert got and set(hops) == {2}  # received at one hop, sent on at two
     while batch := seqs_sent(node.handle(AnswersDrained(ASKER), 3.0)):
         got += batch
-    assert got == list(range(CACHED))  # the store's 56, then the cache's 8, once, in order
+    assert got == list(range(CACHED - 8, CACHED))  # the 8 held, once, in order
 
 
 def test_without_drains_the_answer_timer_serves_the_next_batch() -> None:

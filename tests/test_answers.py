@@ -13,29 +13,27 @@ from episub.net.answers import (
     RequestBudget,
     Verdict,
 )
+from episub.proto.envelope import Envelope
 from episub.proto.messages import MAX_HELD_SPANS, GetHeld
-from episub.proto.store import RetentionConfig, RetentionStore
+from episub.proto.store import MessageStore, RetentionConfig
 
 TOPIC = "t"
 
 
-def store_of(publishers: int) -> RetentionStore[bytes]:
-    store: RetentionStore[bytes] = RetentionStore(RetentionConfig(max_messages=1_000_000))
+def hold(store: MessageStore, publisher: bytes, seq: int, timestamp_ms: int, n: int) -> None:
+    """Message n (its id made of n) of `publisher` at `seq`, in the store."""
+    envelope = Envelope(publisher=publisher, seq=seq, timestamp_ms=timestamp_ms, payload=b"x")
+    store.add(store.places(TOPIC), n.to_bytes(32, "big"), envelope, 1, 0.0)
+
+
+def store_of(publishers: int) -> MessageStore:
+    store = MessageStore(RetentionConfig(max_messages=1_000_000))
     for i in range(publishers):
-        store.add_item(
-            b"x",
-            topic=TOPIC,
-            publisher=b"p%06d" % i,
-            seq=0,
-            timestamp_ms=1000 + i,
-            size=1,
-            id=i.to_bytes(8, "big"),
-            now=0.0,
-        )
+        hold(store, b"p%06d" % i, 0, 1000 + i, i)
     return store
 
 
-def page_work(store: RetentionStore[bytes], query: GetHeld) -> tuple[int, int]:
+def page_work(store: MessageStore, query: GetHeld) -> tuple[int, int]:
     """(spans answered, store work) of one GETHELD."""
     before = store.work
     held = store.held_page(TOPIC, query, now=0.0)
@@ -66,12 +64,9 @@ def test_paging_through_every_publisher_visits_each_once() -> None:
 
 
 def test_first_since_is_a_binary_search_over_a_publishers_seqs() -> None:
-    store: RetentionStore[bytes] = RetentionStore(RetentionConfig(max_messages=1_000_000))
+    store = MessageStore(RetentionConfig(max_messages=1_000_000))
     for seq in range(100_000):
-        store.add_item(
-            b"x", topic=TOPIC, publisher=b"p", seq=seq, timestamp_ms=seq, size=1,
-            id=seq.to_bytes(8, "big"), now=0.0,
-        )  # fmt: skip
+        hold(store, b"p", seq, seq, seq)
     before = store.work
     assert store.first_since(TOPIC, b"p", 77_777, now=0.0) == 77_777
     assert store.first_since(TOPIC, b"p", 100_000, now=0.0) is None

@@ -35,6 +35,7 @@ from episub.proto.events import (
     Send,
 )
 from episub.proto.node import NodeState
+from episub.proto.store import RetentionConfig
 from episub.proto.trees import Trees
 from tests.helpers import (
     ME,
@@ -65,10 +66,15 @@ GAP_TIMER = ScheduleTimer(0.5, token("gap"))
 HEADS_TIMER = ScheduleTimer(1.0, token("heads"))  # heads_quiet after the first message
 
 
-def node_with(*active: int, **broadcast_overrides: object) -> NodeState:
-    """A node with these (eager) neighbours and this broadcast configuration."""
+def node_with(
+    *active: int, retention: RetentionConfig | None = None, **broadcast_overrides: object
+) -> NodeState:
+    """A node with these (eager) neighbours, this broadcast configuration and these store
+    bounds."""
     return make_node(
-        active=active, config=node_config(broadcast=broadcast_config(**broadcast_overrides))
+        active=active,
+        config=node_config(broadcast=broadcast_config(**broadcast_overrides)),
+        retention=retention,
     )
 
 
@@ -1063,20 +1069,11 @@ def test_pull_is_answered_from_cache_by_publisher_and_seq():
     ]
 
 
-def test_the_store_answers_a_pull_the_cache_cannot_at_one_hop_without_touching_core_state():
+def test_a_pull_of_history_the_store_holds_is_answered_without_touching_core_state():
     node = node_with(1, 2)
     old = envelope(b"sink/q/0/0", 7, b"old row", timestamp_ms=5)
-    # Held as fetched history is: in the store, not in the cache.
-    node.store.add_item(
-        old.raw,
-        topic=TOPIC,
-        publisher=old.publisher,
-        seq=old.seq,
-        timestamp_ms=old.timestamp_ms,
-        size=old.size,
-        id=mid(old),
-        now=3.0,
-    )
+    # Held as fetched history is: in the store, with no stream of its publisher here.
+    node.store.add(node.store.places(TOPIC), mid(old), old, 0, 3.0)
     out = node.handle(received(2, m.Pull(publisher=b"sink/q/0/0", first_seq=6, last_seq=8)), 3.0)
     history = m.History(publisher=b"sink/q/0/0", envelopes=(old.raw,), hops=(1,))
     assert out == [send(2, history)]
@@ -1325,40 +1322,36 @@ def test_the_same_announcer_is_counted_once():
     assert broadcast(node).missing[place(x)].announcers == [(1, 1), (2, 1)]
 
 
-def test_cache_is_bounded_by_count():
-    node = node_with(1, cache_max_messages=2)
+def test_the_store_is_bounded_by_count():
+    node = node_with(1, retention=RetentionConfig(max_messages=2))
     ids = [node.handle(Publish(TOPIC, bytes([i])), 1.0)[0].id for i in range(3)]
     out = node.handle(received(1, m.Graft(ranges=((ME, 0, 2, 0),))), 2.0)
     assert [s.message.id for s in out] == ids[1:]
     out = node.handle(received(1, m.Pull(publisher=ME, first_seq=0, last_seq=2)), 2.0)
-    # The cache let seq 0 go; the node's store still holds it. All go at one hop (ours).
-    assert [(s.message.envelope.seq, s.message.hops) for s in sends(out)] == [
-        (0, 1),
-        (1, 1),
-        (2, 1),
-    ]
-    assert broadcast(node).messages.at_place(ME, 0) is None
+    # The store let seq 0 go; the others go at one hop (ours).
+    assert [(s.message.envelope.seq, s.message.hops) for s in sends(out)] == [(1, 1), (2, 1)]
+    assert node.store.lookup(node.store.places(TOPIC))(ME, 0) is None
 
 
-def test_cache_is_bounded_by_bytes():
-    node = node_with(1, cache_max_bytes=5)
+def test_the_store_is_bounded_by_bytes():
+    node = node_with(1, retention=RetentionConfig(max_bytes=5))
     ids = [node.handle(Publish(TOPIC, b"abc"), 1.0)[0].id for _ in range(2)]
     out = node.handle(received(1, m.Graft(ranges=((ME, 0, 1, 0),))), 2.0)
     assert [s.message.id for s in out] == ids[1:]
-    assert broadcast(node).cache_bytes == 3
+    assert node.store.bytes == 3
 
 
-def test_cache_forgets_messages_older_than_cache_ttl():
-    node = node_with(1, cache_ttl=10.0)
+def test_the_store_lets_messages_older_than_max_age_go():
+    node = node_with(1, retention=RetentionConfig(max_age=10.0))
     old = node.handle(Publish(TOPIC, b"a"), 0.0)[0].id
     new = node.handle(Publish(TOPIC, b"b"), 10.0)[0].id
     out = node.handle(received(1, m.Graft(ranges=((ME, 0, 1, 0),))), 10.0)
     assert [s.message.id for s in out] == [new]
-    assert old not in broadcast(node).cache
+    assert node.store.cached(old) is None and old in node.store.seen
 
 
 def test_seen_is_bounded_by_count():
-    node = node_with(1, 2, seen_max=2)
+    node = node_with(1, 2, retention=RetentionConfig(seen_max=2))
     for seq in range(3):
         node.handle(received(1, gossip(env(seq))), 1.0)
     # seq 0 was forgotten: it is not a duplicate any more (no PRUNE), but the ordered
@@ -1370,7 +1363,7 @@ def test_seen_is_bounded_by_count():
 
 
 def test_seen_forgets_ids_older_than_seen_ttl():
-    node = node_with(1, 2, seen_ttl=10.0)
+    node = node_with(1, 2, retention=RetentionConfig(seen_ttl=10.0))
     node.handle(received(1, gossip(env(0))), 0.0)
     node.handle(received(1, gossip(env(1))), 10.0)
     assert node.handle(received(2, gossip(env(0))), 10.0) == [
@@ -1544,7 +1537,7 @@ def test_two_nodes_that_got_rivals_in_opposite_orders_end_up_holding_the_same_on
                 in_flight += [(out.peer, e) for e in reply if isinstance(e, Send)]
     assert not in_flight
     for node in (a, b):
-        assert broadcast(node).messages.place(b"s", 0) == mid(early)
+        assert node.store.place(node.store.places(TOPIC), b"s", 0) == mid(early)
 
 
 def test_our_own_stream_cannot_be_named():

@@ -14,9 +14,10 @@ import trio.testing
 
 from episub.node.catchup import MAX_UNCOMPARED_LINKS, CatchUp
 from episub.node.fetching import FetchReport
+from episub.proto.envelope import Envelope
 from episub.proto.messages import HeldSpan
 from episub.proto.reserved import SINK_INDEX_PREFIX
-from episub.proto.store import RetentionConfig, RetentionStore
+from episub.proto.store import MessageStore, RetentionConfig
 from episub.records import Delivery, NeighborLink
 from tests.net_helpers import TOPIC, run, wait_until
 from tests.test_node_history import node, pair
@@ -27,13 +28,19 @@ PUBLISHER = b"q" * 32
 PAUSE = 1.0
 
 
+def hold_one(store: MessageStore) -> None:
+    """A message of TOPIC_NAME in `store` (publisher o..o, seq 0)."""
+    envelope = Envelope(publisher=b"o" * 32, seq=0, timestamp_ms=1, payload=b"x")
+    store.add(store.places(TOPIC_NAME), b"i" * 32, envelope, 1, 0.0)
+
+
 class Neighbourhood:
     """What a catch-up asks of the node, answered from a script: `peer` is a neighbour of
     TOPIC_NAME holding seqs 0..2 of PUBLISHER; every question is written down."""
 
     def __init__(self) -> None:
         self.id = b"m" * 32
-        self.store: RetentionStore[bytes] = RetentionStore(RetentionConfig())
+        self.store = MessageStore(RetentionConfig())
         self.asked: list[tuple[str, bytes]] = []
         self.fetched: list[tuple[bytes, int, int]] = []
 
@@ -62,8 +69,7 @@ def catch_up_after(act: str, held: bool) -> tuple[Neighbourhood, dict[str, int]]
     done (simulated time)."""
     node = Neighbourhood()
     if held:
-        kw = {"topic": TOPIC_NAME, "publisher": b"o" * 32, "seq": 0, "timestamp_ms": 1}
-        node.store.add_item(b"x", **kw, size=1, id=b"i" * 32, now=0.0)  # type: ignore[arg-type]
+        hold_one(node.store)
     catch_up = CatchUp(node, PAUSE)
     catch_up.joined(TOPIC_NAME)
 
@@ -170,7 +176,7 @@ def late_join(config: RetentionConfig, history: bool = True) -> History:
     messages stamped a minute before our join, asks what we hold; run until every
     catch-up is done."""
     node = History(stamp_ms=int(time.time() * 1000) - 60_000)
-    node.store = RetentionStore(config)
+    node.store = MessageStore(config)
     catch_up = CatchUp(node, PAUSE)
     catch_up.joined(TOPIC_NAME, history)
 
@@ -213,7 +219,7 @@ def test_a_late_joiner_whose_retention_is_full_stops_asking_for_history() -> Non
     catch-up asks only since the join (not the whole history on every GETHELD)."""
     node = History(stamp_ms=int(time.time() * 1000) - 60_000)
     node.publishers = [PUBLISHER, b"r" * 32]  # the second finds no room left
-    node.store = RetentionStore(RetentionConfig(max_messages=4))
+    node.store = MessageStore(RetentionConfig(max_messages=4))
     catch_up = CatchUp(node, PAUSE)
     catch_up.joined(TOPIC_NAME)
 
@@ -307,8 +313,7 @@ def test_links_whose_comparison_was_skipped_are_remembered_within_a_bound() -> N
             for i in range(MAX_UNCOMPARED_LINKS):
                 catch_up.link_up(TOPIC_NAME, i.to_bytes(4, "big"), nursery)
             catch_up.link_up(TOPIC_NAME, PEER, nursery)
-            kw = {"topic": TOPIC_NAME, "publisher": b"o" * 32, "seq": 0, "timestamp_ms": 1}
-            store.add_item(b"x", **kw, size=1, id=b"i" * 32, now=0.0)  # type: ignore[arg-type]
+            hold_one(store)
             assert len(catch_up._uncompared) == MAX_UNCOMPARED_LINKS
             assert (TOPIC_NAME, (0).to_bytes(4, "big")) not in catch_up._uncompared
             catch_up.asked(TOPIC_NAME, PEER, nursery)
@@ -353,8 +358,7 @@ def test_a_neighbour_that_does_not_answer_holds_up_no_other_links_catch_up() -> 
     pulls after the pause, not once the silent one's CATCH_UP_TIMEOUT has run out."""
     node = OneSilentNeighbour()
     store = node.store
-    kw = {"topic": TOPIC_NAME, "publisher": b"o" * 32, "seq": 0, "timestamp_ms": 1}
-    store.add_item(b"x", **kw, size=1, id=b"i" * 32, now=0.0)  # type: ignore[arg-type]
+    hold_one(store)
     catch_up = CatchUp(node, PAUSE)  # type: ignore[arg-type]
     catch_up.joined(TOPIC_NAME)
 

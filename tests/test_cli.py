@@ -106,6 +106,11 @@ def test_a_missing_or_malformed_key_gives_one_line(tmp_path: Path) -> None:
         ('{"broadcast": {"ihave_interval": 0}}', ["ihave_interval must be > 0, not 0"]),
         ('{"retention": {"max_agee": 60}}', ["retention: unknown setting 'max_agee'"]),
         ('{"retention": {"max_age": 0}}', ["max_age must be > 0 seconds, not 0"]),
+        ('{"retention": {"max_messages": 0}}', ["max_messages must be an int >= 1, not 0"]),
+        (
+            '{"broadcast": {"cache_ttl": 60}}',
+            ["'cache_ttl' is now the 'retention' section's 'max_age'"],
+        ),
         ('{"retention": {"max_messages": "many"}}', ["max_messages must be a number"]),
     ],
 )

@@ -9,7 +9,7 @@ from episub.proto import messages as m
 from episub.proto.events import Fetch, PeerMisbehaved, Recovered, Send
 from episub.proto.history import HISTORY_BYTES, history_packs
 from episub.proto.node import NodeState
-from tests.helpers import TOPIC, broadcast, envelope, make_node, mid, received
+from tests.helpers import TOPIC, envelope, make_node, mid, received
 
 PUB = b"\x12\x20" + bytes(range(32))  # a wire publisher: HISTORY names bytes publishers
 
@@ -50,18 +50,20 @@ def test_a_fetched_history_is_recovered_not_delivered_nor_forwarded() -> None:
     assert node.stats()["recovered"] == 3
 
 
-def test_a_fetched_history_goes_to_the_store_only_not_to_the_cache() -> None:
-    """The cache answers live GRAFTs and PULLs; history is the store's (one message per
-    place there): a copy fetched twice is Recovered twice and stored once, and nothing of
-    it is seen or cached, so a PULL of it is answered from the store, at one hop."""
+def test_a_fetched_history_is_recovered_once_and_held_in_the_store() -> None:
+    """History we fetched is Recovered (neither delivered nor forwarded) and held in the
+    store, its id seen: a copy fetched again is a duplicate, and a PULL of it is answered
+    from the store one hop further."""
     node = fetching_node()
-    node.handle(received(2, history(env(0), env(1), env(2))), 2.0)
-    again = node.handle(received(2, history(env(0), env(1))), 2.1)
-    assert again == [Recovered(TOPIC, mid(env(i)), env(i)) for i in range(2)]
-    assert not broadcast(node).messages.places() and not broadcast(node).seen
+    first = node.handle(received(2, history(env(0), env(1), env(2))), 2.0)
+    assert first == [Recovered(TOPIC, mid(env(i)), env(i)) for i in range(3)]
+    assert node.handle(received(2, history(env(0), env(1))), 2.1) == []
     assert len(node.store) == 3 and node.store.replaced == 0
+    assert all(mid(env(i)) in node.store.seen for i in range(3))
     out = node.handle(received(1, m.Pull(publisher=PUB, first_seq=0, last_seq=2)), 3.0)
-    assert [o.message for o in out if isinstance(o, Send)] == [history(env(0), env(1), env(2))]
+    assert [o.message for o in out if isinstance(o, Send)] == [
+        history(env(0), env(1), env(2), hops=2)
+    ]
 
 
 def test_a_history_not_fetched_goes_the_gossip_way() -> None:
@@ -85,24 +87,14 @@ def test_a_bad_pack_is_misbehaviour_and_ends_there() -> None:
     assert node.stats()["recovered"] == 3  # seqs 1, 5 and 6
 
 
-def test_a_pull_is_answered_in_packs_from_the_cache_and_from_the_store() -> None:
+def test_a_pull_is_answered_in_packs_from_the_store_one_hop_further() -> None:
     holder = make_node(active=[1, 2])
     for seq in range(3):
         holder.handle(received(1, m.Gossip(id=mid(env(seq)), envelope=env(seq), hops=1)), 1.0)
     out = holder.handle(received(2, m.Pull(publisher=PUB, first_seq=0, last_seq=2)), 2.0)
     answers = [o.message for o in out if isinstance(o, Send) and o.peer == 2]
     assert answers == [history(env(0), env(1), env(2), hops=2)]
-    for seq in (7, 8):  # fetched history: in the store, not in the cache
-        e = env(seq)
-        holder.store.add_item(
-            e.raw,
-            topic=TOPIC,
-            publisher=PUB,
-            seq=seq,
-            timestamp_ms=e.timestamp_ms,
-            size=e.size,
-            id=mid(e),
-            now=2.5,
-        )
+    for seq in (7, 8):  # published by the node itself: held at hop 0
+        holder.store.add(holder.store.places(TOPIC), mid(env(seq)), env(seq), 0, 2.5)
     out = holder.handle(received(2, m.Pull(publisher=PUB, first_seq=7, last_seq=8)), 3.0)
     assert [o.message for o in out if isinstance(o, Send)] == [history(env(7), env(8))]

@@ -54,7 +54,7 @@ def test_grafting_everything_without_reading_keeps_its_answers_in_their_bounds()
             await c.join(TOPIC, bootstrap=[a.address])
             for i in range(200):  # something for a to answer grafts with (c's stream)
                 await c.publish(TOPIC, b"x%d" % i + b"." * 600)
-            await wait_until(lambda: len(broadcast_state(a).cache) >= 200, what="a's cache")
+            await wait_until(lambda: broadcast_state(a).places.places() >= 200, what="a's store")
             raw = await RawPeer.connect(a.address, receive_buffer=4096)
             await hostile_peer.graft_all(raw, TOPIC, rounds=10, known=[c.id])  # never reads
             await assert_still_serving(a, b)

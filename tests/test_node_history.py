@@ -4,24 +4,13 @@ that are not neighbours, control streams kept out of subscriptions, `topics_of`.
 
 from __future__ import annotations
 
-import dataclasses
 from contextlib import AsyncExitStack
 
-import trio
-
 from episub import Delivery, Node, NodeConfig
-from episub.proto.config import BroadcastConfig
 from episub.proto.messages import HeldSpan
 from episub.proto.reserved import CONTROL_PREFIX
 from episub.proto.store import RetentionConfig
 from tests.net_helpers import KEY, TOPIC, fast_config, run, wait_until
-
-
-def short_cache() -> NodeConfig:
-    """A broadcast cache that forgets within a second: what is older comes from retention."""
-    config = fast_config()
-    broadcast = dataclasses.replace(config.broadcast, cache_ttl=0.5)
-    return dataclasses.replace(config, broadcast=broadcast)
 
 
 async def node(stack: AsyncExitStack, config: NodeConfig | None = None, **kw: object) -> Node:
@@ -85,14 +74,12 @@ def test_since_ms_finds_the_first_seq_stamped_at_or_after_a_time() -> None:
     run(main)
 
 
-def test_a_pull_the_cache_forgot_is_answered_from_retention_with_the_same_ids() -> None:
+def test_a_late_joiner_fetches_history_from_the_store_with_the_same_ids() -> None:
     async def main() -> None:
         async with AsyncExitStack() as stack:
-            a = await node(stack, short_cache())
+            a = await node(stack)
             await a.join(TOPIC)
             ids = [await a.publish(TOPIC, b"old%d" % i) for i in range(5)]
-            await trio.sleep(1.0)  # past cache_ttl: the cache forgets, retention keeps
-            await a.publish(TOPIC, b"expire the cache")
             late = await node(stack)
             await late.join(TOPIC, bootstrap=[a.address])
             got = await late.fetch(TOPIC, a.id, 0, 4, timeout=10)
@@ -102,14 +89,12 @@ def test_a_pull_the_cache_forgot_is_answered_from_retention_with_the_same_ids() 
     run(main)
 
 
-def test_a_signed_nodes_history_served_from_retention_keeps_its_signatures() -> None:
+def test_a_signed_nodes_history_served_from_the_store_keeps_its_signatures() -> None:
     async def main() -> None:
         async with AsyncExitStack() as stack:
-            a = await node(stack, short_cache(), sign=True)
+            a = await node(stack, sign=True)
             await a.join(TOPIC)
             ids = [await a.publish(TOPIC, b"old%d" % i) for i in range(3)]
-            await trio.sleep(1.0)
-            await a.publish(TOPIC, b"expire the cache")
             late = await node(stack, sign=True)
             await late.join(TOPIC, bootstrap=[a.address])
             got = await late.fetch(TOPIC, a.id, 0, 2, timeout=10)
@@ -161,23 +146,6 @@ def test_topics_of_lists_another_nodes_topics() -> None:
             assert sorted(await b.topics_of(a.id) or []) == ["events.eu", TOPIC]
             assert await b.topics_of(b.id) == [TOPIC]
             assert await b.peer_at(a.address) == a.id
-
-    run(main)
-
-
-def test_config_with_a_long_cache_still_answers_pulls_from_the_cache() -> None:
-    """Nothing changes for what the cache holds: the answer comes from there."""
-
-    async def main() -> None:
-        async with AsyncExitStack() as stack:
-            config = dataclasses.replace(fast_config(), broadcast=BroadcastConfig(cache_ttl=600))
-            a = await node(stack, config)
-            await a.join(TOPIC)
-            ids = [await a.publish(TOPIC, b"%d" % i) for i in range(3)]
-            late = await node(stack)
-            await late.join(TOPIC, bootstrap=[a.address])
-            got = await late.fetch(TOPIC, a.id, 0, 2, timeout=10)
-            assert [m.id for m in got] == ids
 
     run(main)
 

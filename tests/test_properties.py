@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 
 from episub.proto.config import BroadcastConfig, NodeConfig
 from episub.proto.events import JoinTopic, LeaveTopic, Publish
+from episub.proto.store import RetentionConfig
 from episub.sim.engine import Simulator
 from episub.sim.latency import make_latency
 from episub.sim.metrics import WARMUP, payload_for
@@ -36,9 +37,6 @@ DELIVERY_WAIT = 15.0  # seconds: a gap is pulled or given up within ~5 s, twice 
 CONFIG = NodeConfig(
     membership=SMALL_MEMBERSHIP,
     broadcast=BroadcastConfig(
-        cache_max_messages=6,
-        cache_max_bytes=5 * 60,  # binds before the count: an envelope here is ~50 bytes
-        seen_max=8,
         max_missing=3,
         max_announcers=2,
         max_held_per_publisher=3,
@@ -46,6 +44,11 @@ CONFIG = NodeConfig(
         max_fetches=2,
         max_gap=16,
     ),
+)
+STORE = RetentionConfig(
+    max_messages=6,
+    max_bytes=5 * 60,  # binds before the count: an envelope here is ~50 bytes
+    seen_max=8,
 )
 
 
@@ -66,7 +69,7 @@ class Harness:
         self.sim = Simulator(
             latency=make_latency("uniform", seed),
             seed=seed,
-            node_factory=lambda peer, rng: CheckedNode(peer, rng, self.checks, CONFIG),
+            node_factory=lambda peer, rng: CheckedNode(peer, rng, self.checks, CONFIG, STORE),
         )
         self.members: list[int] = []  # alive and subscribed
         self.next_id = 0

@@ -10,6 +10,7 @@ from episub.proto import messages as m
 from episub.proto.config import NodeConfig
 from episub.proto.events import DataLost, Deliver, JoinTopic, OutEvent, Publish, Recovered, Send
 from episub.proto.node import NodeState
+from episub.proto.store import RetentionConfig
 from episub.sim.engine import Simulator
 from episub.sim.latency import make_latency
 from episub.sim.metrics import WARMUP, payload_for
@@ -34,9 +35,11 @@ AFTER_JOIN = 10**6
 BEFORE_JOIN = 0  # the join's own millisecond counts as before it
 
 
-def node_with(*active: int, **overrides: object) -> NodeState:
+def node_with(
+    *active: int, retention: RetentionConfig | None = None, **overrides: object
+) -> NodeState:
     config = node_config(broadcast=broadcast_config(stream_settle=0.5, **overrides))
-    return make_node(active=active, config=config)
+    return make_node(active=active, config=config, retention=retention)
 
 
 def env(seq: int, stamp: int = AFTER_JOIN) -> m.Envelope:
@@ -185,7 +188,7 @@ def test_a_forgotten_streams_messages_are_not_delivered_again_by_a_reach():
     """A stream forgotten to make room (max_publishers) starts anew when its publisher
     sends again; its reach treats what was delivered before as history, even where `seen`
     has forgotten the ids too."""
-    node = node_with(1, max_publishers=1, seen_max=2)
+    node = node_with(1, max_publishers=1, retention=RetentionConfig(seen_max=2))
     for seq in range(3):
         node.handle(received(1, gossip(env(seq))), 1.0)
     node.handle(received(1, gossip(envelope(8, 0, timestamp_ms=AFTER_JOIN))), 1.1)  # evicts 9

@@ -166,7 +166,7 @@ def test_a_forged_message_is_dropped_before_any_state_changes_and_counted(
     ]
     b = broadcast(node)
     assert b.counters.bad_signatures == 1
-    assert gossip.id not in b.seen and gossip.id not in b.cache and not b.streams
+    assert gossip.id not in b.seen and b.store.cached(gossip.id) is None and not b.streams
     # The genuine message at that place is still taken in.
     assert delivered(node.handle(received(N, signed(SIGNER_A, envelope(A, 0))), 2.0)) == [0]
 

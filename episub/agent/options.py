@@ -108,19 +108,33 @@ def _read_json(path: str, what: str) -> Any:
         raise UsageError(f"{what} {path!r} is not valid JSON: {exc}") from None
 
 
+RETENTION_SECTION = "retention"  # the config file's RetentionConfig overrides
+# Broadcast settings of a topic's message cache, now the node's message store's.
+_MOVED_TO_RETENTION = {
+    "cache_ttl": "max_age",
+    "cache_max_messages": "max_messages",
+    "cache_max_bytes": "max_bytes",
+    "seen_ttl": "seen_ttl",
+    "seen_max": "seen_max",
+}
+
+
 def _fields(cls: type, values: object, where: str) -> dict[str, Any]:
     if not isinstance(values, dict):
         raise UsageError(f"{where} must be a JSON object, not {values!r:.80}")
     known = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(values) - known)
+    if unknown and unknown[0] in _MOVED_TO_RETENTION:
+        moved = _MOVED_TO_RETENTION[unknown[0]]
+        raise UsageError(
+            f"{where}: {unknown[0]!r} is now the {RETENTION_SECTION!r} section's {moved!r} "
+            "(one message store per node holds what a topic's cache held)"
+        )
     if unknown:
         raise UsageError(
             f"{where}: unknown setting {unknown[0]!r}; known ones: {', '.join(sorted(known))}"
         )
     return values
-
-
-RETENTION_SECTION = "retention"  # the config file's RetentionConfig overrides
 
 
 def load_config(path: str | None) -> NodeConfig:

@@ -49,8 +49,8 @@ ANSWER_BYTES_PER_SECOND = 32 * 1024 * 1024
 ANSWER_BURST_BYTES = 8 * 1024 * 1024  # guess: a quarter second at the rate; ≥ max_frame_size/2
 # Answers one peer may have waiting: two whole PULLs' worth of items (MAX_PULL_SPAN: 4,096).
 ANSWER_MAX_ITEMS = 8192
-# ...and bytes, counted at their encoded size: the messages are the cache's and retention's
-# own objects while both hold them, so this bounds what a lane can keep alive beyond them.
+# ...and bytes, counted at their encoded size: the messages are the store's own objects
+# while it holds them, so this bounds what a lane can keep alive beyond them.
 ANSWER_MAX_BYTES = 64 * 1024 * 1024  # guess: the retention default's size (64 MiB)
 # Work (seqs or store rows a request makes the node look at) a peer's requests may cost per
 # second, in the spirit of gossipsub v1.1's IWANT limit (GossipSubMaxIHaveLength: 5,000

@@ -453,15 +453,15 @@ class Runtime:
         self._answer(out)
 
     def _answer(self, out: Send) -> None:
-        """An answer waits in the peer's lane as the message the core gave (the cache's or
-        retention's bytes, not a copy) and is encoded when the network takes it."""
+        """An answer waits in the peer's lane as the message the core gave (the store's bytes,
+        not a copy) and is encoded when the network takes it."""
         message = out.message
         if type(message) is m.Gossip:
             key: Hashable = (out.topic, message.id)  # a repeat of a waiting answer merges
             size = len(message.raw) + _GOSSIP_OVERHEAD
         elif type(message) is m.History:
-            # A repeated PULL packs the same messages (the cache's or retention's bytes
-            # objects, whose hashes are kept): it merges with the pack still waiting.
+            # A repeated PULL packs the same messages (the store's bytes objects, whose
+            # hashes are kept): it merges with the pack still waiting.
             envelopes = message.envelopes
             key = (out.topic, message.publisher, envelopes[0], envelopes[-1], len(envelopes))
             size = sum(map(len, message.envelopes)) + _GOSSIP_OVERHEAD

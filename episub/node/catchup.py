@@ -50,7 +50,7 @@ from episub.node.checks import FETCH_MAX_SPAN
 from episub.proto.errors import LocalProtocolError
 from episub.proto.messages import HeldSpan
 from episub.proto.reserved import CONTROL_PREFIX
-from episub.proto.store import RetentionStore
+from episub.proto.store import MessageStore
 from episub.records import NeighborLink
 
 __all__ = ["CATCH_UP_AT_ONCE", "CATCH_UP_CLOCK_SLACK_MS", "CATCH_UP_TIMEOUT", "CatchUp"]
@@ -72,7 +72,7 @@ class _Asks(Protocol):
     def id(self) -> bytes: ...
 
     @property
-    def store(self) -> RetentionStore[bytes]: ...
+    def store(self) -> MessageStore: ...
 
     def store_now(self) -> float: ...
 

@@ -83,7 +83,7 @@ from episub.proto.events import (
 from episub.proto.messages import GetHeld, Held, HeldSpan, View, check_topic_name
 from episub.proto.reserved import CONTROL_PREFIX
 from episub.proto.signing import Signer
-from episub.proto.store import RetentionConfig, RetentionStore, Span
+from episub.proto.store import MessageStore, RetentionConfig, Span
 from episub.records import HELD_TIMEOUT, SUBSCRIPTION_BUFFER, NeighborLink
 from episub.subscription import Delivery, Lost, Subscription
 
@@ -140,7 +140,7 @@ class Node:
         self._config = config if config is not None else NodeConfig()
         self._link_delay = link_delay
         self._retention = retention or RetentionConfig()  # the core's store's bounds
-        self._store: RetentionStore[bytes] | None = None  # the core's, once it runs
+        self._store: MessageStore | None = None  # the core's, once it runs
         self._handshake_timeout = handshake_timeout
         self._dial_timeout = dial_timeout
         self._encrypt = encrypt
@@ -235,7 +235,7 @@ class Node:
         return self._address
 
     @property
-    def store(self) -> RetentionStore[bytes]:
+    def store(self) -> MessageStore:
         """The core's message store (episub.proto.store): what this node holds of each
         topic's streams, read with `store_now()`'s time. Prefer `retained`, `held` and
         `held_seqs`; this is for the node's own parts and tools."""
@@ -620,7 +620,7 @@ class Node:
         return self._running().upkeep_deadline(delay)
 
     def shrink_retention(self) -> None:
-        """Give retention's tables the size of what they hold (RetentionStore.shrink): for
+        """Give retention's tables the size of what they hold (MessageStore.shrink): for
         a quiet node process, before it gives free memory back (episub/allocator.py)."""
         if self._store is not None:
             self._store.shrink()

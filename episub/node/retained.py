@@ -6,7 +6,7 @@ here, so a message read from retention equals the one delivered live."""
 from __future__ import annotations
 
 from episub.proto.envelope import Envelope
-from episub.proto.store import RetentionStore
+from episub.proto.store import MessageStore
 from episub.records import Delivery, make_delivery
 
 __all__ = ["delivery_of", "missing", "retained", "retained_envelopes"]
@@ -26,7 +26,7 @@ def delivery_of(topic: str, message_id: bytes, envelope: Envelope) -> Delivery:
 
 
 def retained(
-    store: RetentionStore[bytes],
+    store: MessageStore,
     topic: str,
     publisher: bytes,
     first_seq: int,
@@ -39,7 +39,7 @@ def retained(
 
 
 def retained_envelopes(
-    store: RetentionStore[bytes],
+    store: MessageStore,
     topic: str,
     publisher: bytes,
     first_seq: int,

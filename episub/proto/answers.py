@@ -7,9 +7,9 @@ at a time, the next batch when the asker has read the last one.
 
 Rules this machine keeps:
 - A batch is at most `answer_batch_messages` messages and PULL seqs looked up together
-  (a PULL's seq the cache lacks is looked up in the store, found or not), and at most
-  `answer_batch_bytes` of envelopes (but at least one message, however large); a GRAFT's
-  places the cache does not hold cost a look-up, no item (live repair: not from the store).
+  (a PULL's seq costs an item found or not), and at most `answer_batch_bytes` of
+  envelopes (but at least one message, however large); a GRAFT's places the store does
+  not hold cost a look-up, no item.
 - A request from a peer with nothing waiting is answered at once up to one batch; the
   rest waits in the peer's cursor. A request from a peer with answers waiting joins them
   and waits its turn: one batch per turn, however many requests. A GRAFT's ranges (live
@@ -24,9 +24,8 @@ Rules this machine keeps:
   Where nothing reports drains (the simulator: `answer_retry` set), a timer serves every
   waiting peer a batch each period.
 - A cursor goes with its peer (`forget`): its connection lost, or out of the active view.
-- Each message of a PULL goes with its hop count + 1, one hop for what the store held
-  (History packs where publishers are bytes; one GOSSIP each for the simulator's int ids);
-  each of a GRAFT as a GOSSIP.
+- Each message of a PULL goes with its hop count + 1 (History packs where publishers are
+  bytes; one GOSSIP each for the simulator's int ids); each of a GRAFT as a GOSSIP.
 """
 
 from __future__ import annotations
@@ -38,12 +37,12 @@ from functools import partial
 from typing import TypeVar
 
 from episub.proto import messages as m
-from episub.proto.cache import Cached
 from episub.proto.config import BroadcastConfig
 from episub.proto.envelope import Envelope
 from episub.proto.events import OutEvent, Send
 from episub.proto.history import history_packs
 from episub.proto.messages import MessageId, PeerId
+from episub.proto.store import Cached
 from episub.proto.tables import BroadcastCounters
 
 __all__ = ["MAX_ASKERS", "MAX_PENDING_RANGES", "MAX_PENDING_SEQS", "AnswerCursors"]
@@ -62,16 +61,16 @@ T = TypeVar("T")
 # on the high side, so that a batch's encoded size stays within answer_batch_bytes).
 _MESSAGE_OVERHEAD = 64
 
-# (publisher, seq) -> the cached message there, if any: a GRAFT's places.
+# (publisher, seq) -> the message held there, if any: a GRAFT's places.
 Lookup = Callable[[PeerId, int], "Cached | None"]
-# publisher -> (seq -> (bytes, hops) of the message held there: the cache's, else the store's
-# at 0 hops), made once per range of a batch: a PULL's places.
+# publisher -> (seq -> (bytes, hops) of the message the store holds there), made once per
+# range of a batch: a PULL's places.
 HistoryReader = Callable[[PeerId], Callable[[int], "tuple[bytes, int] | None"]]
 
 
 @dataclass(slots=True)
 class _Range:
-    pull: bool  # a PULL's (the seqs the cache lacks: from the store) or a GRAFT's (skipped)
+    pull: bool  # a PULL's (a seq not held costs an item) or a GRAFT's (skipped)
     publisher: PeerId
     first_seq: int  # as asked: a repeat of any part of it is merged
     next_seq: int
@@ -195,12 +194,12 @@ class AnswerCursors:
         while ranges and not full:
             r = ranges[0]
             publisher = r.publisher
-            if r.pull:  # from the cache or the store
+            if r.pull:  # a miss costs an item
                 raws, seq, items, size, full = _take(
                     history(publisher), _raw_of_pair, r, True, items, size, config
                 )
                 self._send_history(peer, publisher, raws, out)
-            else:  # a GRAFT's places: live repair, from the cache only
+            else:  # a GRAFT's places: live repair
                 found, seq, items, size, full = _take(
                     partial(lookup, publisher), _raw_of_cached, r, False, items, size, config
                 )

@@ -3,19 +3,19 @@
 Rules this machine keeps:
 - `eager` and `lazy` are disjoint and their union is exactly the active view that
   membership reported through neighbor_up/neighbor_down.
-- A message id is accepted once (the `seen` cache); its id must be blake3 of its envelope,
-  and its hop count must leave room to forward it (below MAX_HOPS), checked before it is
-  seen or cached. History we fetched (a HISTORY answer behind its stream) is checked the
-  same way but neither seen nor cached: it goes to the store (store.py), which keeps one
-  per place.
+- A message id is accepted once (the node's store, store.py, keeps what was seen); its id
+  must be blake3 of its envelope, and its hop count must leave room to forward it (below
+  MAX_HOPS), checked before it enters the store. History we fetched (a HISTORY answer
+  behind its stream) is checked the same way and enters the store, neither delivered nor
+  forwarded.
 - With signing on (a `signer`), we sign what we publish on our own stream, and a first
   copy of a node's stream must carry a valid signature bound to its publisher
-  (signing.py) before it enters seen, cache or ordering; else it is dropped and counted
+  (signing.py) before it enters the store or ordering; else it is dropped and counted
   (`bad_signatures`). Named streams are bound to no key: neither signed nor checked.
 - Each first copy of a message (and our own publish at a named stream's place) goes to
   `ordering` (ordering.py), which gives the application each publisher's messages in
   sequence order, each once, and repairs gaps; its rules are at the top of that module.
-- Every table a peer can grow is bounded: cache (count, bytes, age), seen (count, age),
+- Every table a peer can grow is bounded: the store (store.py) bounds what it holds,
   missing places (their due queue: twice as many rows), announcers per place;
   ordering.py and announcements.py bound their own.
 
@@ -40,20 +40,19 @@ Rules from the draft (and Plumtree):
   messages by place: runs (publisher, first_seq..last_seq, hops) of consecutive seqs
   received at one hop count, so a burst is one range per flush and link, not an id per
   message.
-- IHAVE of a place we do not hold (not cached, not delivered, not held by ordering): the
+- IHAVE of a place we do not hold (not in the store, not delivered, not held back): the
   place is missing; `graft_timeout` after its first announcement it is GRAFTed (as ranges,
   batched per peer) from its first announcer, then every `missing_check_interval` from the
   next (Plumtree's per-message timer, kept as one queue in due order and one timer). A
   range wholly behind the publisher's stream position costs one comparison.
 - GRAFT: the sender becomes eager and gets the messages of the ranges it asked for that
-  the cache holds.
-- PULL: the sender gets the publisher's messages it asked for that the cache holds, and
-  those the cache lacks from the node's store (`store`, store.py).
+  the store holds.
+- PULL: the sender gets the publisher's messages it asked for that the store holds.
 - GRAFT and PULL answers go a bounded batch at a time, the next when the asker has read
   the last (answers.py, whose rules are at its top).
-- one message per place: a first copy for a (publisher, seq) the cache holds another
-  message for wins it only by the store's rule (store.wins: the earlier stamp, then the
-  smaller id); a losing one is dropped and its sender gets the winner (`_rival_loses`).
+- one message per place: a first copy for a (publisher, seq) the store holds another
+  message at takes it only by the store's rule (`MessageStore.takes_place`); a losing one
+  is dropped and its sender gets the winner (`_rival_loses`).
 - tree optimisation: a lazy path shorter than the eager one by `optimization_threshold`
   hops swaps the two (GRAFT the lazy announcer, PRUNE the eager sender).
 - near parent (ours, off by default): an IHAVE of an id we hold, from a lazy neighbour
@@ -101,7 +100,6 @@ from typing import Any, TypeAlias, assert_never
 from episub.proto import messages as m
 from episub.proto.announcements import Announcements
 from episub.proto.answers import AnswerCursors, HistoryReader
-from episub.proto.cache import MessageCache
 from episub.proto.config import BroadcastConfig
 from episub.proto.envelope import IdHasher, Record
 from episub.proto.errors import MessageTooLarge, OwnStreamNamed, too_large
@@ -120,7 +118,7 @@ from episub.proto.messages import Envelope, LinkKind, MessageId, PeerId
 from episub.proto.ordering import OrderedDelivery, PublisherStream
 from episub.proto.peers import RttTable
 from episub.proto.signing import Signer, check_message
-from episub.proto.store import RetentionStore, wins
+from episub.proto.store import MessageStore
 from episub.proto.tables import BroadcastCounters, OwnStream
 from episub.proto.timers import BroadcastTimer
 from episub.proto.trees import Tree, Trees
@@ -173,13 +171,16 @@ class Broadcast:
         id_key: bytes | None = None,
         signer: Signer | None = None,
         rtts: RttTable | None = None,
-        store: RetentionStore[bytes] | None = None,
+        store: MessageStore | None = None,
         own_stream: OwnStream | None = None,
     ) -> None:
         self.me = me
-        # The node's message store (NodeState's, shared by its topics): a PULL's seqs the
-        # cache lacks are answered from it. None: answered from the cache alone.
-        self.store = store
+        # The node's message store (NodeState's, shared by its topics; one of its own when
+        # none is given): seen ids, the messages held and their places (store.py).
+        self.store = store if store is not None else MessageStore()
+        self.places = self.store.places(topic)
+        self.seen = self.store.seen
+        self._at_place = self.store.lookup(self.places)
         # Our own RTT samples (membership's table, read only): the near parent rule.
         self.rtts = rtts
         self.topic = topic
@@ -193,11 +194,6 @@ class Broadcast:
         # Eager and lazy neighbours per publisher stream (trees.py), with the times each
         # tree's rules look at (parents, GRAFTs and PRUNEs sent and received).
         self.trees = Trees(config.max_stream_trees)
-        # Seen ids and cached envelope bytes, one table (cache.py); `seen` and `cache` are
-        # its views, `messages.place` finds a place's cached id.
-        self.messages = MessageCache(config, topic)
-        self.seen = self.messages.seen
-        self.cache = self.messages.cache
         # What we received or published since the last IHAVE flush, and the neighbours
         # not to announce each to (announcements.py). Emptied by each flush.
         self.announcements = Announcements()
@@ -221,6 +217,8 @@ class Broadcast:
         # Per-publisher order (ordering.py): it counts into our counters.
         self.ordering = OrderedDelivery(
             topic=topic,
+            store=self.store,
+            places=self.places,
             config=config,
             timer_prefix=timer_prefix,
             counters=self.counters,
@@ -583,7 +581,8 @@ class Broadcast:
     ) -> MessageId | None:
         if stream is not None and self.ordering.place_taken(*stream):
             self.counters.republished += 1
-            out.append(AlreadyPublished(self.topic, *stream, self.messages.place(*stream)))
+            held = self.store.place(self.places, *stream)
+            out.append(AlreadyPublished(self.topic, *stream, held))
             return None
         mid = self._message_id(envelope.unsigned)
         if self.signer is not None:
@@ -632,7 +631,7 @@ class Broadcast:
         kept, pushed to the eager peers, queued for IHAVE and delivered; a duplicate may
         prune its sender (`_on_duplicate`)."""
         if msg.hops >= m.MAX_HOPS:
-            # Checked before it is seen or cached: forwarding needs hops + 1 on the wire.
+            # Checked before it enters the store: forwarding needs hops + 1 on the wire.
             out.append(PeerMisbehaved(peer, f"GOSSIP hops {msg.hops} leaves no room to forward"))
             return
         mid = msg.id
@@ -691,18 +690,20 @@ class Broadcast:
         mid = msg.id
         self.counters.duplicates_received += 1
         self._note_holder(mid, peer)
-        # Its place: from the cache, which holds the first copy (a duplicate's bytes are
+        # Its place: from the store, which holds the first copy (a duplicate's bytes are
         # not decoded), else from its envelope when that decodes.
-        place = self.messages.place_of(mid)
+        place = self.store.place_of(mid)
         if place is None:
             try:
                 publisher = msg.envelope.publisher
             except ValueError:
-                return  # neither cached nor decodable: no stream to prune it for
+                return  # neither held nor decodable: no stream to prune it for
         else:
             publisher = place[0]
             if self.ordering.wants(*place) and self._take_again(msg, now, out):
                 return
+            if self.ordering.fetched_at(*place):
+                return  # its first copy came by our fetch: this one is no redundant path
         tree = self.trees.get(publisher)
         if not self._asked_for(tree, peer, mid, now):
             self._prune_redundant(publisher, tree, peer, now, out)
@@ -806,20 +807,18 @@ class Broadcast:
     ) -> bool:
         """A first copy for a place that holds another message (a sink row written again
         with another stamp): one of the two must win on every node, by the store's rule
-        (store.wins), which the store keeps for what it holds too. A losing rival is dropped,
-        and the sender gets the winner, so that it converges too; a winning one goes on as
-        any first copy, replacing the place's message here (the place stays delivered)."""
-        held = self.messages.place(envelope.publisher, envelope.seq)
-        if held is None or held == mid:  # no other message there (or seen forgot this one)
-            return False
-        cached = self.cache.get(held)
-        if cached is None:
-            return False
-        if wins(envelope.timestamp_ms, mid, cached.envelope.timestamp_ms, held):
-            self.counters.rivals_won += 1
+        (`MessageStore.takes_place`). A losing rival is dropped, and the sender gets the
+        winner, so that it converges too; a winning one goes on as any first copy,
+        replacing the place's message here (the place stays delivered)."""
+        keeper = self.store.takes_place(
+            self.places, envelope.publisher, envelope.seq, envelope.timestamp_ms, mid
+        )
+        if keeper < 0:
+            if keeper == -2:
+                self.counters.rivals_won += 1
             return False
         self.counters.rivals_refused += 1
-        out.append(Send(peer, self.topic, cached.gossip(1)))
+        out.append(Send(peer, self.topic, self.store.row(keeper).gossip(1)))
         return True
 
     def fetch(
@@ -887,7 +886,7 @@ class Broadcast:
             or now - tree.pruned_since(peer) < c.graft_grace
         ):
             return
-        cached = self.cache.get(mid)
+        cached = self.store.cached(mid)
         if cached is None or hops >= cached.hops:
             return
         parent = cached.sender
@@ -937,7 +936,7 @@ class Broadcast:
             or now - tree.pruned_since(peer) < c.race_backoff
         ):
             return
-        cached = self.cache.get(mid)
+        cached = self.store.cached(mid)
         if (
             cached is None
             or cached.hops - (hops + 1) < c.race_lazy_hops
@@ -968,7 +967,7 @@ class Broadcast:
             publisher, first, last, hops = announced
             announcements.note_announced(peer, announced)
             if c.near_parent_factor or c.race_lazy_hops:
-                held = self.messages.place(publisher, last)
+                held = self.store.place(self.places, publisher, last)
                 if held is not None:
                     if c.near_parent_factor:
                         self._prefer_near_parent(publisher, peer, held, hops, now, out)
@@ -1031,8 +1030,8 @@ class Broadcast:
             self._on_ihave(peer, tuple(announced), now, out)
 
     def _holds(self, place: Place) -> bool:
-        """Have we this place's message: cached, delivered or given up, or held?"""
-        return self.messages.holds_place(*place) or self.ordering.place_taken(*place)
+        """Have we this place's message: in the store, delivered or given up, or held?"""
+        return self.places.row(*place) is not None or self.ordering.place_taken(*place)
 
     def _on_graft(
         self,
@@ -1079,7 +1078,7 @@ class Broadcast:
         now: float,
         out: list[OutEvent],
     ) -> None:
-        """Answer from the cache, and the seqs it lacks from the store."""
+        """Answer from the store."""
         self._ask(peer, True, [(publisher, first, last)], now, out)
 
     def _ask(
@@ -1091,34 +1090,21 @@ class Broadcast:
         out: list[OutEvent],
     ) -> None:
         """A PULL's or GRAFT's ranges, answered a batch at a time (answers.py)."""
-        if self.answers.ask(peer, pull, ranges, self.messages.at_place, self._history(now), out):
+        if self.answers.ask(peer, pull, ranges, self._at_place, self._history(now), out):
             self._arm_answers(out)
 
     def _history(self, now: float) -> HistoryReader:
-        """A PULL's places as of `now`: the cache's message at a place, else the store's,
-        which goes out at one hop (as history always went)."""
-        cached_reader, store, topic = self.messages.history_reader, self.store, self.topic
-        if store is None or store.keeps_nothing:
-            return cached_reader
+        """A PULL's places as of `now`: the store's message at a place."""
+        reader, places = self.store.reader, self.places
 
-        def reader(publisher: PeerId) -> Callable[[int], tuple[bytes, int] | None]:
-            cached_at = cached_reader(publisher)
-            stored_at = store.reader(topic, publisher, now)
+        def held_at(publisher: PeerId) -> Callable[[int], tuple[bytes, int] | None]:
+            return reader(places, publisher, now)
 
-            def held_at(seq: int) -> tuple[bytes, int] | None:
-                held = cached_at(seq)
-                if held is None:
-                    raw = stored_at(seq)
-                    return None if raw is None else (raw, 0)
-                return held
-
-            return held_at
-
-        return reader
+        return held_at
 
     def answers_drained(self, peer: PeerId, now: float, out: list[OutEvent]) -> None:
         """`peer` has read the answers it was sent: its next batch, if any waits."""
-        self.answers.drained(peer, self.messages.at_place, self._history(now), out)
+        self.answers.drained(peer, self._at_place, self._history(now), out)
 
     def forget_answers(self, peer: PeerId) -> None:
         """`peer`'s connection went: what it asked and was not sent is not made."""
@@ -1132,10 +1118,8 @@ class Broadcast:
     def _on_history(self, peer: PeerId, msg: m.History, now: float, out: list[OutEvent]) -> None:
         """A PULL answered in bulk (history.py). Each envelope is checked as a GOSSIP's
         first copy is, its id computed from its bytes. A message that is history we
-        fetched goes to the store only (Recovered): not delivered, not forwarded, and not
-        seen nor cached here, for the cache answers live GRAFTs and PULLs, and the store,
-        which keeps one message per place, answers history; a copy fetched twice is
-        Recovered twice and the store keeps one. Any other goes the GOSSIP way (a gap
+        fetched goes to the store only (Recovered): not delivered and not forwarded; a copy
+        fetched twice is seen the second time. Any other goes the GOSSIP way (a gap
         repair's answer is live). A pack that is not one publisher's rising seqs, or holds
         a bad envelope, ends there."""
         last_seq = -1
@@ -1150,6 +1134,11 @@ class Broadcast:
                 return
             last_seq = envelope.seq
             mid = self._message_id(envelope.unsigned)
+            if mid in self.seen and self.ordering.fetched(envelope):
+                # What we fetched came before, by a fetch or live: a copy asked for, not a
+                # redundant path to prune.
+                self.counters.duplicates_received += 1
+                continue
             if mid in self.seen or not (
                 self.ordering.fetched(envelope) and self.ordering.behind_stream(envelope)
             ):
@@ -1166,6 +1155,7 @@ class Broadcast:
                 continue
             self.counters.gossip_received += 1
             self.counters.recovered += 1
+            self._remember(mid, envelope, hops=hops, sender=peer, now=now)
             out.append(Recovered(self.topic, mid, envelope))
             self.missing.pop((envelope.publisher, envelope.seq), None)
 
@@ -1187,7 +1177,7 @@ class Broadcast:
             case BroadcastTimer.HEADS:
                 self._send_heads(now, out)
             case BroadcastTimer.ANSWERS:
-                if self.answers.retry(self.messages.at_place, self._history(now), out):
+                if self.answers.retry(self._at_place, self._history(now), out):
                     self._arm_answers(out)
             case _:
                 assert_never(timer)
@@ -1317,17 +1307,12 @@ class Broadcast:
         if due:
             self._arm(_MISSING, max(due[0][0] - now, 0.0), out)
 
-    # -- caches -------------------------------------------------------------------------
-
-    @property
-    def cache_bytes(self) -> int:
-        """Application bytes the cache holds (bounded by cache_max_bytes)."""
-        return self.messages.cache_bytes
+    # -- the store ----------------------------------------------------------------------
 
     def _remember(
         self, mid: MessageId, envelope: Envelope, *, hops: int, sender: PeerId | None, now: float
     ) -> None:
-        self.messages.remember(mid, envelope, hops, now, sender)
+        self.store.add(self.places, mid, envelope, hops, now, sender)
 
 
 def _pushes_race(me: PeerId, peer: PeerId) -> bool:

@@ -149,11 +149,6 @@ class BroadcastConfig:
     lazy_start: bool = True  # tuned: upkeep's new links carried a redundant copy of each
     hub_parent: bool = False  # off: hub links' topics turn it on (CONFIG_TOPIC_BROADCAST)
     graft_grace: float = 0.5  # guess: ihave_interval + 2 * 200 ms
-    cache_ttl: float = 120.0  # guess: payloads kept for GRAFT and PULL answers
-    cache_max_messages: int = 100_000  # guess: bounds memory with cache_max_bytes
-    cache_max_bytes: int = 64 * 1024 * 1024  # = retention's default, whose bytes it shares
-    seen_ttl: float = 600.0  # guess: must exceed the longest time a copy can wander
-    seen_max: int = 1_000_000  # guess
     max_missing: int = 10_000  # guess: ids we track as announced but not received
     max_announcers: int = 8  # guess: whom we may GRAFT from, per missing id
     max_ihave_ids: int = 1024  # guess: ids per IHAVE frame
@@ -179,8 +174,6 @@ class BroadcastConfig:
             "ihave_interval",
             "graft_timeout",
             "missing_check_interval",
-            "cache_ttl",
-            "seen_ttl",
             "gap_timeout",
             "gap_retry_interval",
             "heads_quiet",

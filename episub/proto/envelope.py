@@ -7,8 +7,8 @@ serialiser writes for those fields, so the bytes are a protobuf message any impl
 reads; and it is the only encoding `Envelope.decode` accepts, so bytes and fields are one
 to one. Hence:
 
-- A GOSSIP carries the envelope's bytes as they were stamped, and every node forwards,
-  caches and stores those very bytes (no re-encoding on the way).
+- A GOSSIP carries the envelope's bytes as they were stamped, and every node forwards
+  and stores those very bytes (no re-encoding on the way).
 - The message id is blake3 over a topic prefix and those bytes up to the signature
   (`message_id`; keyed only where a NodeConfig sets `id_key`): a receiver checks it on
   the bytes it got, without encoding anything, and the id names the fields as well as the

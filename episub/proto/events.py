@@ -288,7 +288,7 @@ class ScheduleTimer:
 @dataclass(frozen=True, slots=True)
 class AlreadyPublished:
     """A `Publish` with a stream place that was taken: nothing was sent or delivered.
-    `id` is the message that holds the place, when it is still cached (else None)."""
+    `id` is the message that holds the place, when the store still holds it (else None)."""
 
     topic: str
     publisher: PeerId

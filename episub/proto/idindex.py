@@ -1,8 +1,8 @@
 """id -> row: the message ids a node has seen, in ~50 bytes an id instead of ~165.
 
-The broadcast cache (cache.py) numbers the messages it takes in by serial, in arrival
+The message store (store.py) numbers the messages it takes in by serial, in arrival
 order, and must answer "seen this id?" for every copy that arrives and "which row?" for
-the ones it caches. A dict of id to serial costs ~165 bytes an id: the id as a bytes
+the ones it holds. A dict of id to serial costs ~165 bytes an id: the id as a bytes
 object (32 bytes, 80 with its header), the dict's entry and index (~50 at the sizes it
 keeps), and an int object per serial (32). Seen holds up to a million ids by default
 (`seen_max`), so that is up to ~165 MB.

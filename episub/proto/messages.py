@@ -209,7 +209,7 @@ def _check_spans(spans: tuple[HeldSpan, ...]) -> None:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class GetHeld:
-    """What do you hold of this topic (retention, not only the broadcast cache)? `spans`:
+    """What do you hold of this topic (the message store's history)? `spans`:
     report on these ranges only; none: on every publisher held, in bytewise order of
     publisher, from the first after `after` (a page; HELD says if more follow). With
     `since_ms` > 0 each span also says its first seq stamped at or after it."""

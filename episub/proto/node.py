@@ -6,9 +6,9 @@ for topics it is not in (so that peers can clean their views), and tells the run
 when a connection is no longer used by any topic (`ClosePeer`).
 
 It owns the message store (store.py), one for all its topics, handed to each topic as
-the RTT table is: what its topics deliver, publish or recover goes into it here, in one
-pass over each input's outputs (but for topics joined with `retain=False`); a GETHELD is
-answered from it, joined or not, and each topic's PULL answers read it.
+the RTT table is: each topic's broadcast puts what it takes in there, and answers GRAFTs
+and PULLs from it; a GETHELD is answered from it, joined or not (topics joined with
+`retain=False` offer no history).
 
 Timer tokens are `(topic, generation, name)`: leaving and re-joining a topic starts a
 new generation, so timers of the old one find nothing when they fire.
@@ -31,7 +31,6 @@ from episub.proto.events import (
     AskView,
     ClosePeer,
     ConnectionLost,
-    Deliver,
     Fetch,
     HeldQueried,
     HeldReport,
@@ -42,11 +41,9 @@ from episub.proto.events import (
     OutEvent,
     PeerMisbehaved,
     Publish,
-    Published,
     PublishMany,
     Received,
     ReceivedMany,
-    Recovered,
     RefreshContacts,
     RttMeasured,
     Send,
@@ -57,7 +54,7 @@ from episub.proto.events import (
 from episub.proto.messages import LinkKind, PeerId
 from episub.proto.peers import Rng, RttTable
 from episub.proto.signing import Signer
-from episub.proto.store import RetentionConfig, RetentionStore
+from episub.proto.store import MessageStore, RetentionConfig
 from episub.proto.tables import OwnStream
 from episub.proto.topic import Topic
 
@@ -93,9 +90,9 @@ class NodeState:
             smoothing=config.membership.rtt_smoothing,
             variation_gain=config.membership.rtt_variation_gain,
         )
-        # What this node holds, by place, for its topics and its application (store.py): the
-        # envelopes' bytes, the very objects the topics' caches hold.
-        self.store: RetentionStore[bytes] = RetentionStore(retention or RetentionConfig())
+        # What this node has seen and holds, by place, for its topics and its application
+        # (store.py): one store, handed to each topic.
+        self.store = MessageStore(retention or RetentionConfig())
         self._topics: dict[str, Topic] = {}
         self._generations: dict[str, int] = {}
         self._next_generation = 0
@@ -240,6 +237,7 @@ class NodeState:
             own_stream=self._own_streams.setdefault(topic, OwnStream()),
         )
         self._topics[topic] = t
+        self.store.offer_history(topic, retain)
         t.join(tuple(bootstrap), now, out)
 
     def _topic_or_raise(self, topic: str) -> Topic:
@@ -340,33 +338,15 @@ class NodeState:
         out.append(PeerMisbehaved(peer, reason))  # counted in _outputs_done's pass
 
     def _outputs_done(self, out: list[OutEvent], start: int, now: float) -> None:
-        """One pass over an input's outputs from `start`: what they deliver, publish or
-        recover goes into the store (the one place a message enters it), misbehaviour is
-        counted, and connections no topic uses any more are released."""
+        """One pass over an input's outputs from `start`: misbehaviour is counted, and
+        connections no topic uses any more are released."""
         if len(out) == start:
             return
         downs = []
-        topics = self._topics
-        keep = None if self.store.keeps_nothing else self.store.add_item
         for i in range(start, len(out)):
             e = out[i]
             kind = type(e)
-            if kind is Deliver or kind is Published or kind is Recovered:
-                if keep is not None:
-                    t = topics.get(e.topic)  # type: ignore[union-attr]
-                    if t is not None and t.retain:
-                        envelope = e.envelope  # type: ignore[union-attr]
-                        keep(
-                            envelope.raw,
-                            topic=t.name,
-                            publisher=envelope.publisher,
-                            seq=envelope.seq,
-                            timestamp_ms=envelope.timestamp_ms,
-                            size=envelope.size,
-                            id=e.id,  # type: ignore[union-attr]
-                            now=now,
-                        )
-            elif kind is NeighborDown:
+            if kind is NeighborDown:
                 downs.append(e.peer)  # type: ignore[union-attr]
             elif kind is PeerMisbehaved:
                 self.misbehaved += 1

@@ -1,8 +1,8 @@
 """Per-publisher ordered delivery for one topic: streams, held messages and gap repair.
 
 Broadcast (broadcast.py) decides which copy of a message is the first; it hands each first
-copy here, and this machine decides when the application gets it. It owns no cache: PULLs
-that peers send us are answered by broadcast.py from its cache.
+copy here, and this machine decides when the application gets it. It holds no message:
+what waits for a gap is a row of the node's store (store.py), pinned there while it waits.
 
 The ordering rule (docs/protocol.md, "Delivery is in order per publisher"): a stream
 moves on only by delivering in order, or by giving up a gap once in-order delivery has
@@ -45,9 +45,10 @@ Rules this machine keeps:
   up and what it held back is delivered. A gap before a message beyond reach is given up
   only if the stream beyond goes on (two or more messages held there); a far message
   alone is dropped instead, and the stream stays where it is.
-- One message waits at a place: a second message for a held place takes it only if it
-  wins by the store's rule (store.wins), so the one delivered is the one every node
-  keeps there.
+- A held message is a row of the node's store (store.py), pinned there until it is
+  delivered or let go: the store owns what sits at a place, and a second message for a
+  held place waits there instead only once it has taken the place in the store (by the
+  store's rule, which broadcast applies before handing it here).
 - Held messages are bounded (`max_held_per_publisher`). When they are full, the farthest
   message goes, or the newcomer if it is the farthest; a full `held` gives up no gap
   (only a stall does).
@@ -76,7 +77,7 @@ from episub.proto.events import (
     Send,
 )
 from episub.proto.messages import Envelope, MessageId, PeerId
-from episub.proto.store import wins
+from episub.proto.store import MessageStore, Places
 from episub.proto.tables import BroadcastCounters
 from episub.proto.timers import BroadcastTimer
 
@@ -96,7 +97,7 @@ class PublisherStream:
     """Ordered delivery state for one publisher."""
 
     next_seq: int  # the next sequence number the application gets
-    held: dict[int, tuple[MessageId, Envelope, int]] = field(default_factory=dict)
+    held: dict[int, int] = field(default_factory=dict)  # seq -> its pinned store row
     settling_until: float | None = None  # while set, where the stream starts is not fixed
     # While a gap is open: when a message was last delivered in order (or the gap opened).
     stalled_since: float | None = None
@@ -124,8 +125,12 @@ class OrderedDelivery:
         config: BroadcastConfig,
         timer_prefix: tuple[Hashable, ...],
         counters: BroadcastCounters,
+        store: MessageStore,
+        places: Places,
     ) -> None:
         self.topic = topic
+        self.store = store
+        self._places = places
         self.config = config
         self._timer_prefix = timer_prefix
         self.counters = counters
@@ -139,6 +144,13 @@ class OrderedDelivery:
         # reach must not deliver those again). None: no join told here, no reach back.
         self.reach_floor_ms: int | None = None
         self._reaching = 0  # streams reaching back: none, and a first copy costs no look-up
+
+    def close(self) -> None:
+        """The topic is left: what its streams hold goes back to the store."""
+        for stream in self.streams.values():
+            for row in stream.held.values():
+                self.store.unpin(row)
+            stream.held.clear()
 
     def joined(self, now: float) -> None:
         """The topic was joined at `now`: what is stamped later, the subscription must get."""
@@ -183,9 +195,12 @@ class OrderedDelivery:
 
     def fetched(self, envelope: Envelope) -> bool:
         """Does this message fall in one of the last spans we fetched of its publisher?"""
-        spans = self.fetches.get(envelope.publisher)
+        return self.fetched_at(envelope.publisher, envelope.seq) if self.fetches else False
+
+    def fetched_at(self, publisher: PeerId, seq: int) -> bool:
+        """Does (publisher, seq) fall in one of the last spans we fetched of `publisher`?"""
+        spans = self.fetches.get(publisher)
         if spans:
-            seq = envelope.seq
             for low, high in spans:  # a loop, not any(genexpr): asked of every HISTORY message
                 if low <= seq <= high:
                     return True
@@ -247,12 +262,12 @@ class OrderedDelivery:
         streams[publisher] = stream
         stream.lag = now - envelope.timestamp_ms / 1000
         if stream.settling_until is not None:
-            self._hold_while_settling(stream, seq, (mid, envelope, hops))
+            self._hold_while_settling(stream, envelope, mid)
             return
         if seq < stream.next_seq:
             return  # delivered already, or from before we joined
         if seq in stream.held:
-            _keep_winner(stream.held, seq, (mid, envelope, hops))
+            self._take_held_place(stream, envelope, mid)
             return
         if (
             seq > stream.next_seq
@@ -261,10 +276,19 @@ class OrderedDelivery:
         ):
             self._drop()
             return
-        # Every message goes through `held`: releasing delivers it, and what it unblocks,
-        # when it is the next in sequence; otherwise it waits for the gap before it.
+        # The next in sequence is delivered, with what it unblocks; any other waits in
+        # `held` for the gap before it.
         before = stream.next_seq
-        stream.held[seq] = (mid, envelope, hops)
+        if seq == before:
+            stream.next_seq = seq + 1
+            stream.last_stamp_ms = envelope.timestamp_ms
+            self._emit(mid, envelope, hops, out)
+        else:
+            row = self._pin(mid)
+            if row < 0:
+                self._drop()
+                return
+            stream.held[seq] = row
         self._release_held(publisher, stream, out)
         if stream.held and (stream.stalled_since is None or stream.next_seq != before):
             # A new gap, or delivery in order past the last one: the stall clock (re)starts.
@@ -292,23 +316,45 @@ class OrderedDelivery:
             next_seq=envelope.seq, settling_until=now + c.stream_settle if settles else None
         )
 
+    def _pin(self, mid: MessageId) -> int:
+        """`mid`'s store row, pinned while it is held; -1 when the store no longer holds
+        its bytes (a bound smaller than one message let them go at once)."""
+        store = self.store
+        row = store.find(mid)
+        return row if row >= 0 and store.pin(row) else -1
+
+    def _take_held_place(self, stream: PublisherStream, envelope: Envelope, mid: MessageId) -> None:
+        """A second message for a held place: it waits there instead if it took the place
+        in the store (a sink row written again, with a stamp that wins)."""
+        seq = envelope.seq
+        row = self.store.find(mid)
+        if row < 0 or self._places.row(envelope.publisher, seq) != row or not self.store.pin(row):
+            return
+        self.store.unpin(stream.held[seq])
+        stream.held[seq] = row
+
     def _hold_while_settling(
-        self, stream: PublisherStream, seq: int, entry: tuple[MessageId, Envelope, int]
+        self, stream: PublisherStream, envelope: Envelope, mid: MessageId
     ) -> None:
         """Hold a message until the stream settles at the lowest seq held; when held is
         full, the lowest ones stay."""
         held = stream.held
+        seq = envelope.seq
         if seq in held:
-            _keep_winner(held, seq, entry)
+            self._take_held_place(stream, envelope, mid)
             return
         if len(held) >= self.config.max_held_per_publisher:
             highest = max(held)
             if seq > highest:
                 self._drop()
                 return
-            del held[highest]
+            self.store.unpin(held.pop(highest))
             self._drop()
-        held[seq] = entry
+        row = self._pin(mid)
+        if row < 0:
+            self._drop()
+            return
+        held[seq] = row
         stream.next_seq = min(stream.next_seq, seq)
 
     def _make_room(self, stream: PublisherStream, seq: int) -> bool:
@@ -326,7 +372,7 @@ class OrderedDelivery:
         farthest = max(held)
         if seq > farthest:
             return False
-        del held[farthest]
+        self.store.unpin(held.pop(farthest))
         self._drop()
         return True
 
@@ -372,7 +418,7 @@ class OrderedDelivery:
                 self._reach_unanswered(neighbors, publisher, stream, now, out)
                 continue
             low = stream.next_seq  # the lowest seq held, while it settles
-            if low and low in stream.held and self._after_join(stream.held[low][1]):
+            if low and low in stream.held and self._after_join(self.store.stamp(stream.held[low])):
                 self.counters.reach_backs += 1
                 stream.reach_from = low
                 if neighbors:
@@ -396,7 +442,7 @@ class OrderedDelivery:
         publisher = envelope.publisher
         stream = self.streams[publisher]
         seq = envelope.seq
-        if not self._after_join(envelope):
+        if not self._after_join(envelope.timestamp_ms):
             self.counters.recovered += 1
             out.append(Recovered(self.topic, mid, envelope))
             self._settle(publisher, stream, seq + 1, now, out)
@@ -412,16 +458,16 @@ class OrderedDelivery:
                 out.append(Recovered(self.topic, mid, envelope))
             return
         self.counters.reached_back += 1
-        self._hold_while_settling(stream, seq, (mid, envelope, hops))
+        self._hold_while_settling(stream, envelope, mid)
         if stream.next_seq == 0:
             self._settle(publisher, stream, 0, now, out)  # nothing comes before seq 0
         elif stream.reach_low is not None and stream.next_seq <= stream.reach_low:
             self._reach_further(peer, publisher, stream, now, out)
 
-    def _after_join(self, envelope: Envelope) -> bool:
+    def _after_join(self, timestamp_ms: int) -> bool:
         """Stamped after the reach floor: the topic's join (the same millisecond counts as
         before it), or a forgotten stream's last delivery?"""
-        return self.reach_floor_ms is not None and envelope.timestamp_ms > self.reach_floor_ms
+        return self.reach_floor_ms is not None and timestamp_ms > self.reach_floor_ms
 
     def _reach_further(
         self,
@@ -503,7 +549,9 @@ class OrderedDelivery:
             self._reaching -= 1
             stream.reach_low = None
         for seq in [s for s in stream.held if s < start]:
-            mid, envelope, _ = stream.held.pop(seq)
+            row = stream.held.pop(seq)
+            mid, envelope, _ = self.store.message(row)
+            self.store.unpin(row)
             self.counters.recovered += 1
             out.append(Recovered(self.topic, mid, envelope))
         stream.next_seq = start
@@ -520,8 +568,11 @@ class OrderedDelivery:
     def _release_held(
         self, publisher: PeerId, stream: PublisherStream, out: list[OutEvent]
     ) -> None:
+        store = self.store
         while stream.next_seq in stream.held:
-            mid, envelope, hops = stream.held.pop(stream.next_seq)
+            row = stream.held.pop(stream.next_seq)
+            mid, envelope, hops = store.message(row)
+            store.unpin(row)
             stream.last_stamp_ms = envelope.timestamp_ms
             self._emit(mid, envelope, hops, out)
             stream.next_seq += 1
@@ -589,7 +640,8 @@ class OrderedDelivery:
             else:
                 # One message far beyond reach that nothing followed (a forged far seq
                 # looks like this): dropped; the stream stays where it is.
-                for _ in stream.held:
+                for row in stream.held.values():
+                    self.store.unpin(row)
                     self._drop()
                 stream.held.clear()
                 stream.stalled_since = None
@@ -605,17 +657,3 @@ def _within_reach(stream: PublisherStream, seq: int) -> bool:
         and stream.reach_low <= seq < stream.reach_from
         and seq not in stream.held
     )
-
-
-def _keep_winner(
-    held: dict[int, tuple[MessageId, Envelope, int]],
-    seq: int,
-    entry: tuple[MessageId, Envelope, int],
-) -> None:
-    """A second message for a held place (a sink row written again with another stamp):
-    the one the store's rule prefers waits there (store.wins), the message every node
-    delivers and keeps at that place."""
-    mid, envelope, _ = entry
-    held_mid, held_envelope, _ = held[seq]
-    if mid != held_mid and wins(envelope.timestamp_ms, mid, held_envelope.timestamp_ms, held_mid):
-        held[seq] = entry

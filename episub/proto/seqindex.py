@@ -1,12 +1,12 @@
 """seq -> row: where one publisher's messages are held, in 8 bytes a message.
 
-The broadcast cache (cache.py) and the message store (store.py) both find a message by
-its publisher's sequence number. A dict of int keys to int values costs ~90 bytes an entry
-(the entry, an int object per key and per value); a publisher's stream is dense (seqs from
-0 without gaps, arriving roughly in order), so an `array` of rows indexed by seq - low
-costs 8. A peer chooses the seqs, though: when the seqs held spread out (more than twice
-as many slots as held seqs, past a floor), the index turns into a dict, until it is empty
-again. Memory stays O(held) either way.
+The message store (store.py) finds a message by its publisher's sequence number. A dict
+of int keys to int values costs ~90 bytes an entry (the entry, an int object per key and
+per value); a publisher's stream is dense (seqs from 0 without gaps, arriving roughly in
+order), so an `array` of rows indexed by seq - low costs 8. A peer chooses the seqs,
+though: when the seqs held spread out (more than twice as many slots as held seqs, past
+a floor), the index turns into a dict, until it is empty again. Memory stays O(held)
+either way.
 
 A plain data structure: no clock, no I/O. Rows are non-negative ints (-1 marks a hole).
 """
@@ -21,7 +21,7 @@ __all__ = ["SeqIndex"]
 _HOLE = -1
 _DENSE_FLOOR = 64  # slots a dense index may always span, whatever it holds
 # Seqs a sparse index steps past to find its new lowest or highest before it looks at all
-# of them. Guess: the gaps a stream's cached or retained messages leave are short.
+# of them. Guess: the gaps a stream's held messages leave are short.
 _SPARSE_WALK = 64
 
 
@@ -190,7 +190,7 @@ class SeqIndex:
 
 def _next_held(sparse: dict[int, int], seq: int, step: int) -> int:
     """The held seq nearest `seq` in the direction of `step`: a few steps when it is near
-    (a stream's oldest dropped one after another, as a cache drops them), else a pass over
+    (a stream's oldest dropped one after another, as the store drops them), else a pass over
     every held one (min or max). Not that pass every time: dropping the lowest of many held
     seqs in turn was quadratic."""
     for _ in range(_SPARSE_WALK):

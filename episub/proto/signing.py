@@ -21,7 +21,7 @@ every subscriber). With signing on:
   payload's size. The envelope carries the signer's public key (32 bytes) and the
   signature (64 bytes); neither is part of the id.
 - **Verified once, on first receipt**, after the cheap checks (size, duplicate, id) and
-  before the message enters the seen set, the cache or ordering. A node's message that is
+  before the message enters the store or ordering. A node's message that is
   unsigned, signed by a key its publisher id is not bound to, or whose signature does not
   verify is dropped and counted (`bad_signatures`); its sender misbehaved, since every
   signing node verifies before it forwards.

@@ -1,29 +1,32 @@
-"""The core's message store: what this node holds of each (topic, publisher, seq), for
-replay by sequence range and for answering other nodes.
+"""The core's message store: every message this node has seen, the bytes of those it
+still holds, and what sits at each (topic, publisher, seq).
 
-The core (`NodeState`) owns one store for all its topics and puts into it every message it
-delivers, publishes or recovers (history fetched from a neighbour), except on topics joined
-with `retain=False`; each topic's broadcast answers the seqs of a PULL its cache no longer
-has from here, and `NodeState` answers a GETHELD (`held_page`) from here, joined or not. An
-application (the Spark source, replaying a micro-batch) reads ranges back through the node.
-It is the owner of "which message does this node hold at (topic, publisher, seq)" and of
-"which publishers does this node hold, from where to where" (`offsets`); `wins` is the
-one rule for which of two messages takes a place, and `Places` the one place index
-(publisher, seq) -> row: the store keeps one per topic over its rows, and each topic's
-broadcast cache (cache.py) one over its recent rows, to answer GRAFTs and find rivals
-on topics the store keeps nothing of.
+The core (`NodeState`) owns one store for all its topics and hands it to each topic's
+broadcast. A first copy enters it once, where broadcast takes it in (`add`): its id is
+seen from then on, its bytes answer GRAFTs and PULLs, and its place is what ordering
+delivers in turn, what a GETHELD is answered from and what an application reads back by
+sequence range (the Spark source, replaying a micro-batch). It is the owner of "which
+message does this node hold at (topic, publisher, seq)" (`Places`, the one place index),
+of "which publishers does this node hold, from where to where" (`offsets`) and of the
+rule for which of two messages takes a place (`takes_place`).
 
 A plain data structure: no clock, no I/O; `now` comes in as an argument, in seconds on any
 monotonic clock (the core's).
 
 Rules this store keeps:
-- Bounds: at most `max_messages` messages and `max_bytes` bytes of application data
-  (value + key + headers), each kept at most `max_age` seconds. The oldest stored goes
-  first, whatever its topic. A store with a zero bound keeps nothing (the simulator's).
+- Two windows, one table: an id is seen for at most `seen_max` ids and `seen_ttl`
+  seconds; a message's bytes are held for at most `max_messages` messages, `max_bytes`
+  bytes of application data (value + key + headers) and `max_age` seconds. The oldest
+  goes first, whatever its topic. Bytes never outlive their id.
+- A message ordering holds back for a gap is pinned: it keeps its bytes and id past the
+  windows until ordering lets it go (at most max_held_per_publisher a stream).
 - One message per place: a (topic, publisher, seq) holds one message. A different message
-  for a taken place (a sink row written twice, with another timestamp) replaces the held
-  one only if it `wins`: it sorts first by (timestamp, id); so every node that sees both
-  keeps the same one, whatever order they came in. The same message again changes nothing.
+  for a taken place (a sink row written twice, with another stamp) takes it only if it
+  sorts first by (timestamp, id) (`takes_place`), so every node that sees both keeps the
+  same one, whatever order they came in. The one it replaced lets its bytes go.
+- Topics joined with retain=False (`offer_history`) offer no history: nothing of them is
+  in `offsets`, a GETHELD's answer or a range read; their messages still answer GRAFTs
+  and PULLs, as every topic's do.
 - Per-publisher summaries (first and last seq held, how many) cost O(1) for streams that
   arrive roughly in order and age out oldest first, as publishers' streams do.
 - A page of publishers (`page`, `held_page`: those after a cursor, in byte order) costs
@@ -31,13 +34,13 @@ Rules this store keeps:
   (streams, rows) is counted in `work`, so that whoever asks on a peer's behalf can charge
   the peer for it.
 
-Storage: rows in columns (`array`s and lists) in the order stored, and each publisher's
-places in a SeqIndex (an array indexed by seq while the stream is dense). A message costs
-what `add` was given (the core gives the envelope's bytes, the same object its broadcast
-cache holds: one copy of a payload per node) plus ~85 bytes (the id packed in 33 of them);
-see docs/operations.md.
-`add_item` and `entries` are `add` and `get` for a caller that keeps the fields apart from
-the stored item.
+Storage: rows numbered in arrival order (serials). Ids are an IdIndex (idindex.py: packed,
+~50 bytes an id), arrival times an array from `_seen_base`; the bytes' columns (the
+envelope's bytes as they arrived, hops, size, stamp, place, first sender) lists and arrays
+from `_base`. The oldest seen row is `_seen_head`, the oldest row whose bytes may be held
+`_head` (>= `_seen_head`); a row holds bytes while its raw is not None. A message costs
+its envelope's bytes (the very object the GOSSIP carried) plus ~110 bytes of table; see
+docs/operations.md.
 """
 
 from __future__ import annotations
@@ -47,30 +50,40 @@ from array import array
 from bisect import bisect_right, insort
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Generic, Protocol, TypeVar
+from heapq import heappop, heappush
+from typing import Any
 
-from episub.proto.messages import MAX_HELD_SPANS, GetHeld, Held, HeldSpan, MessageId
+from episub.proto.envelope import Envelope, MessageId, PeerId
+from episub.proto.idindex import IdIndex
+from episub.proto.messages import MAX_HELD_SPANS, GetHeld, Gossip, Held, HeldSpan
 from episub.proto.seqindex import SeqIndex
 
-__all__ = ["PlaceStream", "Places", "RetentionConfig", "RetentionStore", "Span", "wins"]
+__all__ = ["Cached", "MessageStore", "PlaceStream", "Places", "RetentionConfig", "Span"]
+
+_COMPACT_AT = 4096  # spent rows before the columns are shifted down (amortised O(1))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RetentionConfig:
+    """The store's bounds: how many messages, bytes and seconds of them it holds, and how
+    many ids, and for how long, it remembers as seen."""
+
     # Enough for a Spark micro-batch to be re-read after a task retry on a busy topic.
     max_messages: int = 100_000  # guess: Kafka keeps days; we keep a replay window
-    max_bytes: int = 64 * 1024 * 1024  # guess: a quarter of the core's own payload cache
+    max_bytes: int = 64 * 1024 * 1024  # guess: a replay window of 1 MiB Arrow batches
     max_age: float = 600.0  # guess: ten minutes covers Spark's task retries and restarts
+    seen_max: int = 1_000_000  # guess
+    seen_ttl: float = 600.0  # guess: must exceed the longest time a copy can wander
 
     def __post_init__(self) -> None:
-        if self.max_messages < 0:
-            raise ValueError(
-                f"max_messages must be >= 0 (0: keep nothing), not {self.max_messages}"
-            )
-        if self.max_bytes < 0:
-            raise ValueError(f"max_bytes must be >= 0 (0: keep nothing), not {self.max_bytes}")
-        if not self.max_age > 0:
-            raise ValueError(f"max_age must be > 0 seconds, not {self.max_age}")
+        for name in ("max_messages", "max_bytes", "seen_max"):
+            value = getattr(self, name)
+            if not (isinstance(value, int) and value >= 1):
+                raise ValueError(f"{name} must be an int >= 1, not {value!r}")
+        for name in ("max_age", "seen_ttl"):
+            value = getattr(self, name)
+            if not value > 0:
+                raise ValueError(f"{name} must be > 0 seconds, not {value!r}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,45 +96,31 @@ class Span:
     count: int
 
 
-class Storable(Protocol):
-    """What the store needs of a message."""
+@dataclass(slots=True)
+class Cached:
+    """A held message, as read (made on demand; the table keeps columns)."""
+
+    id: MessageId
+    raw: bytes  # the envelope's canonical bytes
+    hops: int  # hops at which we received it (0: we published it)
+    received_at: float
+    size: int
+    publisher: PeerId  # as the core names it (an int in the simulator, whose bytes differ)
+    sender: PeerId | None  # the neighbour its first copy came from (None: we published it)
 
     @property
-    def topic(self) -> str: ...
+    def envelope(self) -> Envelope:
+        return _decoded(self.raw, self.publisher)
 
-    @property
-    def publisher(self) -> bytes: ...
-
-    @property
-    def seq(self) -> int: ...
-
-    @property
-    def size(self) -> int: ...
-
-    @property
-    def timestamp_ms(self) -> int: ...
-
-    @property
-    def id(self) -> bytes: ...
-
-
-M = TypeVar("M")
-
-_COMPACT_AT = 4096  # spent rows before the columns are shifted down (amortised O(1))
-_ID_ROOM = 32  # bytes a row keeps for its message's id (a message id's size: 32)
-
-
-def wins(timestamp_ms: int, mid: MessageId, held_timestamp_ms: int, held_id: MessageId) -> bool:
-    """Does a message stamped `timestamp_ms` with id `mid` take a place that holds another
-    (stamped `held_timestamp_ms`, id `held_id`)? The earlier stamp wins, then the smaller
-    id: one rule on every node, so all converge on one message per place, whatever order
-    the two came in. The same message never wins its own place."""
-    return mid != held_id and (timestamp_ms, mid) < (held_timestamp_ms, held_id)
+    def gossip(self, hops: int) -> Gossip:
+        """The GOSSIP that sends it on with `hops`: its bytes as they arrived."""
+        if isinstance(self.publisher, bytes):
+            return Gossip.from_wire(self.id, self.raw, hops)
+        return Gossip(id=self.id, envelope=self.envelope, hops=hops)  # the simulator's ids
 
 
 class PlaceStream(SeqIndex):
-    """One publisher's places in one topic: seq -> the row that holds the message there
-    (a row of whichever table owns the `Places` this stream belongs to)."""
+    """One publisher's places in one topic: seq -> the row that holds the message there."""
 
     __slots__ = ("publisher", "topic")
 
@@ -133,19 +132,16 @@ class PlaceStream(SeqIndex):
 
 class Places:
     """The place index of one topic: (publisher, seq) -> row, through a `PlaceStream` a
-    publisher. The one definition of "what sits at (publisher, seq)": the store keeps one
-    per topic over its rows (publishers in byte order, `ordered`, for paging), and each
-    topic's broadcast cache one over its own recent rows (cache.py). A publisher's stream
-    goes with its last place, so the index holds only publishers it has a place of."""
+    publisher, publishers kept in order for paging. A publisher's stream goes with its
+    last place, so the index holds only publishers it has a place of."""
 
-    __slots__ = ("_ordered", "publishers", "streams", "topic")
+    __slots__ = ("history", "publishers", "streams", "topic")
 
-    def __init__(self, topic: str, *, ordered: bool = False) -> None:
+    def __init__(self, topic: str) -> None:
         self.topic = topic
         self.streams: dict[Any, PlaceStream] = {}
-        self._ordered = ordered
-        # the publishers in order, when `ordered` (bytes: a node's ids); else empty
-        self.publishers: list[Any] = []
+        self.publishers: list[Any] = []  # in order (bytes: a node's ids)
+        self.history = True  # offered as history (False: joined with retain=False)
 
     def __len__(self) -> int:
         """Publishers with a place."""
@@ -161,8 +157,7 @@ class Places:
         stream = self.streams.get(publisher)
         if stream is None:
             stream = self.streams[publisher] = PlaceStream(self.topic, publisher)
-            if self._ordered:
-                insort(self.publishers, publisher)
+            insort(self.publishers, publisher)
         return stream
 
     def remove(self, stream: PlaceStream, seq: int) -> None:
@@ -170,215 +165,402 @@ class Places:
         stream.remove(seq)
         if not stream.count:
             del self.streams[stream.publisher]
-            if self._ordered:
-                publishers = self.publishers
-                del publishers[bisect_right(publishers, stream.publisher) - 1]
+            publishers = self.publishers
+            del publishers[bisect_right(publishers, stream.publisher) - 1]
 
     def places(self) -> int:
         """Places held, all publishers together: O(publishers)."""
         return sum(stream.count for stream in self.streams.values())
 
 
-class RetentionStore(Generic[M]):
-    """The messages held, as rows in the order stored: columns (lists and arrays) indexed
-    by row serial - `_base`, the oldest live row at or after `_head`. A message costs its
-    item (what `add` was given: the node stores the envelope's bytes, the very object its
-    broadcast cache holds) and ~85 bytes of columns and index. A replaced or evicted row
-    is spent (its item None) until the head passes it or the columns are compacted."""
+def _takes(timestamp_ms: int, mid: MessageId, held_timestamp_ms: int, held_id: MessageId) -> bool:
+    """The winner rule: the earlier stamp, then the smaller id; the same message never
+    takes its own place. One rule on every node, so all converge on one message per place,
+    whatever order the two came in."""
+    return mid != held_id and (timestamp_ms, mid) < (held_timestamp_ms, held_id)
 
-    def __init__(self, config: RetentionConfig) -> None:
-        self.config = config
-        self._topics: dict[str, Places] = {}  # a topic's places, publishers in byte order
-        self._items: list[M | None] = []  # None: spent
-        # ids packed, _ID_ROOM bytes a row (row i's at i * _ID_ROOM), their lengths beside:
-        # 33 bytes a row, where a list of bytes objects costs 8 + 80 (the object stays
-        # alive as long as retention holds its message)
-        self._ids = bytearray()
-        self._id_sizes = array("B")
-        self._added = array("d")  # when stored
+
+def _decoded(raw: bytes, publisher: PeerId) -> Envelope:
+    envelope = Envelope.decode(raw)
+    envelope.publisher = publisher  # the simulator's int ids: bytes on the wire
+    return envelope
+
+
+class MessageStore:
+    """Seen ids, held bytes and places of all the node's topics (see the module)."""
+
+    def __init__(self, config: RetentionConfig | None = None) -> None:
+        self.config = config = config or RetentionConfig()
+        self._index = IdIndex()  # seen ids -> serials; its `next` numbers the rows
+        self.seen = self._index  # `mid in store.seen`, `len(store.seen)`
+        self._at = array("d")  # arrival times: serial - _seen_base
+        self._seen_base = self._seen_head = 0
+        # the bytes' columns: serial - _base; the oldest that may hold bytes at _head
+        self._raws: list[bytes | None] = []  # None: not held (any more)
+        self._hops = array("H")  # hops < MAX_HOPS (2**16)
+        self._sizes = array("I")  # application bytes: < max_message_size, far below 2**32
         self._stamps = array("q")  # timestamp_ms
-        self._sizes = array("I")  # application bytes of one message: < 2**32
-        self._streams: list[PlaceStream | None] = []
+        self._streams: list[PlaceStream] = []  # a row's publisher: one object a publisher
         self._seqs = array("q")
-        self._base = 0  # serial of the row at index 0
-        self._head = 0  # serial of the oldest row that may be live
-        self._live = 0
-        # When the oldest live row passes max_age (inf: none held): an add before then,
-        # within the count and byte bounds, has nothing to expire (rows come in time order).
-        self._age_due = math.inf
-        self.bytes = 0
-        self.evicted = 0
-        self.replaced = 0  # held messages another message took the place of (see add_item)
-        self.released = 0  # bytes of messages let go (evicted or replaced), from the start
+        self._senders: list[PeerId | None] = []  # a row's first sender (a shared reference)
+        self._base = self._head = 0
+        self._held = 0  # rows from _head whose raw is not None
+        self._topics: dict[str, Places] = {}
+        # Rows ordering holds back (pinned), and those of them a window's head has passed:
+        # they keep bytes and id until unpinned.
+        self._pinned: set[int] = set()
+        self._behind: set[int] = set()
+        self._behind_order: list[int] = []  # a heap of _behind (and of rows left it since)
+        self._seen_behind = 0  # pinned rows the seen head passed: their ids count for nothing
+        # No sooner than this is the oldest row past an age bound (inf: nothing held): an
+        # add before then, within the count and byte bounds, has nothing to expire.
+        self._due = math.inf
+        self.bytes = 0  # application bytes held, pinned rows past the windows aside
+        self.evicted = 0  # messages whose bytes a bound let go
+        self.replaced = 0  # held messages another message took the place of
+        self.released = 0  # bytes let go (evicted or replaced), from the start
         self.work = 0  # streams and rows the queries looked at, from the start
 
     def __len__(self) -> int:
-        return self._live
+        """Messages whose bytes are held (pinned ones past the windows aside)."""
+        return self._held
 
-    def add(self, message: M, now: float) -> bool:
-        """Store `message` (a Storable); False when its place holds another that stays."""
-        m: Storable = message  # type: ignore[assignment]
-        return self.add_item(
-            message,
-            topic=m.topic,
-            publisher=m.publisher,
-            seq=m.seq,
-            timestamp_ms=m.timestamp_ms,
-            size=m.size,
-            id=m.id,
-            now=now,
-        )
+    @property
+    def pinned(self) -> int:
+        """Rows ordering holds back (held past the windows while they are)."""
+        return len(self._pinned)
 
-    def add_item(
-        self,
-        item: M,
-        *,
-        topic: str,
-        publisher: bytes,
-        seq: int,
-        timestamp_ms: int,
-        size: int,
-        id: bytes,
-        now: float,
-    ) -> bool:
-        """`add`, with the message's fields given apart from what is stored (`item`, which
-        `get` returns): the node keeps only the envelope's bytes. An id is at most 32
-        bytes (a message id's size)."""
-        if len(id) > _ID_ROOM:
-            raise ValueError(f"a retained message's id is at most {_ID_ROOM} bytes, not {len(id)}")
+    # -- writing ------------------------------------------------------------------------
+
+    def places(self, topic: str) -> Places:
+        """`topic`'s place index, made at its first use (a topic joined or received)."""
         places = self._topics.get(topic)
         if places is None:
-            places = self._topics[topic] = Places(topic, ordered=True)
-        stream = places.stream(publisher)
-        held = stream.get(seq)
-        if held is not None:
-            i = held - self._base
-            if not wins(timestamp_ms, id, self._stamps[i], self._id(i)):
-                return False
-            self.replaced += 1
-            self._spend(i, taken=True)
-        serial = self._base + len(self._items)
-        self._items.append(item)
-        self._ids += id.ljust(_ID_ROOM, b"\0") if len(id) < _ID_ROOM else id
-        self._id_sizes.append(len(id))
-        self._added.append(now)
-        self._stamps.append(timestamp_ms)
+            places = self._topics[topic] = Places(topic)
+        return places
+
+    def offer_history(self, topic: str, offered: bool) -> None:
+        """Does `topic` offer history (JoinTopic's `retain`)?"""
+        self.places(topic).history = offered
+
+    def add(
+        self,
+        places: Places,
+        mid: MessageId,
+        envelope: Envelope,
+        hops: int,
+        now: float,
+        sender: PeerId | None = None,
+    ) -> int:
+        """`mid` is seen, and its envelope held at its place in `places`, from `now`; then
+        the bounds apply. The caller has checked that it takes the place (`takes_place`).
+        Its serial, or -1 when `mid` was seen already (nothing changes)."""
+        serial = self._index.add(mid)
+        if serial < 0:
+            return -1
+        self._at.append(now)
+        self._raws.append(envelope.raw)
+        self._hops.append(hops)
+        size = envelope.size
         self._sizes.append(size)
+        self._stamps.append(envelope.timestamp_ms)
+        stream = places.stream(envelope.publisher)
         self._streams.append(stream)
+        seq = envelope.seq
         self._seqs.append(seq)
+        self._senders.append(sender)
+        replaced = stream.get(seq)
         stream.put(seq, serial)
-        self._live += 1
+        self._held += 1
         self.bytes += size
+        if replaced is not None:
+            self._replaced(replaced)
         c = self.config
         if (
-            held is not None
-            or now >= self._age_due
-            or self._live > c.max_messages
+            now >= self._due
+            or self._held > c.max_messages
             or self.bytes > c.max_bytes
+            or self._index.count - self._seen_behind > c.seen_max
         ):
             self.expire(now)
-        elif self._live == 1:
-            self._age_due = now + c.max_age
+        elif self._index.count == 1 or self._held == 1:
+            self._due = min(self._due, now + min(c.max_age, c.seen_ttl))
+        return serial
+
+    def _replaced(self, serial: int) -> None:
+        """Row `serial` lost its place to a later row: its bytes go (a pinned row's when
+        ordering lets it go)."""
+        self.replaced += 1
+        if serial not in self._pinned:
+            self._let_go(serial, counted=serial >= self._head)
+
+    def _let_go(self, serial: int, counted: bool) -> None:
+        """Row `serial`'s bytes go, and its place if it still holds it. `counted`: the row
+        is within the bytes' window (its bytes count in `bytes`)."""
+        i = serial - self._base
+        if self._raws[i] is None:
+            return
+        self._raws[i] = None
+        size = self._sizes[i]
+        self.released += size
+        if counted:
+            self._held -= 1
+            self.bytes -= size
+        stream, seq = self._streams[i], self._seqs[i]
+        if stream.get(seq) == serial:
+            self.places(stream.topic).remove(stream, seq)
+
+    def pin(self, serial: int) -> bool:
+        """Keep row `serial` (ordering holds it back) until `unpin`; False when its bytes
+        are gone already."""
+        if serial < self._base or self._raws[serial - self._base] is None:
+            return False
+        self._pinned.add(serial)
         return True
 
-    def _spend(self, i: int, taken: bool = False) -> None:
-        """Row i (live) is held no more; its place stays indexed if `taken`: another
-        message is taking it (and the index its row)."""
+    def unpin(self, serial: int) -> None:
+        """Ordering let row `serial` go: it leaves the windows if they passed it, and its
+        bytes go if another message took its place meanwhile."""
+        self._pinned.discard(serial)
+        if serial in self._behind:
+            self._behind.discard(serial)
+            if serial < self._head:
+                self._let_go(serial, counted=False)
+                self.evicted += 1
+            if serial < self._seen_head:
+                self._index.remove(serial)
+                self._seen_behind -= 1
+            return
+        i = serial - self._base
         stream = self._streams[i]
-        assert stream is not None
-        self._items[i] = None
-        self._streams[i] = None
-        self._live -= 1
-        size = self._sizes[i]
-        self.bytes -= size
-        self.released += size
-        if not taken:
-            places = self._topics[stream.topic]
-            places.remove(stream, self._seqs[i])
-            if not places.streams:
-                del self._topics[stream.topic]
+        if stream.get(self._seqs[i]) != serial:
+            self._let_go(serial, counted=True)
 
     def expire(self, now: float) -> None:
-        """Drop what is past any bound; `add` and the queries call it, callers may too."""
+        """Let go of what is past a bound: bytes first, then ids (with their bytes, if the
+        seen bounds are the tighter). Pinned rows stay."""
         c = self.config
-        items, added, base = self._items, self._added, self._base
-        end = base + len(items)
-        while self._live:
-            i = self._head - base
-            if items[i] is None:  # spent: not held, not counted
-                self._head += 1
-                continue
-            if not (
-                self._live > c.max_messages
-                or self.bytes > c.max_bytes
-                or added[i] + c.max_age <= now
-            ):
-                break
-            self._spend(i)
-            self.evicted += 1
+        at, index, raws, pinned = self._at, self._index, self._raws, self._pinned
+        end = index.next
+        while self._held and (
+            self._held > c.max_messages
+            or self.bytes > c.max_bytes
+            or at[self._head - self._seen_base] + c.max_age <= now
+        ):
+            serial = self._head
+            i = serial - self._base
+            if raws[i] is not None:
+                if serial in pinned:
+                    self._pass_pinned(serial)
+                    self._held -= 1
+                    self.bytes -= self._sizes[i]
+                else:
+                    self._let_go(serial, counted=True)
+                    self.evicted += 1
             self._head += 1
-        if not self._live:
+        while (
+            index.count
+            and self._seen_head < end
+            and (
+                index.count - self._seen_behind > c.seen_max
+                or at[self._seen_head - self._seen_base] + c.seen_ttl <= now
+            )
+        ):
+            serial = self._seen_head
+            if serial >= self._head:
+                if raws[serial - self._base] is not None and serial not in pinned:
+                    self._let_go(serial, counted=True)
+                    self.evicted += 1
+                elif serial in pinned:
+                    self._held -= 1
+                    self.bytes -= self._sizes[serial - self._base]
+                self._head = serial + 1
+            if serial in pinned:
+                self._pass_pinned(serial)
+                self._seen_behind += 1
+            else:
+                index.remove(serial)
+            self._seen_head += 1
+        if not self._held:
             self._head = end
-        if self._head - base >= _COMPACT_AT or end - base > 2 * self._live + _COMPACT_AT:
+        if not index.count:
+            self._seen_head = end
+        if (
+            self._seen_head - self._seen_base >= _COMPACT_AT
+            or self._head - self._base >= _COMPACT_AT
+        ):
             self._compact()
-        self._age_due = self._added[self._head - self._base] + c.max_age if self._live else math.inf
+        due = math.inf
+        if self._held:
+            due = at[self._head - self._seen_base] + c.max_age
+        if self._seen_head < end:
+            due = min(due, at[self._seen_head - self._seen_base] + c.seen_ttl)
+        self._due = due
 
-    def _compact(self) -> None:
-        """Give back spent rows: those before the head once they are an eighth of the
-        table (each row moves O(1) times on average; the columns stay within ~1/8 of what
-        they hold), or every spent row once they outnumber the live ones (replacements)."""
-        spent_before = self._head - self._base
-        total = len(self._items)
-        if total - spent_before > 2 * self._live + _COMPACT_AT:  # spent rows amid live ones
-            keep = [i for i in range(spent_before, total) if self._items[i] is not None]
-            self._rebuild(keep)
-        elif spent_before >= _COMPACT_AT and 8 * spent_before >= total:
+    def _pass_pinned(self, serial: int) -> None:
+        """A window's head passes pinned row `serial`: it stays until unpinned."""
+        if serial not in self._behind:
+            self._behind.add(serial)
+            heappush(self._behind_order, serial)
+
+    def _floor(self) -> int | None:
+        """The oldest pinned row a head has passed: no compaction goes beyond it."""
+        order, behind = self._behind_order, self._behind
+        while order and order[0] not in behind:
+            heappop(order)
+        return order[0] if order else None
+
+    def _compact(self, force: bool = False) -> None:
+        """Give back the spent rows before the heads (not past a pinned row), once they are
+        an eighth of a table: each row is moved O(1) times on average, and the columns stay
+        within ~1/8 of what they hold."""
+        seen_end, end = self._seen_head, self._head
+        if self._behind:
+            floor = self._floor()
+            if floor is not None:
+                seen_end, end = min(seen_end, floor), min(end, floor)
+        spent = seen_end - self._seen_base
+        if spent > 0 and (force or (spent >= _COMPACT_AT and 8 * spent >= len(self._at))):
+            del self._at[:spent]
+            self._seen_base += spent
+            self._index.drop_before(self._seen_base)
+        spent = end - self._base
+        if spent > 0 and (force or (spent >= _COMPACT_AT and 8 * spent >= len(self._raws))):
             for column in self._columns():
-                del column[:spent_before]
-            del self._ids[: spent_before * _ID_ROOM]
-            self._base = self._head
-
-    def shrink(self) -> None:
-        """Copy the columns to the size of what they hold from the head on: a list or array
-        keeps the room it grew to (an eighth more, and the rows spent before compaction),
-        so after a large release that room stays unless copied. O(rows held): for a quiet
-        node (episub/allocator.py), never per message."""
-        start = self._head - self._base
-        (self._items, self._id_sizes, self._added, self._stamps, self._sizes, self._streams,
-         self._seqs) = (column[start:] for column in self._columns())  # fmt: skip
-        self._ids = self._ids[start * _ID_ROOM :]
-        self._base = self._head
+                del column[:spent]
+            self._base += spent
 
     def _columns(self) -> tuple[Any, ...]:
-        """The columns of one entry a row (the packed ids are apart: _ID_ROOM a row)."""
-        return (self._items, self._id_sizes, self._added, self._stamps, self._sizes,
-                self._streams, self._seqs)  # fmt: skip
+        return (self._raws, self._hops, self._sizes, self._stamps, self._streams, self._seqs,
+                self._senders)  # fmt: skip
 
-    def _id(self, i: int) -> bytes:
-        at = i * _ID_ROOM
-        return bytes(self._ids[at : at + self._id_sizes[i]])
+    def shrink(self) -> None:
+        """Give back every spent row before the heads and copy the columns to the size of
+        what they hold: a list or array keeps the room it grew to, so after a large release
+        that room stays unless copied. O(rows held): for a quiet node (episub/allocator.py),
+        never per message."""
+        self._compact(force=True)
+        self._at = array("d", self._at)
+        for name in ("_raws", "_hops", "_sizes", "_stamps", "_streams", "_seqs", "_senders"):
+            column = getattr(self, name)
+            setattr(self, name, column[:])
 
-    def _rebuild(self, keep: list[int]) -> None:
-        base = self._next_serial()
-        ids = self._ids
-        self._ids = bytearray().join(ids[i * _ID_ROOM : (i + 1) * _ID_ROOM] for i in keep)
-        for column in self._columns():
-            column[:] = (
-                type(column)(column[i] for i in keep)
-                if isinstance(column, list)
-                else (array(column.typecode, [column[i] for i in keep]))
-            )
-        for i, (stream, seq) in enumerate(zip(self._streams, self._seqs, strict=True)):
-            assert stream is not None
-            stream.put(seq, base + i)
-        self._base = self._head = base
+    # -- the broadcast's reads ----------------------------------------------------------
+
+    def find(self, mid: MessageId) -> int:
+        """The serial of `mid`'s row while it holds bytes, or -1."""
+        serial = self._index.find(mid)
+        if serial < self._base or self._raws[serial - self._base] is None:
+            return -1
+        return serial
+
+    def cached(self, mid: MessageId) -> Cached | None:
+        """`mid`'s message while its bytes are held."""
+        serial = self.find(mid)
+        return None if serial < 0 else self.row(serial)
+
+    def row(self, serial: int) -> Cached:
+        """Row `serial` (holding bytes) as read."""
+        i = serial - self._base
+        raw = self._raws[i]
+        assert raw is not None
+        return Cached(
+            self._index.id_of(serial),
+            raw,
+            self._hops[i],
+            self._at[serial - self._seen_base],
+            self._sizes[i],
+            self._streams[i].publisher,
+            self._senders[i],
+        )
+
+    def message(self, serial: int) -> tuple[MessageId, Envelope, int]:
+        """(id, envelope, hops) of row `serial` (pinned, or holding bytes)."""
+        i = serial - self._base
+        raw = self._raws[i]
+        assert raw is not None
+        envelope = _decoded(raw, self._streams[i].publisher)
+        return self._index.id_of(serial), envelope, self._hops[i]
+
+    def stamp(self, serial: int) -> int:
+        return self._stamps[serial - self._base]
+
+    def place_of(self, mid: MessageId) -> tuple[PeerId, int] | None:
+        """(publisher, seq) of `mid`'s message while its bytes are held."""
+        serial = self.find(mid)
+        if serial < 0:
+            return None
+        i = serial - self._base
+        return self._streams[i].publisher, self._seqs[i]
+
+    def place(self, places: Places, publisher: PeerId, seq: int) -> MessageId | None:
+        """The id of the message at (publisher, seq) of `places`, if any."""
+        serial = places.row(publisher, seq)
+        return None if serial is None else self._index.id_of(serial)
+
+    def takes_place(
+        self, places: Places, publisher: PeerId, seq: int, timestamp_ms: int, mid: MessageId
+    ) -> int:
+        """Does a message (stamped `timestamp_ms`, id `mid`) take (publisher, seq) of
+        `places`? -1: yes, nothing else is there; -2: yes, it wins over the one there;
+        else the serial of the one that keeps the place."""
+        serial = places.row(publisher, seq)
+        if serial is None:
+            return -1
+        held_id = self._index.id_of(serial)
+        if held_id == mid:
+            return -1
+        if _takes(timestamp_ms, mid, self._stamps[serial - self._base], held_id):
+            return -2
+        return serial
+
+    def lookup(self, places: Places) -> Callable[[PeerId, int], Cached | None]:
+        """The message at (publisher, seq) of `places`, if any: what a GRAFT's places read."""
+
+        def at_place(publisher: PeerId, seq: int) -> Cached | None:
+            serial = places.row(publisher, seq)
+            return None if serial is None else self.row(serial)
+
+        return at_place
+
+    def reader(
+        self, places: Places, publisher: PeerId, now: float
+    ) -> Callable[[int], tuple[bytes, int] | None]:
+        """(bytes, hops) of the message held at a seq of `publisher` in `places` and
+        younger than `max_age`, or None: what a PULL's batch reads, a seq at a time, with
+        the stream and columns found once. Each look-up is counted in `work`. Valid while
+        the store does not change (within one input)."""
+        stream = places.streams.get(publisher)
+        if stream is None:
+
+            def none_held(seq: int) -> tuple[bytes, int] | None:
+                self.work += 1
+                return None
+
+            return none_held
+        row_of, raws, hops, at = stream.get, self._raws, self._hops, self._at
+        base, seen_base, max_age = self._base, self._seen_base, self.config.max_age
+
+        def held_at(seq: int) -> tuple[bytes, int] | None:
+            self.work += 1
+            serial = row_of(seq)
+            if serial is None or at[serial - seen_base] + max_age <= now:
+                return None  # not held, or aged out (the next `expire` lets it go)
+            raw = raws[serial - base]
+            assert raw is not None
+            return raw, hops[serial - base]
+
+        return held_at
+
+    # -- history: what an application and a GETHELD read --------------------------------
+
+    def _history(self, topic: str) -> Places | None:
+        places = self._topics.get(topic)
+        return places if places is not None and places.history else None
 
     def _stream(self, topic: str, publisher: object) -> PlaceStream | None:
-        places = self._topics.get(topic)
+        places = self._history(topic)
         return None if places is None else places.streams.get(publisher)
-
-    def _next_serial(self) -> int:
-        return self._base + len(self._items)
 
     def _rows(self, topic: str, publisher: bytes, first: int, last: int) -> list[int]:
         stream = self._stream(topic, publisher)
@@ -389,23 +571,23 @@ class RetentionStore(Generic[M]):
 
     def get(
         self, topic: str, publisher: bytes, first_seq: int, last_seq: int, now: float
-    ) -> list[M]:
-        """The stored messages of `publisher` on `topic` with first_seq <= seq <= last_seq,
-        in sequence order; those not (or no longer) stored are simply absent."""
+    ) -> list[bytes]:
+        """The held envelopes' bytes of `publisher` on `topic` with first_seq <= seq <=
+        last_seq, in sequence order; those not (or no longer) held are simply absent."""
         _check_range(first_seq, last_seq)
         self.expire(now)
-        items = self._items
-        return [items[i] for i in self._rows(topic, publisher, first_seq, last_seq)]  # type: ignore[misc]
+        raws = self._raws
+        return [raws[i] for i in self._rows(topic, publisher, first_seq, last_seq)]  # type: ignore[misc]
 
     def entries(
         self, topic: str, publisher: bytes, first_seq: int, last_seq: int, now: float
-    ) -> list[tuple[bytes, M]]:
-        """`get`, with each message's id: (id, item) pairs in sequence order."""
+    ) -> list[tuple[bytes, bytes]]:
+        """`get`, with each message's id: (id, bytes) pairs in sequence order."""
         _check_range(first_seq, last_seq)
         self.expire(now)
-        items, id_of = self._items, self._id
+        raws, id_of, base = self._raws, self._index.id_of, self._base
         rows = self._rows(topic, publisher, first_seq, last_seq)
-        return [(id_of(i), items[i]) for i in rows]  # type: ignore[misc]
+        return [(id_of(base + i), raws[i]) for i in rows]  # type: ignore[misc]
 
     def seqs(
         self, topic: str, publisher: bytes, first_seq: int, last_seq: int, now: float
@@ -417,47 +599,15 @@ class RetentionStore(Generic[M]):
         stream = self._stream(topic, publisher)
         return [] if stream is None else [seq for seq, _ in stream.rows_in(first_seq, last_seq)]
 
-    def reader(self, topic: str, publisher: object, now: float) -> Callable[[int], M | None]:
-        """The item held at a seq of (topic, publisher) and younger than `max_age`, or
-        None: what a PULL's batch reads, a seq at a time, with the stream and columns found
-        once. Each look-up is counted in `work`. Valid while the store does not change
-        (within one input)."""
-        stream = self._stream(topic, publisher)
-        if stream is None:
-
-            def none_held(seq: int) -> M | None:
-                self.work += 1
-                return None
-
-            return none_held
-        row_of, items, added = stream.get, self._items, self._added
-        base, max_age = self._base, self.config.max_age
-
-        def item_at(seq: int) -> M | None:
-            self.work += 1
-            row = row_of(seq)
-            if row is None:
-                return None
-            i = row - base
-            if added[i] + max_age <= now:
-                return None  # aged out; the next `expire` lets it go
-            return items[i]
-
-        return item_at
-
-    @property
-    def keeps_nothing(self) -> bool:
-        """Does a zero bound leave nothing stored (the simulator's store)?"""
-        return not (self.config.max_messages and self.config.max_bytes)
-
     def holds(self, topic: str) -> bool:
-        """Does anything of `topic` stay held (a stream goes with its last row)?"""
-        return topic in self._topics
+        """Does `topic` offer history that stays held (a stream goes with its last row)?"""
+        places = self._history(topic)
+        return places is not None and bool(places.streams)
 
     def offsets(self, topic: str, now: float) -> dict[bytes, Span]:
         """publisher -> what is held of it on `topic`, for every publisher held."""
         self.expire(now)
-        places = self._topics.get(topic)
+        places = self._history(topic)
         if places is None:
             return {}
         return {p: Span(s.low, s.high, s.count) for p, s in places.streams.items()}
@@ -468,7 +618,7 @@ class RetentionStore(Generic[M]):
         """What is held of the first `limit` publishers of `topic` after `after` in byte
         order, and whether more follow: O(log P + limit), a cursor for paging."""
         self.expire(now)
-        places = self._topics.get(topic)
+        places = self._history(topic)
         if places is None:
             return [], False
         streams, publishers = places.streams, places.publishers

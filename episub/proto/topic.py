@@ -19,7 +19,7 @@ from episub.proto.membership import Membership
 from episub.proto.messages import MessageId, PeerId
 from episub.proto.peers import Rng, RttTable
 from episub.proto.signing import Signer
-from episub.proto.store import RetentionStore
+from episub.proto.store import MessageStore
 from episub.proto.tables import OwnStream
 from episub.proto.timers import BroadcastTimer, timer_named
 
@@ -35,7 +35,7 @@ class Topic:
         rtts: RttTable,
         timer_prefix: tuple[Hashable, ...],
         signer: Signer | None = None,
-        store: RetentionStore[bytes] | None = None,
+        store: MessageStore | None = None,
         retain: bool = True,
         own_stream: OwnStream | None = None,
     ) -> None:
@@ -71,6 +71,7 @@ class Topic:
         self._feed_neighbor_changes(out, start, now)
 
     def leave(self, now: float, out: list[OutEvent]) -> None:
+        self.broadcast.ordering.close()
         start = len(out)
         self.membership.leave(now, out)
         self._feed_neighbor_changes(out, start, now, repair=False)

@@ -53,10 +53,10 @@ from episub.sim.params import DEFAULT_ZONES, SimParams, membership_config
 from episub.sim.seeds import STREAM_SCENARIO, derive
 from episub.sim.series import overlay_of, series_of
 
-# The simulated nodes' message stores keep nothing: nothing reads history by range there,
-# and PULLs are answered from the broadcast caches, so a thousand nodes' memory and a
-# seed's results stay as they were before the core owned a store.
-SIM_STORE = RetentionConfig(max_messages=0)
+# The simulated nodes' message stores keep a message's bytes two minutes, for GRAFT and
+# PULL answers (nothing reads history by range there), so a thousand nodes' memory stays
+# within what a run needs.
+SIM_STORE = RetentionConfig(max_age=120.0)
 
 TOPIC = "t"
 LEAVE_LINGER = 1.0  # guess: a leaver lingers 1 s after LeaveTopic, time to flush its LEAVEs
