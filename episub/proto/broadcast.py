@@ -1119,7 +1119,8 @@ class Broadcast:
         """A PULL answered in bulk (history.py). Each envelope is checked as a GOSSIP's
         first copy is, its id computed from its bytes. A message that is history we
         fetched goes to the store only (Recovered): not delivered and not forwarded; a copy
-        fetched twice is seen the second time. Any other goes the GOSSIP way (a gap
+        fetched twice is a duplicate the second time (no redundant path: our own fetch's).
+        Any other goes the GOSSIP way (a gap
         repair's answer is live). A pack that is not one publisher's rising seqs, or holds
         a bad envelope, ends there."""
         last_seq = -1
@@ -1134,11 +1135,6 @@ class Broadcast:
                 return
             last_seq = envelope.seq
             mid = self._message_id(envelope.unsigned)
-            if mid in self.seen and self.ordering.fetched(envelope):
-                # What we fetched came before, by a fetch or live: a copy asked for, not a
-                # redundant path to prune.
-                self.counters.duplicates_received += 1
-                continue
             if mid in self.seen or not (
                 self.ordering.fetched(envelope) and self.ordering.behind_stream(envelope)
             ):
