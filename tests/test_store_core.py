@@ -8,7 +8,7 @@ import pytest
 
 from episub.proto import messages as m
 from episub.proto.events import Deliver, JoinTopic, LeaveTopic, Publish, Received, Send
-from episub.proto.store import RetentionConfig
+from episub.proto.store import MessageStore, RetentionConfig
 from tests.helpers import (
     TOPIC,
     envelope,
@@ -96,3 +96,17 @@ def test_leaving_a_topic_lets_go_of_what_its_streams_held_back() -> None:
     assert node.store.pinned == 1
     node.handle(LeaveTopic(TOPIC), 2.0)
     assert node.store.pinned == 0
+
+
+def test_a_topic_that_offers_history_again_pages_its_publishers_in_order() -> None:
+    """Without history a topic keeps no ordered list of publishers (a configuration
+    topic's every write is a stream); offered again, its page is in order at once."""
+    store = MessageStore(RetentionConfig())
+    store.offer_history(TOPIC, False)
+    places = store.places(TOPIC)
+    for n, publisher in enumerate((b"c", b"a", b"b")):
+        store.add(places, bytes([n]) * 32, envelope(publisher, 0), 1, 0.0)
+    assert places.publishers == [] and store.page(TOPIC, b"", 10, 0.0) == ([], False)
+    store.offer_history(TOPIC, True)
+    found, more = store.page(TOPIC, b"", 10, 0.0)
+    assert [p for p, _ in found] == [b"a", b"b", b"c"] and not more

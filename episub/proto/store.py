@@ -132,16 +132,26 @@ class PlaceStream(SeqIndex):
 
 class Places:
     """The place index of one topic: (publisher, seq) -> row, through a `PlaceStream` a
-    publisher, publishers kept in order for paging. A publisher's stream goes with its
-    last place, so the index holds only publishers it has a place of."""
+    publisher; for a topic that offers history, its publishers in order too, for paging.
+    A publisher's stream goes with its last place, so the index holds only publishers it
+    has a place of."""
 
     __slots__ = ("history", "publishers", "streams", "topic")
 
     def __init__(self, topic: str) -> None:
         self.topic = topic
         self.streams: dict[Any, PlaceStream] = {}
-        self.publishers: list[Any] = []  # in order (bytes: a node's ids)
+        self.publishers: list[Any] = []  # in order (bytes: a node's ids), if `history`
         self.history = True  # offered as history (False: joined with retain=False)
+
+    def offer_history(self, offered: bool) -> None:
+        """Offer history or not; only a topic that does keeps its publishers in order (a
+        configuration topic's every write is a stream of its own: none is paged)."""
+        if offered and not self.history:
+            self.publishers = sorted(self.streams)
+        elif not offered:
+            self.publishers = []
+        self.history = offered
 
     def __len__(self) -> int:
         """Publishers with a place."""
@@ -157,7 +167,8 @@ class Places:
         stream = self.streams.get(publisher)
         if stream is None:
             stream = self.streams[publisher] = PlaceStream(self.topic, publisher)
-            insort(self.publishers, publisher)
+            if self.history:
+                insort(self.publishers, publisher)
         return stream
 
     def remove(self, stream: PlaceStream, seq: int) -> None:
@@ -165,8 +176,9 @@ class Places:
         stream.remove(seq)
         if not stream.count:
             del self.streams[stream.publisher]
-            publishers = self.publishers
-            del publishers[bisect_right(publishers, stream.publisher) - 1]
+            if self.history:
+                publishers = self.publishers
+                del publishers[bisect_right(publishers, stream.publisher) - 1]
 
     def places(self) -> int:
         """Places held, all publishers together: O(publishers)."""
@@ -241,7 +253,7 @@ class MessageStore:
 
     def offer_history(self, topic: str, offered: bool) -> None:
         """Does `topic` offer history (JoinTopic's `retain`)?"""
-        self.places(topic).history = offered
+        self.places(topic).offer_history(offered)
 
     def add(
         self,
