@@ -241,12 +241,10 @@ class Rival:
 
 @dataclass(frozen=True)
 class Pin:
-    pick: int
+    """Pin a row (`on`: one of those taken in, now and then one gone), or unpin a pinned one."""
 
-
-@dataclass(frozen=True)
-class Unpin:
     pick: int
+    on: bool = True
 
 
 @dataclass(frozen=True)
@@ -279,8 +277,7 @@ operations = st.lists(
         adds,
         adds,
         st.builds(Rival, picks, stamps, sizes, fills, pauses),
-        st.builds(Pin, picks),
-        st.builds(Unpin, picks),
+        st.builds(Pin, picks, st.booleans()),
         st.builds(Expire, st.sampled_from([0.0, 0.25, 1.0, 3.0])),
         st.just(Shrink()),
     ),
@@ -387,12 +384,12 @@ def test_message_store_keeps_what_its_rules_say(config: RetentionConfig, ops: li
                 assert store.add(places, mid, env, hops, now) == model.add(
                     topic, mid, env, hops, now
                 )
-        elif isinstance(op, Pin) and model.rows:
+        elif isinstance(op, Pin) and op.on and model.rows:
             live = [r for r in model.rows if r.held]
             pool = live if live and op.pick % 4 else model.rows  # now and then a gone one
             row = pool[op.pick % len(pool)]
             assert store.pin(row.serial) == model.pin(row)
-        elif isinstance(op, Unpin):
+        elif isinstance(op, Pin) and not op.on:
             pinned = [r for r in model.rows if r.pinned]
             if pinned:
                 row = pinned[op.pick % len(pinned)]
