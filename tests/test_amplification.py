@@ -93,7 +93,7 @@ LIARS = tuple(b"%04d" % i + UNKNOWN[4:] for i in range(m.MAX_RANGES_PER_MESSAGE)
 REQUESTS = [
     pytest.param(
         ASKER, TOPIC, m.Pull(publisher=PUBLISHERS[0], first_seq=0, last_seq=4095),
-        id="pull-cached-and-beyond",
+        id="pull-held-and-beyond",
     ),
     pytest.param(
         ASKER, TOPIC, m.Pull(publisher=UNKNOWN, first_seq=0, last_seq=4095),
@@ -101,7 +101,7 @@ REQUESTS = [
     ),
     pytest.param(
         ASKER, TOPIC, m.Graft(ranges=tuple(far(p, 0, CACHED) for p in PUBLISHERS)),
-        id="graft-cached-ranges",
+        id="graft-held-ranges",
     ),
     pytest.param(
         ASKER, TOPIC, m.Graft(ranges=tuple(far(UNKNOWN, i * 4, 4) for i in range(1024))),

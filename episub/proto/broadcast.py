@@ -588,7 +588,7 @@ class Broadcast:
         if self.signer is not None:
             envelope = self.signer.sign_message(mid, envelope)
         self.counters.published += 1
-        self._remember(mid, envelope, hops=0, sender=None, now=now)
+        self.store.add(self.places, mid, envelope, 0, now)
         if stream is None:
             self.own_stream.next_seq += 1
             out.append(Published(self.topic, mid, envelope))
@@ -643,7 +643,7 @@ class Broadcast:
             return
         place = (envelope.publisher, envelope.seq)
         self.counters.gossip_received += 1
-        self._remember(mid, envelope, hops=msg.hops, sender=peer, now=now)
+        self.store.add(self.places, mid, envelope, msg.hops, now, peer)
         if self.ordering.within_reach(envelope):
             # A stream reaching back for what was published after our join (ordering.py):
             # news to nobody downstream, so neither forwarded nor announced.
@@ -655,7 +655,7 @@ class Broadcast:
             # nobody downstream; any other copy may be live for nodes that joined before us.
             self.counters.recovered += 1
             out.append(Recovered(self.topic, mid, envelope))
-            if self.ordering.fetched(envelope):
+            if self.ordering.fetched(*place):
                 self.missing.pop(place, None)
                 return
         missing = self.missing.pop(place, None) if self.missing else None
@@ -702,7 +702,7 @@ class Broadcast:
             publisher = place[0]
             if self.ordering.wants(*place) and self._take_again(msg, now, out):
                 return
-            if self.ordering.fetched_at(*place):
+            if self.ordering.fetched(*place):
                 return  # its first copy came by our fetch: this one is no redundant path
         tree = self.trees.get(publisher)
         if not self._asked_for(tree, peer, mid, now):
@@ -1136,7 +1136,8 @@ class Broadcast:
             last_seq = envelope.seq
             mid = self._message_id(envelope.unsigned)
             if mid in self.seen or not (
-                self.ordering.fetched(envelope) and self.ordering.behind_stream(envelope)
+                self.ordering.fetched(msg.publisher, envelope.seq)
+                and self.ordering.behind_stream(envelope)
             ):
                 self._on_gossip(peer, m.Gossip(id=mid, envelope=envelope, hops=hops), now, out)
                 continue
@@ -1151,7 +1152,7 @@ class Broadcast:
                 continue
             self.counters.gossip_received += 1
             self.counters.recovered += 1
-            self._remember(mid, envelope, hops=hops, sender=peer, now=now)
+            self.store.add(self.places, mid, envelope, hops, now, peer)
             out.append(Recovered(self.topic, mid, envelope))
             self.missing.pop((envelope.publisher, envelope.seq), None)
 
@@ -1302,13 +1303,6 @@ class Broadcast:
             due.popleft()  # received since: no wakeup for it
         if due:
             self._arm(_MISSING, max(due[0][0] - now, 0.0), out)
-
-    # -- the store ----------------------------------------------------------------------
-
-    def _remember(
-        self, mid: MessageId, envelope: Envelope, *, hops: int, sender: PeerId | None, now: float
-    ) -> None:
-        self.store.add(self.places, mid, envelope, hops, now, sender)
 
 
 def _pushes_race(me: PeerId, peer: PeerId) -> bool:

@@ -175,14 +175,14 @@ class OrderedDelivery:
         if stream is None:
             # No stream of it here yet: an answer to our own fetch is history (a reader
             # filling a range), not the first live message of a stream to forward.
-            return self.fetched(envelope)
+            return self.fetched(envelope.publisher, envelope.seq)
         seq = envelope.seq
         if seq >= stream.next_seq:
             return False  # ahead of the stream: held or not, never history
         if seq in stream.held or _within_reach(stream, seq):
             return False
         if stream.settling_until is not None:
-            return self.fetched(envelope)
+            return self.fetched(envelope.publisher, envelope.seq)
         return True
 
     def within_reach(self, envelope: Envelope) -> bool:
@@ -193,11 +193,7 @@ class OrderedDelivery:
         stream = self.streams.get(envelope.publisher)
         return stream is not None and _within_reach(stream, envelope.seq)
 
-    def fetched(self, envelope: Envelope) -> bool:
-        """Does this message fall in one of the last spans we fetched of its publisher?"""
-        return self.fetched_at(envelope.publisher, envelope.seq) if self.fetches else False
-
-    def fetched_at(self, publisher: PeerId, seq: int) -> bool:
+    def fetched(self, publisher: PeerId, seq: int) -> bool:
         """Does (publisher, seq) fall in one of the last spans we fetched of `publisher`?"""
         spans = self.fetches.get(publisher)
         if spans:
