@@ -50,20 +50,32 @@ def test_a_fetched_history_is_recovered_not_delivered_nor_forwarded() -> None:
     assert node.stats()["recovered"] == 3
 
 
-def test_a_fetched_history_is_recovered_once_and_held_in_the_store() -> None:
+def test_a_fetched_history_is_held_in_the_store_but_not_seen() -> None:
     """History we fetched is Recovered (neither delivered nor forwarded) and held in the
-    store, its id seen: a copy fetched again is a duplicate, and a PULL of it is answered
-    from the store one hop further."""
+    store, but not seen: a copy fetched twice is Recovered twice and held once, and a PULL
+    of it is answered from the store one hop further."""
     node = fetching_node()
-    first = node.handle(received(2, history(env(0), env(1), env(2))), 2.0)
-    assert first == [Recovered(TOPIC, mid(env(i)), env(i)) for i in range(3)]
-    assert node.handle(received(2, history(env(0), env(1))), 2.1) == []
-    assert len(node.store) == 3 and node.store.replaced == 0
-    assert all(mid(env(i)) in node.store.seen for i in range(3))
+    node.handle(received(2, history(env(0), env(1), env(2))), 2.0)
+    again = node.handle(received(2, history(env(0), env(1))), 2.1)
+    assert again == [Recovered(TOPIC, mid(env(i)), env(i)) for i in range(2)]
+    assert len(node.store) == 3 and node.store.replaced == 0 and not node.store.seen
     out = node.handle(received(1, m.Pull(publisher=PUB, first_seq=0, last_seq=2)), 3.0)
     assert [o.message for o in out if isinstance(o, Send)] == [
         history(env(0), env(1), env(2), hops=2)
     ]
+
+
+def test_a_live_copy_of_fetched_history_is_still_a_first_copy() -> None:
+    """A node that fetched history and then gets a live copy of it (it spreads still)
+    takes it as a first copy, not as a duplicate of what it fetched (which would prune the
+    sender); the store keeps one message at the place, now seen."""
+    node = fetching_node()
+    node.handle(received(2, history(env(0))), 2.0)
+    out = node.handle(received(2, m.Gossip(id=mid(env(0)), envelope=env(0), hops=3)), 2.1)
+    assert out == [Recovered(TOPIC, mid(env(0)), env(0))]
+    assert node.stats()["duplicates_received"] == 0
+    assert mid(env(0)) in node.store.seen and len(node.store) == 1
+    assert node.store.replaced == 0
 
 
 def test_a_history_not_fetched_goes_the_gossip_way() -> None:

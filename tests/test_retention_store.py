@@ -108,6 +108,7 @@ class Row:
     hops: int
     at: float
     seen: bool = True  # its id is seen
+    indexed: bool = True  # added as seen (False: history, held but never seen)
     held: bool = True  # its bytes are held
     in_seen: bool = True  # within the seen window
     in_bytes: bool = True  # within the bytes' window (of held rows: no other is passed)
@@ -136,7 +137,7 @@ class Model:
         return [r for r in self.rows if r.held and r.in_bytes]
 
     def seen(self) -> set[bytes]:
-        return {r.mid for r in self.rows if r.seen}
+        return {r.mid for r in self.rows if r.seen and r.indexed}
 
     def takes_place(self, topic: str, env: Envelope, mid: bytes) -> int:
         held = self.owner.get((topic, env.publisher, env.seq))  # type: ignore[arg-type]
@@ -146,15 +147,17 @@ class Model:
             return -2
         return held.serial
 
-    def add(self, topic: str, mid: bytes, env: Envelope, hops: int, now: float) -> int:
-        if mid in self.seen():
+    def add(
+        self, topic: str, mid: bytes, env: Envelope, hops: int, now: float, seen: bool = True
+    ) -> int:
+        old = self.owner.get((topic, env.publisher, env.seq))  # type: ignore[arg-type]
+        if mid in self.seen() if seen else (old is not None and old.mid == mid):
             return -1
-        row = Row(len(self.rows), mid, topic, env, hops, now)
+        row = Row(len(self.rows), mid, topic, env, hops, now, indexed=seen)
         self.rows.append(row)
-        old = self.owner.get(row.place)
         self.owner[row.place] = row
         if old is not None:
-            self.replaced += 1
+            self.replaced += old.mid != mid
             if not old.pinned:
                 self._drop(old)
         self.expire(now)
@@ -216,7 +219,7 @@ FAR = (1 << 33, MAX_SEQ)
 
 @dataclass(frozen=True)
 class Add:
-    """A first copy of a message, after `dt` seconds."""
+    """A first copy of a message, after `dt` seconds (`history`: fetched, held not seen)."""
 
     topic: str
     publisher: bytes
@@ -225,6 +228,7 @@ class Add:
     size: int
     fill: bytes
     dt: float
+    history: bool = False
 
 
 @dataclass(frozen=True)
@@ -271,6 +275,7 @@ adds = st.builds(
     sizes,
     fills,
     pauses,
+    st.sampled_from([False, False, True]),
 )
 operations = st.lists(
     st.one_of(
@@ -304,7 +309,7 @@ def check(store: MessageStore, model: Model, now: float, reads: bool) -> None:
     assert store.bytes == sum(r.env.size for r in counted)
     seen = model.seen()
     assert len(store.seen) == len(seen)
-    held = {r.mid: r for r in model.rows if r.held}
+    held = {r.mid: r for r in model.rows if r.held and r.indexed}  # found by id
     for row in model.rows:
         assert (row.mid in store.seen) == (row.mid in seen), row
         got = store.cached(row.mid)
@@ -323,10 +328,10 @@ def check(store: MessageStore, model: Model, now: float, reads: bool) -> None:
     # No bound is exceeded but by pinned rows.
     pinned = sum(r.pinned for r in model.rows)
     assert len(store) <= c.max_messages and store.bytes <= c.max_bytes
-    assert len(held) <= c.max_messages + pinned
+    assert sum(r.held for r in model.rows) <= c.max_messages + pinned
     assert len(store.seen) <= c.seen_max + pinned
     then = model.expired_at  # a second copy's add changes nothing, nor expires
-    assert all(r.pinned or r.at + c.max_age > then for r in held.values())
+    assert all(r.pinned or r.at + c.max_age > then for r in model.rows if r.held)
     assert all(r.pinned or r.at + c.seen_ttl > then for r in model.rows if r.seen)
     # Places, as broadcast reads them, and as history shows them.
     for topic in TOPICS:
@@ -365,6 +370,7 @@ def test_message_store_keeps_what_its_rules_say(config: RetentionConfig, ops: li
     now = 0.0
     for op in ops:
         if isinstance(op, Add | Rival):
+            history = isinstance(op, Add) and op.history
             if isinstance(op, Add):
                 topic, publisher, seq = op.topic, op.publisher, op.seq
             elif model.rows:
@@ -381,8 +387,8 @@ def test_message_store_keeps_what_its_rules_say(config: RetentionConfig, ops: li
             assert keeper == model.takes_place(topic, env, mid)
             if keeper < 0:  # -1: a free place (or the same message), -2: it wins the place
                 hops = len(model.rows) % 7
-                assert store.add(places, mid, env, hops, now) == model.add(
-                    topic, mid, env, hops, now
+                assert store.add(places, mid, env, hops, now, seen=not history) == model.add(
+                    topic, mid, env, hops, now, seen=not history
                 )
         elif isinstance(op, Pin) and op.on and model.rows:
             live = [r for r in model.rows if r.held]

@@ -6,8 +6,8 @@ Rules this machine keeps:
 - A message id is accepted once (the node's store, store.py, keeps what was seen); its id
   must be blake3 of its envelope, and its hop count must leave room to forward it (below
   MAX_HOPS), checked before it enters the store. History we fetched (a HISTORY answer
-  behind its stream) is checked the same way and enters the store, neither delivered nor
-  forwarded.
+  behind its stream) is checked the same way and held in the store but not seen: neither
+  delivered nor forwarded, and a live copy of it is still a first copy.
 - With signing on (a `signer`), we sign what we publish on our own stream, and a first
   copy of a node's stream must carry a valid signature bound to its publisher
   (signing.py) before it enters the store or ordering; else it is dropped and counted
@@ -702,8 +702,6 @@ class Broadcast:
             publisher = place[0]
             if self.ordering.wants(*place) and self._take_again(msg, now, out):
                 return
-            if self.ordering.fetched(*place):
-                return  # its first copy came by our fetch: this one is no redundant path
         tree = self.trees.get(publisher)
         if not self._asked_for(tree, peer, mid, now):
             self._prune_redundant(publisher, tree, peer, now, out)
@@ -1118,9 +1116,9 @@ class Broadcast:
     def _on_history(self, peer: PeerId, msg: m.History, now: float, out: list[OutEvent]) -> None:
         """A PULL answered in bulk (history.py). Each envelope is checked as a GOSSIP's
         first copy is, its id computed from its bytes. A message that is history we
-        fetched goes to the store only (Recovered): not delivered and not forwarded; a copy
-        fetched twice is a duplicate the second time (no redundant path: our own fetch's).
-        Any other goes the GOSSIP way (a gap
+        fetched goes to the store only (Recovered), held but not seen: not delivered, not
+        forwarded, and a live copy of it is still a first copy; a copy fetched twice is
+        Recovered twice and the store holds one. Any other goes the GOSSIP way (a gap
         repair's answer is live). A pack that is not one publisher's rising seqs, or holds
         a bad envelope, ends there."""
         last_seq = -1
@@ -1152,7 +1150,7 @@ class Broadcast:
                 continue
             self.counters.gossip_received += 1
             self.counters.recovered += 1
-            self.store.add(self.places, mid, envelope, hops, now, peer)
+            self.store.add(self.places, mid, envelope, hops, now, peer, seen=False)
             out.append(Recovered(self.topic, mid, envelope))
             self.missing.pop((envelope.publisher, envelope.seq), None)
 

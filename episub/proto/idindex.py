@@ -118,6 +118,17 @@ class IdIndex:
         self.count += 1
         return serial
 
+    def append(self, mid: MessageId) -> int:
+        """Number a row for `mid` without holding it: the row's id is kept (`id_of`) but not
+        found (`find`, `in`), and `remove` of it says it was not held."""
+        if len(mid) != _WIDTH:
+            raise ValueError(f"message id must be {_WIDTH} bytes, not {len(mid)}")
+        self._ids += mid
+        self._hashes.append(0)
+        serial = self.next
+        self.next = serial + 1
+        return serial
+
     def id_of(self, serial: int) -> MessageId:
         """The id of row `serial` (held, or removed but not yet dropped)."""
         r = (serial - self.base) * _WIDTH

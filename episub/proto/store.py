@@ -14,10 +14,12 @@ A plain data structure: no clock, no I/O; `now` comes in as an argument, in seco
 monotonic clock (the core's).
 
 Rules this store keeps:
-- Two windows, one table: an id is seen for at most `seen_max` ids and `seen_ttl`
-  seconds; a message's bytes are held for at most `max_messages` messages, `max_bytes`
-  bytes of application data (value + key + headers) and `max_age` seconds. The oldest
-  goes first, whatever its topic. Bytes never outlive their id.
+- Two windows, one table: the last `seen_max` messages taken in, each for `seen_ttl`
+  seconds, are seen (a copy of one is a duplicate); a message's bytes are held for at
+  most `max_messages` messages, `max_bytes` bytes of application data (value + key +
+  headers) and `max_age` seconds. The oldest goes first, whatever its topic. Bytes never
+  outlive their row in the seen window. History we fetched is held but not seen
+  (`add(seen=False)`): a live copy of it is still a first copy.
 - A message ordering holds back for a gap is pinned: it keeps its bytes and id past the
   windows until ordering lets it go (at most max_held_per_publisher a stream).
 - One message per place: a (topic, publisher, seq) holds one message. A different message
@@ -223,7 +225,6 @@ class MessageStore:
         self._pinned: set[int] = set()
         self._behind: set[int] = set()
         self._behind_order: list[int] = []  # a heap of _behind (and of rows left it since)
-        self._seen_behind = 0  # pinned rows the seen head passed: their ids count for nothing
         # No sooner than this is the oldest row past an age bound (inf: nothing held): an
         # add before then, within the count and byte bounds, has nothing to expire.
         self._due = math.inf
@@ -263,13 +264,24 @@ class MessageStore:
         hops: int,
         now: float,
         sender: PeerId | None = None,
+        seen: bool = True,
     ) -> int:
         """`mid` is seen, and its envelope held at its place in `places`, from `now`; then
         the bounds apply. The caller has checked that it takes the place (`takes_place`).
-        Its serial, or -1 when `mid` was seen already (nothing changes)."""
-        serial = self._index.add(mid)
-        if serial < 0:
-            return -1
+        Its serial, or -1 when `mid` was seen already (nothing changes).
+
+        `seen=False`: history we fetched, held but not seen, so that a live copy of it is
+        still a first copy (forwarded, announced); -1 when its place holds it already."""
+        if seen:
+            serial = self._index.add(mid)
+            if serial < 0:
+                return -1
+        else:
+            stream = places.streams.get(envelope.publisher)
+            held = None if stream is None else stream.get(envelope.seq)
+            if held is not None and self._index.id_of(held) == mid:
+                return -1
+            serial = self._index.append(mid)
         self._at.append(now)
         self._raws.append(envelope.raw)
         self._hops.append(hops)
@@ -286,23 +298,25 @@ class MessageStore:
         self._held += 1
         self.bytes += size
         if replaced is not None:
-            self._replaced(replaced)
+            self._replaced(replaced, self._index.id_of(replaced) != mid)
         c = self.config
+        rows = serial + 1 - self._seen_head  # in the seen window
         if (
             now >= self._due
             or self._held > c.max_messages
             or self.bytes > c.max_bytes
-            or self._index.count - self._seen_behind > c.seen_max
+            or rows > c.seen_max
         ):
             self.expire(now)
-        elif self._index.count == 1 or self._held == 1:
+        elif rows == 1 or self._held == 1:
             self._due = min(self._due, now + min(c.max_age, c.seen_ttl))
         return serial
 
-    def _replaced(self, serial: int) -> None:
-        """Row `serial` lost its place to a later row: its bytes go (a pinned row's when
-        ordering lets it go)."""
-        self.replaced += 1
+    def _replaced(self, serial: int, rival: bool = True) -> None:
+        """Row `serial` lost its place to a later row (a rival's, or the same message's
+        live copy after it was fetched): its bytes go (a pinned row's when ordering lets it
+        go)."""
+        self.replaced += rival
         if serial not in self._pinned:
             self._let_go(serial, counted=serial >= self._head)
 
@@ -341,7 +355,6 @@ class MessageStore:
                 self.evicted += 1
             if serial < self._seen_head:
                 self._index.remove(serial)
-                self._seen_behind -= 1
             return
         i = serial - self._base
         stream = self._streams[i]
@@ -370,13 +383,9 @@ class MessageStore:
                     self._let_go(serial, counted=True)
                     self.evicted += 1
             self._head += 1
-        while (
-            index.count
-            and self._seen_head < end
-            and (
-                index.count - self._seen_behind > c.seen_max
-                or at[self._seen_head - self._seen_base] + c.seen_ttl <= now
-            )
+        while self._seen_head < end and (
+            end - self._seen_head > c.seen_max
+            or at[self._seen_head - self._seen_base] + c.seen_ttl <= now
         ):
             serial = self._seen_head
             if serial >= self._head:
@@ -389,14 +398,11 @@ class MessageStore:
                 self._head = serial + 1
             if serial in pinned:
                 self._pass_pinned(serial)
-                self._seen_behind += 1
             else:
-                index.remove(serial)
+                index.remove(serial)  # False: history's, held but not seen
             self._seen_head += 1
         if not self._held:
             self._head = end
-        if not index.count:
-            self._seen_head = end
         if (
             self._seen_head - self._seen_base >= _COMPACT_AT
             or self._head - self._base >= _COMPACT_AT
