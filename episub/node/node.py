@@ -263,7 +263,7 @@ class Node:
         whose readers fetch the ranges they read (the Spark source's), which would
         otherwise copy every neighbour's retention in the background as they read.
 
-        `retain=False`: the topic's messages are delivered but not kept in retention, so
+        `retain=False`: the topic's messages are delivered but offered as no history, so
         `retained` and `fetch` find none of them and a new link starts no comparison of
         holdings from this end (for state that catches up otherwise, as episub.config's
         snapshots do).
@@ -591,7 +591,7 @@ class Node:
         self, topic: str, publisher: bytes, first_seq: int, last_seq: int
     ) -> list[Delivery]:
         """Stored messages of `publisher` on `topic`, first_seq..last_seq, in order; what
-        was never delivered here, or has aged out of retention, is absent (and so is every
+        never reached this node, or has aged out of its store, is absent (and so is every
         message of a topic joined with `retain=False`, as configuration topics are)."""
         runtime = self._running()
         now = runtime.now()

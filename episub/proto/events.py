@@ -92,8 +92,9 @@ class JoinTopic:
     An empty `bootstrap` starts a new overlay that others may join through us. The
     input's `now` is the join time: what publishers stamp later is delivered, even if it
     was published before this node had a link (ordering.py's reach back). `retain=False`:
-    the topic's messages are delivered but not kept in the core's store (store.py), for
-    state that catches up otherwise (configuration replicas, by snapshot).
+    the topic's messages are delivered and answer GRAFTs and PULLs, but the core's store
+    (store.py) offers them as no history, for state that catches up otherwise
+    (configuration replicas, by snapshot).
     """
 
     topic: str
