@@ -32,7 +32,7 @@ def test_seq_index_answers_as_a_dict_does(ops: list[tuple[bool, int, int]]) -> N
     index, model = SeqIndex(), {}
     for put, seq, row in ops:
         if put:
-            index.put(seq, row)
+            assert index.put(seq, row) == model.get(seq)  # the row it replaced
             model[seq] = row
         elif seq in model:
             index.remove(seq)

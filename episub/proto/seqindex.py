@@ -53,35 +53,38 @@ class SeqIndex:
     def __contains__(self, seq: int) -> bool:
         return self.get(seq) is not None
 
-    def put(self, seq: int, row: int) -> None:
-        """Hold `seq` at `row` (in place of any row it had)."""
+    def put(self, seq: int, row: int) -> int | None:
+        """Hold `seq` at `row`; the row it had in its place, if any."""
         rows = self._rows
         if seq == self.high + 1 and len(rows) == self._head + seq - self.low and self.count:
             rows.append(row)  # the next seq of a dense stream: the common case, first
             self.high = seq
             self.count += 1
-            return
+            return None
         sparse = self._sparse
         if sparse is not None:
-            if seq not in sparse:
+            replaced = sparse.get(seq)
+            if replaced is None:
                 self.count += 1
                 self.low, self.high = min(self.low, seq), max(self.high, seq)
             sparse[seq] = row
-            return
+            return replaced
         if not self.count:
             del rows[:]
             rows.append(row)
             self._head = 0
             self.low = self.high = seq
             self.count = 1
-            return
+            return None
         low, high = self.low, self.high
         if low <= seq <= high:
             i = self._head + seq - low
-            if rows[i] == _HOLE:
-                self.count += 1
+            replaced = rows[i]
             rows[i] = row
-            return
+            if replaced == _HOLE:
+                self.count += 1
+                return None
+            return replaced
         span = max(high, seq) - min(low, seq) + 1
         if span > 2 * (self.count + 1) + _DENSE_FLOOR:
             self._sparse = dict(self._items())
@@ -90,7 +93,7 @@ class SeqIndex:
             self._head = 0
             self.count += 1
             self.low, self.high = min(low, seq), max(high, seq)
-            return
+            return None
         if seq > high:
             del rows[self._head + high - low + 1 :]  # slots past `high` (left by removals)
             rows.extend(array("q", [_HOLE]) * (seq - high - 1))
@@ -107,6 +110,7 @@ class SeqIndex:
                 self._head = 0
             self.low = seq
         self.count += 1
+        return None
 
     def remove(self, seq: int) -> None:
         """Forget `seq` (held)."""

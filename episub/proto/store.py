@@ -288,13 +288,14 @@ class MessageStore:
         size = envelope.size
         self._sizes.append(size)
         self._stamps.append(envelope.timestamp_ms)
-        stream = places.stream(envelope.publisher)
+        stream = places.streams.get(envelope.publisher)
+        if stream is None:
+            stream = places.stream(envelope.publisher)
         self._streams.append(stream)
         seq = envelope.seq
         self._seqs.append(seq)
         self._senders.append(sender)
-        replaced = stream.get(seq)
-        stream.put(seq, serial)
+        replaced = stream.put(seq, serial)
         self._held += 1
         self.bytes += size
         if replaced is not None:
