@@ -1246,16 +1246,82 @@ def test_a_full_held_table_gives_up_no_gap_while_the_stream_arrives_in_order():
     assert node.handle(received(1, gossip(env(2))), 1.1) == []  # 4 goes, 2 is held
     assert sorted(broadcast(node).streams[PUBLISHER].held) == [2, 3]
     assert node.stats()["held_dropped"] == 1
+    # The dropped seq 4 is still at its place in the store: delivered when the stream
+    # gets there, and nothing was lost.
+    assert deliveries(node.handle(received(1, gossip(env(1))), 1.2)) == [1, 2, 3, 4]
+    assert node.stats()["data_lost"] == 0
+
+
+def test_a_dropped_message_the_store_let_go_is_taken_again_from_a_later_copy():
+    """The store's bounds let a message dropped unheld go before the stream got there: a
+    later copy of it (a PULL's answer) is taken though its id is seen; a copy whose
+    envelope does not match its id is not, nor is it forwarded either way."""
+    # The store keeps one message's bytes beside the pinned (held) ones.
+    node = node_with(1, max_held_per_publisher=2, retention=RetentionConfig(max_messages=1))
+    node.handle(received(1, gossip(env(0))), 1.0)
+    for seq in (2, 3, 4, 5):  # 4 and 5 are dropped unheld
+        node.handle(received(1, gossip(env(seq))), 1.0)
+    assert sorted(broadcast(node).streams[PUBLISHER].held) == [2, 3]
+    assert node.stats()["held_dropped"] == 2
+    # 1 takes the store's room: 4 and 5 are no longer held there.
     assert deliveries(node.handle(received(1, gossip(env(1))), 1.2)) == [1, 2, 3]
-    # A later copy of the dropped seq 4 (here the answer to the gap's PULL) is taken
-    # though seen, and nothing was lost; a copy whose envelope does not match its id is
-    # not, nor is it forwarded either way.
-    node.handle(received(1, gossip(env(5))), 1.3)
     forged = m.Gossip(id=mid(env(4)), envelope=env(4, b"forged"), hops=1)
     assert node.handle(received(1, forged), 2.4) == []
-    assert node.handle(received(1, gossip(env(4))), 2.5) == [deliver(env(4), 1),
-                                                              deliver(env(5), 1)]  # fmt: skip
+    assert node.handle(received(1, gossip(env(4))), 2.5) == [deliver(env(4), 1)]
+    assert node.handle(received(1, gossip(env(5))), 2.5) == [deliver(env(5), 1)]
     assert node.stats()["data_lost"] == 0
+
+
+def test_a_dropped_far_seq_is_pulled_within_reach_but_never_given_up():
+    """`held` full, a far seq (a forger's, or the publisher's far ahead) is dropped
+    unheld. Once the stream has delivered what it held, the places up to it are pulled
+    (a span the wire allows), and, unanswered, forgotten: no DataLost, no jump, and the
+    stream goes on in order from where it stands."""
+    node = node_with(1, max_held_per_publisher=2, gap_max_attempts=1)
+    node.handle(received(1, gossip(fresh(0))), 1.0)
+    for seq in (2, 3, 5_000_000):
+        node.handle(received(1, gossip(fresh(seq))), 1.0)
+    assert node.stats()["held_dropped"] == 1
+    assert deliveries(node.handle(received(1, gossip(fresh(1))), 1.1)) == [1, 2, 3]
+    pull = m.Pull(publisher=PUBLISHER, first_seq=4, last_seq=4 + m.MAX_PULL_SPAN - 1)
+    assert fire(node, "gap", 2.2) == [send(1, pull), GAP_TIMER]
+    assert fire(node, "gap", 2.8) == [GAP_TIMER]  # unanswered: forgotten, nothing given up
+    assert fire(node, "gap", 3.3) == []
+    assert node.stats()["data_lost"] == 0
+    assert deliveries(node.handle(received(1, gossip(fresh(4))), 3.0)) == [4]
+
+
+def test_dropped_places_the_store_let_go_and_nobody_answers_are_reported_lost():
+    """The end of a burst: 4 and 5 were dropped unheld and the store's bounds let them go.
+    Nothing follows them, yet the stream knows they exist: they are pulled, and once the
+    PULLs are spent, reported lost (not left waiting unseen for ever)."""
+    node = node_with(
+        1, max_held_per_publisher=2, gap_max_attempts=1, retention=RetentionConfig(max_messages=1)
+    )
+    node.handle(received(1, gossip(fresh(0))), 1.0)
+    for seq in (2, 3, 4, 5):
+        node.handle(received(1, gossip(fresh(seq))), 1.0)
+    assert deliveries(node.handle(received(1, gossip(fresh(1))), 1.1)) == [1, 2, 3]
+    pull = m.Pull(publisher=PUBLISHER, first_seq=4, last_seq=5)
+    assert fire(node, "gap", 2.2) == [send(1, pull), GAP_TIMER]
+    assert fire(node, "gap", 2.8) == [DataLost(TOPIC, PUBLISHER, 4, 5), GAP_TIMER]
+    assert deliveries(node.handle(received(1, gossip(fresh(6))), 3.0)) == [6]
+
+
+def test_a_burst_that_overflowed_held_ends_delivered_from_the_store_without_copies():
+    """A loopback burst: a gap opened, `held` (2 here) filled and the stream's last
+    messages were dropped unheld; every copy of them had come before the gap filled, so
+    none comes again. The store holds them at their places: the stream delivers them from
+    there once the gap fills, and no PULL goes out for them."""
+    node = node_with(1, 2, max_held_per_publisher=2)
+    node.handle(received(1, gossip(fresh(0))), 1.0)
+    for seq in range(2, 12):
+        node.handle(received(1, gossip(fresh(seq))), 1.0)
+    assert node.stats()["held_dropped"] == 8
+    out = node.handle(received(2, gossip(fresh(1))), 1.1)
+    assert deliveries(out) == list(range(1, 12))
+    assert broadcast(node).streams[PUBLISHER].held == {}
+    assert sends(fire(node, "gap", 5.0), m.Pull) == []
 
 
 def test_a_gossip_whose_hops_leave_no_room_to_forward_is_refused_before_it_is_kept():
@@ -1387,17 +1453,19 @@ def test_held_messages_are_bounded_per_publisher():
         DataLost(TOPIC, PUBLISHER, 1, 2),
         deliver(fresh(3), 1),
         deliver(fresh(4), 1),
+        deliver(fresh(5), 1),  # dropped unheld, taken from the store
         GAP_TIMER,
     ]
 
 
 def test_messages_dropped_from_a_full_held_come_again_however_many_were_dropped():
     """A burst overflows `held` (2 here) by more than it holds: 5..9 are dropped unheld,
-    seen all the same. Once the gap before them fills, their copies (a GRAFT's or PULL's
-    answer) are duplicates whose places the stream still wants: each is delivered, in
-    order (before, only the last max_held_per_publisher dropped ids were remembered, and
-    a receiver of the loopback burst stayed stuck with every later copy a duplicate)."""
-    node = node_with(1, 2, max_held_per_publisher=2)
+    seen all the same, and the store's bounds (4 messages) let most of them go. Once the
+    gap before them fills, their copies (a GRAFT's or PULL's answer) are duplicates whose
+    places the stream still wants: each is delivered, in order (before, only the last
+    max_held_per_publisher dropped ids were remembered, and a receiver of the loopback
+    burst stayed stuck with every later copy a duplicate)."""
+    node = node_with(1, 2, max_held_per_publisher=2, retention=RetentionConfig(max_messages=4))
     node.handle(received(1, gossip(fresh(0))), 1.0)
     for seq in range(3, 10):
         node.handle(received(1, gossip(fresh(seq))), 1.0)

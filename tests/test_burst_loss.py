@@ -9,6 +9,11 @@ queue's messages go with it. The other neighbour's queue to it overflows the sam
 (IHAVEs included). Once the burst has ended, no later message shows the stalled node its
 gap, and no IHAVE comes again: before the catch-up on a link's return (episub/node/catchup.py,
 `CatchUp`), the node stayed short for good.
+
+The stalled node runs with a small `held` (max_held_per_publisher), so that what comes
+after a gap overflows it, and its subscriber must get every message once, in order: a
+message dropped unheld is still in the node's store, where a catch-up sees it as held, so
+only delivery from the store (ordering.py) gets it to the subscriber.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import pytest
 
 from episub.agent import AgentClient, Record
 from episub.proto.messages import HeldSpan
+from episub.records import Delivery
 from tests.proc_helpers import TOPIC, Processes, node_ready, start_node, wait_until
 
 pytestmark = pytest.mark.timeout(200)
@@ -39,8 +45,10 @@ def test_a_neighbour_stalled_through_a_burst_holds_every_message_after_it_resume
     first = start_node(processes, "pub")
     address = node_ready(first)[1]
     procs = {"pub": first}
+    small_held = processes.config_file({"broadcast": {"max_held_per_publisher": 64}})
     for name in names[1:]:
-        procs[name] = start_node(processes, name, bootstrap=[address])
+        config = small_held if name == "stalled" else None
+        procs[name] = start_node(processes, name, bootstrap=[address], config=config)
         node_ready(procs[name])
     sockets = {name: str(processes.dir / f"{name}.sock") for name in names}
 
@@ -53,6 +61,8 @@ def test_a_neighbour_stalled_through_a_burst_holds_every_message_after_it_resume
 
     span = HeldSpan(publisher=STREAM, first_seq=0, last_seq=MESSAGES - 1)
     stamp = int(time.time() * 1000)
+    reader = AgentClient(sockets["stalled"])
+    sub = reader.subscribe(TOPIC, buffer=2 * MESSAGES)
     stalled = procs["stalled"].pid
     os.kill(stalled, signal.SIGSTOP)
     try:
@@ -83,3 +93,14 @@ def test_a_neighbour_stalled_through_a_burst_holds_every_message_after_it_resume
     )
     with AgentClient(sockets["stalled"]) as client:
         assert client.inspect().stats["catch_ups"] >= 1  # its links' returns compared holdings
+    seqs: list[int] = []
+    other: list[object] = []
+    deadline = time.monotonic() + CAUGHT_UP_WAIT
+    with reader:
+        while len(seqs) < MESSAGES and time.monotonic() < deadline:
+            item = sub.receive(timeout=max(0.0, deadline - time.monotonic()))
+            if isinstance(item, Delivery) and item.publisher == STREAM:
+                seqs.append(item.seq)
+            else:
+                other.append(item)  # a Lost or Lagged: fails below
+        assert (seqs == list(range(MESSAGES)), other) == (True, [])

@@ -695,13 +695,12 @@ class Broadcast:
         place = self.store.place_of(mid)
         if place is None:
             try:
-                publisher = msg.envelope.publisher
+                place = msg.envelope.publisher, msg.envelope.seq
             except ValueError:
                 return  # neither held nor decodable: no stream to prune it for
-        else:
-            publisher = place[0]
-            if self.ordering.wants(*place) and self._take_again(msg, now, out):
-                return
+        publisher = place[0]
+        if self.ordering.wants(*place) and self._take_again(msg, now, out):
+            return
         tree = self.trees.get(publisher)
         if not self._asked_for(tree, peer, mid, now):
             self._prune_redundant(publisher, tree, peer, now, out)

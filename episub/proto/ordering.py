@@ -52,6 +52,13 @@ Rules this machine keeps:
 - Held messages are bounded (`max_held_per_publisher`). When they are full, the farthest
   message goes, or the newcomer if it is the farthest; a full `held` gives up no gap
   (only a stall does).
+- A message dropped unheld stays at its place in the store (unpinned, within its bounds):
+  the stream remembers the farthest seq it dropped (`dropped_high`) and, when it gets
+  there, delivers what the store holds at each place up to it. A place the store has let
+  go is a gap like any other, pulled and then given up, up to the farthest dropped seq
+  if that is within `max_gap`; beyond it, forgotten (a dropped far seq may be a
+  forger's). The store says a dropped message is held, so a catch-up or an IHAVE never
+  fetches it again: only this delivers it.
 - Every table a peer can grow is bounded: held messages per publisher, publishers (the
   least recently active idle stream is forgotten to make room), fetched spans
   (`max_fetches` publishers, MAX_FETCHED_SPANS each).
@@ -107,6 +114,10 @@ class PublisherStream:
     reach_low: int | None = None
     reach_from: int = 0
     last_stamp_ms: int = 0  # the stamp of the last message delivered
+    # The farthest seq dropped unheld (`held` was full) that the stream has not passed: a
+    # dropped message stays at its place in the store, where delivery takes it up when
+    # the stream gets there, and a place the store no longer holds is pulled.
+    dropped_high: int = -1
     # While a gap is open or the stream settles: how old (s, by its stamp) the last message
     # that arrived was, and when the PULL asked last may be taken as unanswered.
     lag: float = 0.0
@@ -252,6 +263,9 @@ class OrderedDelivery:
             stream.last_stamp_ms = envelope.timestamp_ms
             self.counters.delivered += 1
             out.append(Deliver(self.topic, mid, envelope, hops))
+            if stream.dropped_high > seq:
+                self._release_held(publisher, stream, out)
+                self._stall_clock(stream, seq + 1, now, out)
             return
         c = self.config
         # Re-inserted on every message: `streams` runs from least to most recently active.
@@ -270,7 +284,7 @@ class OrderedDelivery:
             and len(stream.held) >= c.max_held_per_publisher
             and not self._make_room(stream, seq)
         ):
-            self._drop()
+            self._drop(stream, seq)
             return
         # The next in sequence is delivered, with what it unblocks; any other waits in
         # `held` for the gap before it.
@@ -282,13 +296,22 @@ class OrderedDelivery:
         else:
             row = self._pin(mid)
             if row < 0:
-                self._drop()
+                self._drop(stream, seq)
                 return
             stream.held[seq] = row
         self._release_held(publisher, stream, out)
-        if stream.held and (stream.stalled_since is None or stream.next_seq != before):
-            # A new gap, or delivery in order past the last one: the stall clock (re)starts.
-            # A stream that keeps arriving never stalls, whatever is held far ahead of it.
+        self._stall_clock(stream, before, now, out)
+
+    def _stall_clock(
+        self, stream: PublisherStream, before: int, now: float, out: list[OutEvent]
+    ) -> None:
+        """A gap stands (held or dropped messages beyond the stream): at a new gap, or
+        after delivery in order past the last one (from `before`), the stall clock
+        (re)starts. A stream that keeps arriving never stalls, whatever is held far ahead
+        of it."""
+        if (stream.held or stream.dropped_high >= stream.next_seq) and (
+            stream.stalled_since is None or stream.next_seq != before
+        ):
             stream.stalled_since = now
             stream.pull_attempts = 0
             self._arm_gap_timer(out)
@@ -342,13 +365,13 @@ class OrderedDelivery:
         if len(held) >= self.config.max_held_per_publisher:
             highest = max(held)
             if seq > highest:
-                self._drop()
+                self._drop(stream, seq)
                 return
             self.store.unpin(held.pop(highest))
-            self._drop()
+            self._drop(stream, highest)
         row = self._pin(mid)
         if row < 0:
-            self._drop()
+            self._drop(stream, seq)
             return
         held[seq] = row
         stream.next_seq = min(stream.next_seq, seq)
@@ -369,12 +392,15 @@ class OrderedDelivery:
         if seq > farthest:
             return False
         self.store.unpin(held.pop(farthest))
-        self._drop()
+        self._drop(stream, farthest)
         return True
 
-    def _drop(self) -> None:
-        """A message goes unheld (`held` is full): counted; its place stays wanted."""
+    def _drop(self, stream: PublisherStream, seq: int) -> None:
+        """A message goes unheld (`held` is full): counted; its place stays wanted, and
+        the stream takes it from the store when it gets there (`_release_held`)."""
         self.counters.held_dropped += 1
+        if seq > stream.dropped_high:
+            stream.dropped_high = seq
 
     def wants(self, publisher: PeerId, seq: int) -> bool:
         """Does the stream still need (publisher, seq): not delivered, given up or held?
@@ -395,7 +421,7 @@ class OrderedDelivery:
         table evicts instead of refusing; a forgotten publisher that sends again starts a
         new stream where it stands. False when every stream is waiting for a gap."""
         for publisher, stream in self.streams.items():
-            if not stream.held and stream.settling_until is None:
+            if not stream.held and stream.settling_until is None and stream.dropped_high < 0:
                 del self.streams[publisher]
                 self.counters.streams_evicted += 1
                 if self.reach_floor_ms is not None:
@@ -564,15 +590,28 @@ class OrderedDelivery:
     def _release_held(
         self, publisher: PeerId, stream: PublisherStream, out: list[OutEvent]
     ) -> None:
+        """Deliver what the stream holds from its position on, in order: its held rows,
+        and up to `dropped_high` what the store holds at the places it dropped."""
         store = self.store
-        while stream.next_seq in stream.held:
-            row = stream.held.pop(stream.next_seq)
-            mid, envelope, hops = store.message(row)
-            store.unpin(row)
+        held = stream.held
+        while True:
+            seq = stream.next_seq
+            row = held.pop(seq, None)
+            if row is not None:
+                mid, envelope, hops = store.message(row)
+                store.unpin(row)  # after reading: a row past the windows goes as it is
+            elif seq <= stream.dropped_high:
+                row = self._places.row(publisher, seq)
+                if row is None:
+                    break  # let go by the store's bounds: pulled (on_gap_timer)
+                mid, envelope, hops = store.message(row)
+            else:
+                break
             stream.last_stamp_ms = envelope.timestamp_ms
             self._emit(mid, envelope, hops, out)
-            stream.next_seq += 1
-        if not stream.held:
+            stream.next_seq = seq + 1
+        if not held and stream.dropped_high < stream.next_seq:
+            stream.dropped_high = -1
             stream.stalled_since = None
             stream.pull_attempts = 0
 
@@ -612,38 +651,54 @@ class OrderedDelivery:
         c = self.config
         pending = False
         for publisher, stream in self.streams.items():
-            if not stream.held or stream.settling_until is not None:
+            if stream.settling_until is not None or not (
+                stream.held or stream.dropped_high >= stream.next_seq
+            ):
                 continue
             pending = True
             if stream.stalled_since is None:
                 stream.stalled_since = now
             if now - stream.stalled_since < c.gap_timeout or now < stream.pull_due:
                 continue  # the tree's repair, or the last PULL's answer, may still come
-            first_held = min(stream.held)
+            end = self._gap_end(publisher, stream)
             if stream.pull_attempts < c.gap_max_attempts and neighbors:
                 peer = neighbors[stream.pull_attempts % len(neighbors)]
                 stream.pull_attempts += 1
                 stream.pull_due = now + self._answer_wait(stream)
-                last = min(first_held - 1, stream.next_seq + m.MAX_PULL_SPAN - 1)
+                last = min(end - 1, stream.next_seq + m.MAX_PULL_SPAN - 1)
                 self.counters.pulls_sent += 1
                 pull = m.Pull(publisher=publisher, first_seq=stream.next_seq, last_seq=last)
                 out.append(Send(peer, self.topic, pull))
                 continue
-            if first_held - stream.next_seq <= c.max_gap or len(stream.held) > 1:
+            if end - stream.next_seq <= c.max_gap or len(stream.held) > 1:
                 # Within reach, or the stream goes on beyond the gap: resynchronise there.
-                self._give_up(publisher, stream, first_held, out)
+                self._give_up(publisher, stream, end, out)
                 self._release_held(publisher, stream, out)
-            else:
-                # One message far beyond reach that nothing followed (a forged far seq
-                # looks like this): dropped; the stream stays where it is.
-                for row in stream.held.values():
-                    self.store.unpin(row)
-                    self._drop()
-                stream.held.clear()
-                stream.stalled_since = None
-                stream.pull_attempts = 0
+                continue
+            # Far beyond reach, and nothing held beyond the gap but one message (a forged
+            # far seq looks like this) or a place dropped unheld: dropped and forgotten;
+            # the stream stays where it is.
+            for row in stream.held.values():
+                self.store.unpin(row)
+                self.counters.held_dropped += 1
+            stream.held.clear()
+            stream.dropped_high = -1
+            stream.stalled_since = None
+            stream.pull_attempts = 0
         if pending:
             self._arm_gap_timer(out)
+
+    def _gap_end(self, publisher: PeerId, stream: PublisherStream) -> int:
+        """The first seq past the stream's open gap: its lowest held message, or a place
+        it dropped that the store still holds, whichever comes first; past the farthest
+        dropped place when neither is."""
+        end = min(stream.held) if stream.held else stream.dropped_high + 1
+        if stream.dropped_high >= stream.next_seq:
+            places = self._places.streams.get(publisher)
+            found = None if places is None else places.next_held(stream.next_seq)
+            if found is not None and found[0] < end:
+                end = found[0]
+        return end
 
 
 def _within_reach(stream: PublisherStream, seq: int) -> bool:

@@ -95,7 +95,8 @@ class KillMidTask(EpisubStreamWriter):
 
 def node_places(client: AgentClient, topic: str) -> tuple[int, dict[str, str]]:
     """(agent pid, {"stream:seq": message id}) of every sink place the node holds, and
-    under "republished" how many of its publishes found their place taken."""
+    under "republished" how many of its publishes found their place taken or took one
+    from another message or lost one to it (the winner rule)."""
     out = {}
     for publisher, span in client.offsets(topic).items():
         if publisher.startswith(b"sink/"):
@@ -103,7 +104,8 @@ def node_places(client: AgentClient, topic: str) -> tuple[int, dict[str, str]]:
                 out[f"{publisher.decode()}:{m.seq}"] = m.id.hex()
                 out[f"rows {publisher.decode()}:{m.seq}"] = str(RecordBatch.decode(m.value).rows)
     status = client.inspect()
-    out["republished"] = str(status.stats.get("republished", 0))
+    met = ("republished", "rivals_won", "rivals_refused")
+    out["republished"] = str(sum(status.stats.get(name, 0) for name in met))
     return status.pid, out
 
 
