@@ -272,12 +272,12 @@ class MessageStore:
 
         `seen=False`: history we fetched, held but not seen, so that a live copy of it is
         still a first copy (forwarded, announced); -1 when its place holds it already."""
+        stream = places.streams.get(envelope.publisher)
         if seen:
             serial = self._index.add(mid)
             if serial < 0:
                 return -1
         else:
-            stream = places.streams.get(envelope.publisher)
             held = None if stream is None else stream.get(envelope.seq)
             if held is not None and self._index.id_of(held) == mid:
                 return -1
@@ -288,7 +288,6 @@ class MessageStore:
         size = envelope.size
         self._sizes.append(size)
         self._stamps.append(envelope.timestamp_ms)
-        stream = places.streams.get(envelope.publisher)
         if stream is None:
             stream = places.stream(envelope.publisher)
         self._streams.append(stream)
