@@ -43,7 +43,7 @@ from spark_connector.deployment import (
     executor_jvm_pid,
     executor_socket_path,
 )
-from spark_connector.sink import EpisubBatchWriter, EpisubStreamWriter, SinkCommit
+from spark_connector.sink import EpisubBatchWriter, EpisubStreamWriter, SinkCommit, await_acks
 
 KEY = bytes(range(32))
 ROWS = 20_000
@@ -68,7 +68,9 @@ class KillMidTask(EpisubStreamWriter):
     """Writes as the sink does, but partition 0's first attempt SIGKILLs its executor once
     the sink has taken KILL_AT of its rows (those before are published), leaving `marker`."""
 
-    marker = ""
+    marker = ""  # a file: what the kill killed
+    first_places = ""  # a file: the first attempt's places (JSON), held by another node
+    topic = ""
 
     def write(self, iterator: Iterator[Any]) -> Any:
         from pyspark import TaskContext
@@ -83,6 +85,7 @@ class KillMidTask(EpisubStreamWriter):
                     yield batch.slice(0, KILL_AT - taken)  # published: KILL_AT / batchSize places
                     if not os.path.exists(self.marker):
                         Path(self.marker).write_text("killing")  # before: the kill ends us
+                        Path(self.first_places).write_text(json.dumps(self.held_elsewhere()))
                         Path(self.marker).write_text(kill_executor(agent_dir()))
                         time.sleep(60)  # the worker goes with its executor
                     batch = batch.slice(KILL_AT - taken)
@@ -91,6 +94,29 @@ class KillMidTask(EpisubStreamWriter):
                 yield batch
 
         return super().write(batches())
+
+    def held_elsewhere(self) -> dict[str, str]:
+        """Partition 0's places this node holds ({"stream:seq": message id}), once another
+        node holds them too: the kill must not take the first attempt's rows with it, or
+        its retry would meet nothing."""
+        with executor_client(self.deployment) as client:
+            spans = {
+                publisher: span
+                for publisher, span in client.offsets(self.topic).items()
+                if publisher.startswith(b"sink/") and publisher.endswith(b"/0")
+            }
+            places = {}
+            for publisher, span in spans.items():
+                await_acks(
+                    client,
+                    self.topic,
+                    HeldSpan(publisher=publisher, first_seq=span.first, last_seq=span.last),
+                    "1",
+                    LIMIT,
+                )
+                for m in client.read_range(self.topic, publisher, span.first, span.last):
+                    places[f"{publisher.decode()}:{m.seq}"] = m.id.hex()
+        return places
 
 
 def node_places(client: AgentClient, topic: str) -> tuple[int, dict[str, str]]:
@@ -133,6 +159,7 @@ def mid_task(spark: SparkSession, deployment: Any, work: Path) -> dict[str, Any]
         2
     ).write.parquet(str(source))
     marker = str(work / "killed")
+    first_places = str(work / "first-attempt-places.json")
 
     class MidTaskSource(EpisubDataSource):
         @classmethod
@@ -143,6 +170,8 @@ def mid_task(spark: SparkSession, deployment: Any, work: Path) -> dict[str, Any]
             real = super().streamWriter(schema, overwrite)
             killer = KillMidTask(real.options, real.deployment, real.columns)
             killer.marker = marker
+            killer.first_places = first_places
+            killer.topic = topic
             return killer
 
     MidTaskSource.deployment = deployment  # type: ignore[misc]
@@ -180,8 +209,12 @@ def mid_task(spark: SparkSession, deployment: Any, work: Path) -> dict[str, Any]
                 rows_at[place] = int(message)
             else:
                 ids.setdefault(place, set()).add(message)
+    first = json.loads(Path(first_places).read_text()) if os.path.exists(first_places) else {}
     return {
         "killed": Path(marker).read_text() if os.path.exists(marker) else None,
+        "first_attempt_places": len(first),
+        # The retry met places another node held: each keeps the first attempt's message.
+        "first_attempt_places_kept": sum(1 for p, m in first.items() if ids.get(p) == {m}),
         "rows_read": len(values),
         "distinct_read": len(set(values)),
         "exact": sorted(values) == sorted(b"%d" % i for i in range(ROWS)),
