@@ -1233,6 +1233,21 @@ def test_far_messages_filling_held_never_crowd_out_the_stream():
     assert node.stats()["held_dropped"] == 2
 
 
+def test_a_full_held_table_keeps_its_nearest_messages_whatever_order_newcomers_come_in():
+    # The farthest message goes, or the newcomer when it is the farthest, also for a
+    # newcomer just beyond the nearest ones once the farthest went.
+    node = node_with(1, max_gap=4, max_held_per_publisher=3)
+    node.handle(received(1, gossip(env(0))), 1.0)
+    for seq in (50, 60, 70):
+        node.handle(received(1, gossip(env(seq))), 1.0)
+    node.handle(received(1, gossip(env(80))), 1.0)  # beyond: dropped
+    node.handle(received(1, gossip(env(5))), 1.0)  # nearer: 70 goes
+    node.handle(received(1, gossip(env(65))), 1.0)  # beyond 60, the farthest now: dropped
+    node.handle(received(1, gossip(env(55))), 1.0)  # nearer: 60 goes
+    assert sorted(broadcast(node).streams[PUBLISHER].held) == [5, 50, 55]
+    assert node.stats()["held_dropped"] == 4
+
+
 def test_a_full_held_table_gives_up_no_gap_while_the_stream_arrives_in_order():
     """The adversarial model (issue 13): node 0 had delivered seqs 0..2 of a live stream
     and held forged places 17, 18 (within reach) and two far ones, its `held` full; a

@@ -105,6 +105,9 @@ class PublisherStream:
 
     next_seq: int  # the next sequence number the application gets
     held: dict[int, int] = field(default_factory=dict)  # seq -> its pinned store row
+    # No seq in `held` is above this: a newcomer beyond it is the farthest at no cost, where
+    # max(held) would cost each message of a burst that overflows `held` a full scan.
+    held_above: int = -1
     settling_until: float | None = None  # while set, where the stream starts is not fixed
     # While a gap is open: when a message was last delivered in order (or the gap opened).
     stalled_since: float | None = None
@@ -299,6 +302,7 @@ class OrderedDelivery:
                 self._drop(stream, seq)
                 return
             stream.held[seq] = row
+            stream.held_above = max(stream.held_above, seq)
         self._release_held(publisher, stream, out)
         self._stall_clock(stream, before, now, out)
 
@@ -363,7 +367,7 @@ class OrderedDelivery:
             self._take_held_place(stream, envelope, mid)
             return
         if len(held) >= self.config.max_held_per_publisher:
-            highest = max(held)
+            highest = self._farthest_held(stream, seq)
             if seq > highest:
                 self._drop(stream, seq)
                 return
@@ -374,6 +378,7 @@ class OrderedDelivery:
             self._drop(stream, seq)
             return
         held[seq] = row
+        stream.held_above = max(stream.held_above, seq)
         stream.next_seq = min(stream.next_seq, seq)
 
     def _make_room(self, stream: PublisherStream, seq: int) -> bool:
@@ -387,13 +392,20 @@ class OrderedDelivery:
         messages stay, so the stream's own continuation is never crowded out; what is
         dropped lies beyond them, inside a later gap that is pulled, or given up and
         reported once delivery has stalled (on_gap_timer)."""
-        held = stream.held
-        farthest = max(held)
+        farthest = self._farthest_held(stream, seq)
         if seq > farthest:
             return False
-        self.store.unpin(held.pop(farthest))
+        self.store.unpin(stream.held.pop(farthest))
         self._drop(stream, farthest)
         return True
+
+    @staticmethod
+    def _farthest_held(stream: PublisherStream, seq: int) -> int:
+        """The farthest seq held, or one below `seq` when nothing held is beyond it."""
+        if seq > stream.held_above:
+            return seq - 1
+        stream.held_above = max(stream.held)
+        return stream.held_above
 
     def _drop(self, stream: PublisherStream, seq: int) -> None:
         """A message goes unheld (`held` is full): counted; its place stays wanted, and
