@@ -57,7 +57,7 @@ from spark_connector.deployment import (
     driver_client,
     executor_client,
     executor_owner,
-    executor_socket_path,
+    newest_executor_socket,
 )
 
 __all__ = [
@@ -487,8 +487,8 @@ def _client_factory() -> Callable[[], AgentClient]:
             return executor
 
         return _factory("executor", text, make_executor)
-    socket_path = executor_socket_path(agent_dir(), executor_owner())
-    if not os.path.exists(socket_path):
+    socket_path = newest_executor_socket(agent_dir(), executor_owner())
+    if socket_path is None:
         raise ConfigError(
             "this task cannot find its executor's episub agent: call "
             "spark_connector.cluster_config(spark) on the driver before starting the job"

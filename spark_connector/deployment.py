@@ -67,6 +67,7 @@ __all__ = [
     "executor_socket_path",
     "join_through",
     "local_address_toward",
+    "newest_executor_socket",
     "place_driver",
     "shared_executor_client",
 ]
@@ -126,6 +127,21 @@ class Deployment:
     @property
     def key(self) -> bytes:
         return bytes.fromhex(self.key_hex)
+
+    def executor_name(self) -> str:
+        """What names this deployment's executor agents (socket, log): its id (Connect),
+        else a digest of what an executor's node is started with. A JVM can outlive its
+        session (local mode: a notebook stops its session and builds another with other
+        settings): the next session's tasks must find a node started with their settings,
+        not the last session's, which then retires when idle."""
+        if self.id:
+            return self.id
+        started_with = [
+            self.key_hex, self.host, self.bootstrap, self.agent_config, self.signed,
+            self.metrics, self.executor_ports,
+        ]  # fmt: skip
+        digest = hashlib.blake2b(json.dumps(started_with).encode(), digest_size=6)
+        return digest.hexdigest()
 
     def public(self) -> Deployment:
         """Everything but the key: what may show in a session's configuration and logs."""
@@ -285,10 +301,23 @@ def executor_owner() -> int:
     return jvm if jvm is not None else os.getppid()
 
 
-def executor_socket_path(directory: str, owner: int, deployment_id: str = "") -> str:
+def executor_socket_path(directory: str, owner: int, name: str) -> str:
     """Named after the owner's pid and start time, so a reused pid never finds it, and the
-    deployment's id when it has one (Connect)."""
-    return _owned_path(directory, "exec", owner, deployment_id, ".sock")
+    deployment's `executor_name`."""
+    return _owned_path(directory, "exec", owner, name, ".sock")
+
+
+def newest_executor_socket(directory: str, owner: int) -> str | None:
+    """The socket of the agent this executor started last, whatever its deployment: for a
+    task that carries none (its job was started from another thread)."""
+    prefix = os.path.basename(_owned_path(directory, "exec", owner, "", ""))
+    found = []
+    with contextlib.suppress(FileNotFoundError), os.scandir(directory) as entries:
+        for entry in entries:
+            if entry.name.startswith(prefix + "-") and entry.name.endswith(".sock"):
+                with contextlib.suppress(FileNotFoundError):
+                    found.append((entry.stat().st_mtime, entry.path))
+    return max(found)[1] if found else None
 
 
 def _owned_path(directory: str, role: str, owner: int, deployment_id: str, suffix: str) -> str:
@@ -321,7 +350,7 @@ def executor_client(deployment: Deployment) -> AgentClient:
     properties, see connect.py) can start one only from the copy a keyed task left here."""
     owner = executor_owner()
     directory = agent_dir()
-    socket_path = executor_socket_path(directory, owner, deployment.id)
+    socket_path = executor_socket_path(directory, owner, deployment.executor_name())
     if not deployment.key_hex:
         kept = _kept_deployment(socket_path)
         if kept is None:
@@ -402,7 +431,7 @@ def shared_executor_client(deployment: Deployment) -> Iterator[AgentClient]:
     """This worker's client of its executor's agent (started if needed), kept open for the
     tasks after this one; on any error it is closed, and the next task connects again."""
     owner = executor_owner()
-    path = executor_socket_path(agent_dir(), owner, deployment.id)
+    path = executor_socket_path(agent_dir(), owner, deployment.executor_name())
     client = _SHARED.pop(path, None)
     if client is not None:
         try:

@@ -377,7 +377,7 @@ def start_agent_at(deployment: Any, target: int) -> tuple[str, int]:
         local_address_toward,
     )
 
-    path = executor_socket_path(agent_dir(), executor_owner(), deployment.id)
+    path = executor_socket_path(agent_dir(), executor_owner(), deployment.executor_name())
     try:
         with AgentClient(path, timeout=5.0) as client:
             old = client.inspect().pid

@@ -19,7 +19,9 @@ from spark_connector.deployment import (
     Deployment,
     driver_client,
     executor_client,
+    executor_owner,
     local_address_toward,
+    newest_executor_socket,
 )
 from tests.proc_helpers import KEY, Processes, wait_process_gone
 
@@ -148,6 +150,33 @@ def test_an_executor_agent_lives_in_its_own_hosts_temporary_directory(
         assert Path(client.socket_path).parent == executor_dir
     assert sorted(p.suffix for p in executor_dir.glob("exec-*")) == [".lock", ".log", ".sock"]
     assert not (processes.dir / "driver-host").exists()
+
+
+def test_a_deployment_with_other_settings_gets_an_executor_node_of_its_own(
+    processes: Processes, executor_dir: Path
+) -> None:
+    """A JVM can outlive its session (local mode): a later session whose deployment has
+    other settings must get a node started with them, not the earlier session's; a task
+    that carries no deployment finds the node started last."""
+    first = deployment_in(processes.dir)
+    with executor_client(first) as client:
+        first_pid = client.inspect().pid
+    processes.pids.append(first_pid)
+    later = deployment_in(processes.dir, metrics=True)
+    with executor_client(later) as client:
+        status = client.inspect()
+        later_socket = client.socket_path
+    processes.pids.append(status.pid)
+    assert status.pid != first_pid and status.metrics_url
+    with executor_client(first) as client:
+        assert client.inspect().pid == first_pid  # the same settings: the same node
+    assert newest_executor_socket(str(executor_dir), executor_owner()) == later_socket
+
+
+def test_a_task_without_a_deployment_finds_no_node_where_none_was_started(
+    executor_dir: Path,
+) -> None:
+    assert newest_executor_socket(str(executor_dir), executor_owner()) is None
 
 
 def test_a_task_with_only_the_public_deployment_restarts_its_agent_from_the_kept_copy(

@@ -5,6 +5,7 @@ One SparkSession for the module; the driver's agent is stopped by its pid at the
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import signal
@@ -21,6 +22,7 @@ from pyspark.sql import SparkSession
 import spark_connector
 from episub.agent import AgentClient
 from episub.net.peer_id import parse_address
+from tests.proc_helpers import wait_process_gone
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.spark]
 
@@ -44,9 +46,30 @@ def _free_ports(count: int) -> list[int]:
 PORTS = _free_ports(4)  # the driver's, then the executors' range
 
 
+def _a_session_stopped_before() -> set[int]:
+    """A session before this module's, with other node settings (no fixed ports), whose
+    write starts its executors' nodes. It is stopped and its driver's node with it, as
+    each module of this suite does; its executors' nodes run on in the JVM the next
+    session gets. Returns their agents' pids."""
+    first = SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
+    session = first.getOrCreate()
+    deployment = spark_connector.register(session, key=KEY)
+    df = session.createDataFrame([(b"first try",)], "value binary")
+    df.write.format("episub").option("topic", "ports").mode("append").save()
+    pids = {v.pid for v in spark_connector.overlay(session) if v.role == "executor"}
+    session.stop()
+    with AgentClient(deployment.driver_socket) as client:
+        driver = client.inspect().pid
+    os.kill(driver, signal.SIGTERM)
+    wait_process_gone(driver, timeout=60)
+    return pids
+
+
 @pytest.fixture(scope="module")
 def spark() -> Iterator[SparkSession]:
     os.environ["PYSPARK_PYTHON"] = sys.executable
+    first_try = _a_session_stopped_before()
+    assert first_try
     session = (
         SparkSession.builder.master("local[2]")
         .config("spark.ui.enabled", "false")
@@ -57,6 +80,9 @@ def spark() -> Iterator[SparkSession]:
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
+    for pid in first_try:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
 
 
 @pytest.fixture(scope="module")
@@ -76,6 +102,8 @@ def deployment(spark: SparkSession) -> Iterator[spark_connector.Deployment]:
 def test_the_nodes_listen_on_the_configured_ports(
     spark: SparkSession, deployment: spark_connector.Deployment
 ) -> None:
+    """Also after a session with other executor settings ran in the same JVM: its
+    executors' nodes are still running there, and this session's tasks start their own."""
     assert deployment.bootstrap == (f"127.0.0.1:{PORTS[0]}",)
     df = spark.createDataFrame([(b"v%d" % i,) for i in range(10)], "value binary")
     df.write.format("episub").option("topic", "ports").mode("append").save()

@@ -52,12 +52,12 @@ KILL_AT = 3_000
 LIMIT = 300.0  # s: the longest any awaited condition may take on a loaded 2-core machine
 
 
-def kill_executor(agent_dir: str) -> str:
+def kill_executor(agent_dir: str, deployment: Any) -> str:
     """SIGKILL this worker's executor: its JVM and its agent (the node), as a machine
     failing would. Returns what was killed."""
     jvm = executor_jvm_pid()
     assert jvm is not None
-    with AgentClient(executor_socket_path(agent_dir, jvm)) as client:
+    with AgentClient(executor_socket_path(agent_dir, jvm, deployment.executor_name())) as client:
         agent = client.inspect().pid
     os.kill(agent, signal.SIGKILL)
     os.kill(jvm, signal.SIGKILL)
@@ -86,7 +86,7 @@ class KillMidTask(EpisubStreamWriter):
                     if not os.path.exists(self.marker):
                         Path(self.marker).write_text("killing")  # before: the kill ends us
                         Path(self.first_places).write_text(json.dumps(self.held_elsewhere()))
-                        Path(self.marker).write_text(kill_executor(agent_dir()))
+                        Path(self.marker).write_text(kill_executor(agent_dir(), self.deployment))
                         time.sleep(60)  # the worker goes with its executor
                     batch = batch.slice(KILL_AT - taken)
                     taken = KILL_AT
